@@ -1,1 +1,19 @@
-pub fn placeholder() {}
+//! tenantflux-agent: serves the `tenantflux.v1` gRPC API of one tenant cluster. It observes the
+//! flux-operator install and the FluxInstance, and authorizes every call against the cluster's
+//! own RBAC (TokenReview + SubjectAccessReview).
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod auth;
+pub mod cli;
+pub mod metrics;
+pub mod runtime;
+pub mod server;
+pub mod shutdown;
+pub mod status;
+
+pub use cli::Args;
+pub use runtime::Error;
+
+/// The agent's version, as reported in `Status.agent.version` and `tenantflux_agent_info`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

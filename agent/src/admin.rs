@@ -1,0 +1,210 @@
+//! The admin HTTP server: `/livez`, `/readyz` and `/metrics`, on a port of its own so probes and
+//! scrapes never compete with (or need the credentials of) the gRPC API.
+
+use std::sync::{
+    Arc, Mutex,
+    atomic::{AtomicBool, Ordering},
+};
+
+use axum::{
+    Router,
+    extract::State,
+    http::{StatusCode, header},
+    response::IntoResponse,
+    routing::get,
+};
+use tokio::net::TcpListener;
+
+use crate::{metrics::Metrics, shutdown::Shutdown};
+
+/// What `/readyz` waits for: the gRPC listener bound and one answer from the Kubernetes API.
+#[derive(Debug, Default)]
+pub struct Readiness {
+    grpc_bound: AtomicBool,
+    kube_api: Mutex<KubeApi>,
+}
+
+#[derive(Debug, Default)]
+enum KubeApi {
+    #[default]
+    NotAsked,
+    Failed(String),
+    Answered,
+}
+
+impl Readiness {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn set_grpc_bound(&self) {
+        self.grpc_bound.store(true, Ordering::Release);
+    }
+
+    /// Records that the Kubernetes API answered. Readiness stays once reached: losing the API
+    /// later is reported in the status (`problems`), and restarting would not bring it back.
+    pub fn set_kube_api_answered(&self) {
+        *self.lock() = KubeApi::Answered;
+    }
+
+    /// Records why the Kubernetes API did not answer, while it never has.
+    pub fn set_kube_api_failed(&self, reason: impl Into<String>) {
+        let mut state = self.lock();
+        if !matches!(*state, KubeApi::Answered) {
+            *state = KubeApi::Failed(reason.into());
+        }
+    }
+
+    /// `Ok` when ready, else every reason why not.
+    pub fn check(&self) -> Result<(), String> {
+        let mut reasons = Vec::new();
+        if !self.grpc_bound.load(Ordering::Acquire) {
+            reasons.push("the gRPC listener is not bound yet".to_owned());
+        }
+        match &*self.lock() {
+            KubeApi::Answered => {}
+            KubeApi::NotAsked => reasons.push("the Kubernetes API has not answered yet".into()),
+            KubeApi::Failed(reason) => {
+                reasons.push(format!("the Kubernetes API has not answered: {reason}"))
+            }
+        }
+        if reasons.is_empty() {
+            Ok(())
+        } else {
+            Err(reasons.join("; "))
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, KubeApi> {
+        self.kube_api.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[derive(Clone)]
+struct AdminState {
+    readiness: Arc<Readiness>,
+    metrics: Arc<Metrics>,
+}
+
+/// The admin routes.
+pub fn router(readiness: Arc<Readiness>, metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/livez", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(AdminState { readiness, metrics })
+}
+
+async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
+    match state.readiness.check() {
+        Ok(()) => (StatusCode::OK, "ok\n".to_owned()),
+        Err(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {reason}\n"),
+        ),
+    }
+}
+
+async fn metrics_text(State(state): State<AdminState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+}
+
+/// Serves the admin routes on `listener` until the shutdown.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: Shutdown,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move { shutdown.wait().await })
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_only_with_listener_bound_and_api_answered() {
+        let readiness = Readiness::new();
+        let reason = readiness.check().unwrap_err();
+        assert!(reason.contains("gRPC listener is not bound"), "{reason}");
+        assert!(
+            reason.contains("Kubernetes API has not answered yet"),
+            "{reason}"
+        );
+
+        readiness.set_grpc_bound();
+        readiness.set_kube_api_failed("connection refused");
+        assert_eq!(
+            readiness.check().unwrap_err(),
+            "the Kubernetes API has not answered: connection refused"
+        );
+
+        readiness.set_kube_api_answered();
+        assert_eq!(readiness.check(), Ok(()));
+        readiness.set_kube_api_failed("later failure");
+        assert_eq!(readiness.check(), Ok(()), "readiness latches");
+    }
+
+    #[tokio::test]
+    async fn endpoints_answer_over_http() {
+        let readiness = Arc::new(Readiness::new());
+        let metrics = Arc::new(Metrics::new("0.1.0"));
+        metrics.record(
+            "GetStatus",
+            tonic::Code::Unauthenticated,
+            Default::default(),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = Shutdown::new();
+        let server = tokio::spawn(serve(
+            listener,
+            router(readiness.clone(), metrics),
+            shutdown.clone(),
+        ));
+
+        let (code, body) = http_get(addr, "/livez").await;
+        assert_eq!((code, body.as_str()), (200, "ok\n"));
+        let (code, body) = http_get(addr, "/readyz").await;
+        assert_eq!(code, 503);
+        assert!(body.starts_with("not ready: "), "{body}");
+        readiness.set_grpc_bound();
+        readiness.set_kube_api_answered();
+        assert_eq!(http_get(addr, "/readyz").await.0, 200);
+        let (code, body) = http_get(addr, "/metrics").await;
+        assert_eq!(code, 200);
+        assert!(
+            body.contains("method=\"GetStatus\",code=\"Unauthenticated\"} 1"),
+            "{body}"
+        );
+
+        shutdown.trigger();
+        server.await.unwrap().unwrap();
+    }
+
+    /// A minimal HTTP/1.0 GET, so the test needs no HTTP client crate.
+    async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(format!("GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        let code = response[9..12].parse().unwrap();
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        (code, body)
+    }
+}

@@ -1,0 +1,156 @@
+//! Wiring: logging, the Kubernetes client, the listeners, and the tasks that run until the
+//! shutdown.
+
+use std::{io::IsTerminal, sync::Arc, time::SystemTime};
+
+use tokio::{net::TcpListener, sync::watch};
+use tracing_subscriber::{EnvFilter, fmt, prelude::*};
+
+use crate::{
+    VERSION, admin,
+    auth::Authorizer,
+    cli::{Args, LogFormat},
+    metrics::Metrics,
+    server::{self, AgentService},
+    shutdown::Shutdown,
+    status::{self, AgentFacts},
+};
+
+/// Why the agent stopped with an error. Messages leave the cause out: `main` prints the
+/// whole chain with `{err:#}`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid log filter {filter:?} (--log-level / RUST_LOG)")]
+    LogFilter {
+        filter: String,
+        #[source]
+        source: tracing_subscriber::filter::ParseError,
+    },
+
+    #[error("no Kubernetes client configuration (in-cluster service account or KUBECONFIG)")]
+    KubeConfig(#[source] kube::Error),
+
+    #[error("binding the {what} listener on {address}")]
+    Bind {
+        what: &'static str,
+        address: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("installing the SIGTERM/SIGINT handlers")]
+    Signals(#[source] std::io::Error),
+
+    #[error(transparent)]
+    Grpc(#[from] server::ServeError),
+
+    #[error("serving the admin HTTP server")]
+    Admin(#[source] std::io::Error),
+}
+
+impl Args {
+    /// Runs the agent until SIGTERM or SIGINT.
+    pub async fn run(self) -> Result<(), Error> {
+        init_logging(self.log_format, &self.log_level)?;
+        run(self).await
+    }
+}
+
+fn init_logging(format: LogFormat, filter: &str) -> Result<(), Error> {
+    let filter = EnvFilter::builder()
+        .parse(filter)
+        .map_err(|source| Error::LogFilter {
+            filter: filter.to_owned(),
+            source,
+        })?;
+    let registry = tracing_subscriber::registry().with(filter);
+    // `try_init` fails only if a subscriber is already set (tests); keep that one.
+    let _ = match format {
+        LogFormat::Json => registry
+            .with(fmt::layer().json().with_writer(std::io::stderr))
+            .try_init(),
+        LogFormat::Text => registry
+            .with(
+                fmt::layer()
+                    .with_ansi(std::io::stderr().is_terminal())
+                    .with_writer(std::io::stderr),
+            )
+            .try_init(),
+    };
+    Ok(())
+}
+
+async fn run(args: Args) -> Result<(), Error> {
+    let shutdown = Shutdown::new();
+    let signals = tokio::spawn(shutdown.clone().on_signal());
+
+    let client = kube::Client::try_default()
+        .await
+        .map_err(Error::KubeConfig)?;
+    let readiness = Arc::new(admin::Readiness::new());
+    let metrics = Arc::new(Metrics::new(VERSION));
+
+    let bind = |what, address| async move {
+        TcpListener::bind(address)
+            .await
+            .map_err(|source| Error::Bind {
+                what,
+                address,
+                source,
+            })
+    };
+    let admin_listener = bind("admin", args.admin_address).await?;
+    let grpc_listener = bind("gRPC", args.grpc_address).await?;
+    readiness.set_grpc_bound();
+    tracing::info!(
+        version = VERSION,
+        grpc = %grpc_listener.local_addr().map_err(|source| Error::Bind { what: "gRPC", address: args.grpc_address, source })?,
+        admin = %admin_listener.local_addr().map_err(|source| Error::Bind { what: "admin", address: args.admin_address, source })?,
+        namespace = %args.namespace,
+        operator_namespace = %args.operator_namespace,
+        "tenantflux-agent listening"
+    );
+
+    let facts = AgentFacts {
+        version: VERSION.to_owned(),
+        namespace: args.namespace.clone(),
+        operator_namespace: args.operator_namespace.clone(),
+        started_at: SystemTime::now(),
+    };
+    let (status_tx, status_rx) = watch::channel(status::initial(&facts));
+    let watchers = tokio::spawn(status::run(
+        client.clone(),
+        facts,
+        status_tx,
+        readiness.clone(),
+        shutdown.clone(),
+    ));
+
+    let admin = tokio::spawn(admin::serve(
+        admin_listener,
+        admin::router(readiness, metrics.clone()),
+        shutdown.clone(),
+    ));
+    let service = AgentService::new(
+        args.namespace,
+        status_rx,
+        Arc::new(Authorizer::new(client, args.token_audience)),
+        metrics,
+        shutdown.clone(),
+    );
+    let grpc = server::serve(grpc_listener, service, shutdown.clone()).await;
+    // However gRPC ended, stop the rest too.
+    shutdown.trigger();
+    let admin = admin.await;
+    let _ = watchers.await;
+    if let Ok(Err(err)) = signals.await {
+        return Err(Error::Signals(err));
+    }
+    grpc?;
+    match admin {
+        Ok(result) => result.map_err(Error::Admin)?,
+        Err(join) => return Err(Error::Admin(std::io::Error::other(join))),
+    }
+    tracing::info!("tenantflux-agent stopped");
+    Ok(())
+}

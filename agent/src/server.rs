@@ -1,0 +1,285 @@
+//! The gRPC server: the `tenantflux.v1.Agent` service, `grpc.health.v1` and server reflection,
+//! with a graceful drain on shutdown.
+
+use std::{future::Future, pin::Pin, sync::Arc, time::Instant};
+
+use futures::{Stream, StreamExt};
+use tenantflux_proto::v1::{
+    GetStatusRequest, Status, WatchStatusRequest,
+    agent_server::{Agent, AgentServer},
+};
+use tokio::{net::TcpListener, sync::watch};
+use tokio_stream::wrappers::{TcpListenerStream, WatchStream};
+use tonic::{Code, Request, Response};
+
+use crate::{
+    auth::{Authorizer, Permission, UserInfo},
+    metrics::{Metrics, code_name},
+    shutdown::Shutdown,
+};
+
+/// Why the gRPC server could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("building the gRPC reflection service from the tenantflux.v1 descriptors")]
+    Reflection(#[from] tonic_reflection::server::Error),
+
+    #[error("serving gRPC on {address}")]
+    Transport {
+        address: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+}
+
+/// The `tenantflux.v1.Agent` service.
+pub struct AgentService {
+    namespace: String,
+    status: watch::Receiver<Status>,
+    authorizer: Arc<Authorizer>,
+    metrics: Arc<Metrics>,
+    shutdown: Shutdown,
+}
+
+impl AgentService {
+    /// `namespace` is where callers are authorized (`agents.tenantflux.io`); `status` holds the
+    /// latest status; open WatchStatus streams end on `shutdown`.
+    pub fn new(
+        namespace: impl Into<String>,
+        status: watch::Receiver<Status>,
+        authorizer: Arc<Authorizer>,
+        metrics: Arc<Metrics>,
+        shutdown: Shutdown,
+    ) -> Self {
+        Self {
+            namespace: namespace.into(),
+            status,
+            authorizer,
+            metrics,
+            shutdown,
+        }
+    }
+
+    /// Runs one RPC: authorizes the caller for the permission the request needs, runs the
+    /// handler, and records the outcome (metrics and one debug log line) whatever it is.
+    async fn rpc<Req, Resp, Fut>(
+        &self,
+        method: &'static str,
+        request: Request<Req>,
+        permission: impl FnOnce(&Req) -> Permission,
+        handler: impl FnOnce(UserInfo, Req) -> Fut,
+    ) -> Result<Response<Resp>, tonic::Status>
+    where
+        Fut: Future<Output = Result<Resp, tonic::Status>>,
+    {
+        let started = Instant::now();
+        let (metadata, _, message) = request.into_parts();
+        let permission = permission(&message);
+        let (user, result) = match self.authorizer.authorize(&metadata, &permission).await {
+            Ok(user) => (Some(user.username.clone()), handler(user, message).await),
+            Err(err) => (None, Err(tonic::Status::from(err))),
+        };
+        let elapsed = started.elapsed();
+        let code = result
+            .as_ref()
+            .map_or_else(tonic::Status::code, |_| Code::Ok);
+        self.metrics.record(method, code, elapsed);
+        tracing::debug!(
+            method,
+            code = code_name(code),
+            user = user.as_deref().unwrap_or("-"),
+            duration_ms = elapsed.as_secs_f64() * 1000.0,
+            error = result.as_ref().err().map(tonic::Status::message),
+            "rpc"
+        );
+        result.map(Response::new)
+    }
+}
+
+type StatusStream = Pin<Box<dyn Stream<Item = Result<Status, tonic::Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Agent for AgentService {
+    async fn get_status(
+        &self,
+        request: Request<GetStatusRequest>,
+    ) -> Result<Response<Status>, tonic::Status> {
+        self.rpc(
+            "GetStatus",
+            request,
+            |_| Permission::agent_status(&self.namespace),
+            |_, _| async { Ok(self.status.borrow().clone()) },
+        )
+        .await
+    }
+
+    type WatchStatusStream = StatusStream;
+
+    async fn watch_status(
+        &self,
+        request: Request<WatchStatusRequest>,
+    ) -> Result<Response<Self::WatchStatusStream>, tonic::Status> {
+        self.rpc(
+            "WatchStatus",
+            request,
+            |_| Permission::agent_status(&self.namespace),
+            |_, _| async { Ok(status_stream(self.status.clone(), self.shutdown.clone())) },
+        )
+        .await
+    }
+}
+
+/// The current status, then each published change (the publisher publishes only real
+/// changes), until the shutdown or until the publisher is gone.
+fn status_stream(status: watch::Receiver<Status>, shutdown: Shutdown) -> StatusStream {
+    let stream = WatchStream::new(status)
+        .map(Ok)
+        .take_until(async move { shutdown.wait().await });
+    Box::pin(stream)
+}
+
+/// Serves gRPC on `listener` until the shutdown, then drains: open WatchStatus streams end and
+/// unary calls in flight finish.
+pub async fn serve(
+    listener: TcpListener,
+    service: AgentService,
+    shutdown: Shutdown,
+) -> Result<(), ServeError> {
+    let address = listener
+        .local_addr()
+        .map_or_else(|_| "?".to_owned(), |a| a.to_string());
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<AgentServer<AgentService>>().await;
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(tenantflux_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
+
+    tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(AgentServer::new(service))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+            shutdown.wait().await;
+            health.set_not_serving::<AgentServer<AgentService>>().await;
+        })
+        .await
+        .map_err(|source| ServeError::Transport { address, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tenantflux_proto::v1::agent_client::AgentClient;
+    use tonic_health::pb::{
+        HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+    };
+
+    use super::*;
+    use crate::status::{AgentFacts, initial};
+
+    /// A kube client whose API server never answers: enough for the paths that fail before
+    /// asking it, and for checking that an unreachable API server is UNAVAILABLE.
+    fn offline_client() -> kube::Client {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        kube::Client::try_from(config).unwrap()
+    }
+
+    #[tokio::test]
+    async fn status_stream_sends_current_then_changes_and_ends_on_shutdown() {
+        let version = |v: &str| Status {
+            agent: Some(tenantflux_proto::v1::AgentInfo {
+                version: v.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let (tx, rx) = watch::channel(version("1"));
+        let shutdown = Shutdown::new();
+        let mut stream = status_stream(rx, shutdown.clone());
+        let next =
+            |s: Option<Result<Status, tonic::Status>>| s.unwrap().unwrap().agent.unwrap().version;
+        assert_eq!(next(stream.next().await), "1");
+        tx.send_replace(version("2"));
+        assert_eq!(next(stream.next().await), "2");
+        shutdown.trigger();
+        let end = tokio::time::timeout(Duration::from_secs(1), stream.next()).await;
+        assert!(matches!(end, Ok(None)), "stream ends on shutdown");
+    }
+
+    #[tokio::test]
+    async fn serves_health_and_refuses_calls_without_token_then_drains() {
+        let facts = AgentFacts {
+            version: "0.1.0".into(),
+            namespace: "tenantflux-system".into(),
+            operator_namespace: "flux-system".into(),
+            started_at: std::time::SystemTime::now(),
+        };
+        let (_tx, rx) = watch::channel(initial(&facts));
+        let metrics = Arc::new(Metrics::new("0.1.0"));
+        let shutdown = Shutdown::new();
+        let service = AgentService::new(
+            "tenantflux-system",
+            rx,
+            Arc::new(Authorizer::new(offline_client(), "tenantflux-agent")),
+            metrics.clone(),
+            shutdown.clone(),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(serve(listener, service, shutdown.clone()));
+
+        let channel = tonic::transport::Endpoint::from_shared(url)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let health = HealthClient::new(channel.clone())
+            .check(HealthCheckRequest {
+                service: "tenantflux.v1.Agent".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(health.status(), ServingStatus::Serving);
+
+        let mut agent = AgentClient::new(channel);
+        let err = agent.get_status(GetStatusRequest {}).await.unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
+        assert!(err.message().starts_with("missing bearer token"), "{err:?}");
+        let err = agent.watch_status(WatchStatusRequest {}).await.unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
+
+        let mut with_token = Request::new(GetStatusRequest {});
+        with_token
+            .metadata_mut()
+            .insert("authorization", "Bearer some-secret-token".parse().unwrap());
+        let err = agent.get_status(with_token).await.unwrap_err();
+        assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+        assert!(!err.message().contains("some-secret-token"), "{err:?}");
+
+        let text = metrics.render();
+        assert!(
+            text.contains(
+                "tenantflux_agent_grpc_requests_total{method=\"GetStatus\",code=\"Unauthenticated\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("{method=\"WatchStatus\",code=\"Unauthenticated\"} 1"),
+            "{text}"
+        );
+
+        shutdown.trigger();
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("server drained")
+            .unwrap()
+            .unwrap();
+    }
+}

@@ -1,0 +1,334 @@
+//! deploy/manifests against the code: every document is a well-formed object of its kind, and
+//! the RBAC grants exactly what the agent asks the API server for (and what it tells callers
+//! to bind). Applying them to a real API server is the integration tests' part.
+
+use std::{fs, path::PathBuf};
+
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{Namespace, Service, ServiceAccount},
+    rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding},
+};
+use serde::Deserialize;
+use tenantflux_agent::{
+    auth::Permission,
+    cli::Args,
+    status::{INSTANCE_NAME, OPERATOR_DEPLOYMENT, flux_instance_resource, flux_report_resource},
+};
+
+fn manifests_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/manifests")
+}
+
+#[derive(Default)]
+struct Objects {
+    namespaces: Vec<Namespace>,
+    service_accounts: Vec<ServiceAccount>,
+    cluster_roles: Vec<ClusterRole>,
+    cluster_role_bindings: Vec<ClusterRoleBinding>,
+    roles: Vec<Role>,
+    role_bindings: Vec<RoleBinding>,
+    deployments: Vec<Deployment>,
+    services: Vec<Service>,
+}
+
+fn load() -> Objects {
+    #[derive(Deserialize)]
+    struct Kustomization {
+        resources: Vec<String>,
+    }
+    let dir = manifests_dir();
+    let kustomization: Kustomization =
+        serde_yaml_ng::from_str(&fs::read_to_string(dir.join("kustomization.yaml")).unwrap())
+            .unwrap();
+    let mut listed = kustomization.resources.clone();
+    listed.sort();
+    let mut present: Vec<String> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
+        .collect();
+    present.sort();
+    assert_eq!(listed, present, "kustomization.yaml lists every manifest");
+
+    let mut objects = Objects::default();
+    for file in &kustomization.resources {
+        let text = fs::read_to_string(dir.join(file)).unwrap();
+        for document in serde_yaml_ng::Deserializer::from_str(&text) {
+            let value = serde_json::Value::deserialize(document).unwrap();
+            let kind = value["kind"].as_str().unwrap_or_default().to_owned();
+            let context = format!("{file}: {kind}");
+            macro_rules! push {
+                ($list:ident) => {
+                    objects
+                        .$list
+                        .push(serde_json::from_value(value).expect(&context))
+                };
+            }
+            match kind.as_str() {
+                "Namespace" => push!(namespaces),
+                "ServiceAccount" => push!(service_accounts),
+                "ClusterRole" => push!(cluster_roles),
+                "ClusterRoleBinding" => push!(cluster_role_bindings),
+                "Role" => push!(roles),
+                "RoleBinding" => push!(role_bindings),
+                "Deployment" => push!(deployments),
+                "Service" => push!(services),
+                other => panic!("{file}: unexpected kind {other:?}"),
+            }
+        }
+    }
+    objects
+}
+
+fn allows(
+    rules: &[PolicyRule],
+    group: &str,
+    resource: &str,
+    verb: &str,
+    name: Option<&str>,
+) -> bool {
+    rules.iter().any(|rule| {
+        let has = |list: &Option<Vec<String>>, want: &str| {
+            list.as_ref()
+                .is_some_and(|l| l.iter().any(|v| v == want || v == "*"))
+        };
+        has(&rule.api_groups, group)
+            && has(&rule.resources, resource)
+            && rule.verbs.iter().any(|v| v == verb || v == "*")
+            && match (&rule.resource_names, name) {
+                (None, _) => true,
+                (Some(names), _) if names.is_empty() => true,
+                (Some(names), Some(name)) => names.iter().any(|n| n == name),
+                (Some(_), None) => false,
+            }
+    })
+}
+
+#[test]
+fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
+    let objects = load();
+    let role = objects
+        .cluster_roles
+        .iter()
+        .find(|r| r.metadata.name.as_deref() == Some("tenantflux-agent"))
+        .expect("ClusterRole tenantflux-agent");
+    let rules = role.rules.as_deref().unwrap();
+    assert!(allows(
+        rules,
+        "authentication.k8s.io",
+        "tokenreviews",
+        "create",
+        None
+    ));
+    assert!(allows(
+        rules,
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        "create",
+        None
+    ));
+    for verb in ["get", "list", "watch"] {
+        assert!(allows(
+            rules,
+            "apps",
+            "deployments",
+            verb,
+            Some(OPERATOR_DEPLOYMENT)
+        ));
+        for resource in [flux_instance_resource(), flux_report_resource()] {
+            assert!(
+                allows(
+                    rules,
+                    &resource.group,
+                    &resource.plural,
+                    verb,
+                    Some(INSTANCE_NAME)
+                ),
+                "{verb} {}",
+                resource.plural
+            );
+        }
+    }
+    assert!(!allows(rules, "apps", "deployments", "get", Some("other")));
+    for rule in rules {
+        assert!(!rule.verbs.iter().any(|v| v == "*"), "no wildcard verbs");
+        assert!(
+            !rule
+                .verbs
+                .iter()
+                .any(|v| matches!(v.as_str(), "update" | "patch" | "delete")),
+            "status needs no writes"
+        );
+    }
+    let binding = objects
+        .cluster_role_bindings
+        .iter()
+        .find(|b| b.role_ref.name == "tenantflux-agent")
+        .expect("ClusterRoleBinding to tenantflux-agent");
+    let subject = &binding.subjects.as_ref().unwrap()[0];
+    assert_eq!(
+        (
+            subject.kind.as_str(),
+            subject.name.as_str(),
+            subject.namespace.as_deref()
+        ),
+        (
+            "ServiceAccount",
+            "tenantflux-agent",
+            Some("tenantflux-system")
+        )
+    );
+}
+
+#[test]
+fn user_role_grants_the_permission_the_agent_checks() {
+    let objects = load();
+    let role = objects
+        .roles
+        .iter()
+        .find(|r| r.metadata.name.as_deref() == Some("tenantflux-user"))
+        .expect("Role tenantflux-user");
+    assert_eq!(
+        role.metadata.namespace.as_deref(),
+        Some("tenantflux-system")
+    );
+    let rules = role.rules.as_deref().unwrap();
+    let permission = Permission::agent_status("tenantflux-system");
+    let resource = format!(
+        "{}/{}",
+        permission.resource,
+        permission.subresource.as_deref().unwrap()
+    );
+    assert!(allows(
+        rules,
+        &permission.group,
+        &resource,
+        &permission.verb,
+        None
+    ));
+    assert!(allows(rules, "", "pods", "list", None));
+    assert!(allows(rules, "", "pods", "get", None));
+    assert!(allows(rules, "", "pods/portforward", "create", None));
+
+    let binding = objects
+        .role_bindings
+        .iter()
+        .find(|b| b.role_ref.name == "tenantflux-user")
+        .expect("RoleBinding of tenantflux-user");
+    let subject = &binding.subjects.as_ref().unwrap()[0];
+    assert_eq!(
+        (subject.kind.as_str(), subject.name.as_str()),
+        ("ServiceAccount", "tenantflux-client")
+    );
+    let names: Vec<_> = objects
+        .service_accounts
+        .iter()
+        .filter_map(|s| s.metadata.name.as_deref())
+        .collect();
+    assert_eq!(names, ["tenantflux-agent", "tenantflux-client"]);
+    assert_eq!(
+        objects.namespaces[0].metadata.name.as_deref(),
+        Some("tenantflux-system")
+    );
+}
+
+#[test]
+fn deployment_matches_the_agent_flags_and_is_locked_down() {
+    use clap::Parser;
+    let defaults = Args::parse_from(["tenantflux-agent"]);
+    let objects = load();
+    let deployment = &objects.deployments[0];
+    assert_eq!(
+        deployment.metadata.name.as_deref(),
+        Some("tenantflux-agent")
+    );
+    let labels = deployment.metadata.labels.as_ref().unwrap();
+    assert_eq!(labels["app.kubernetes.io/name"], "tenantflux-agent");
+    assert_eq!(labels["app.kubernetes.io/part-of"], "tenantflux");
+    let pod = deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        pod.service_account_name.as_deref(),
+        Some("tenantflux-agent")
+    );
+    let container = &pod.containers[0];
+    assert_eq!(
+        container.image.as_deref(),
+        Some("ghcr.io/tenantflux/tenantflux-agent:v0.1.0")
+    );
+
+    let ports = container.ports.as_ref().unwrap();
+    let port = |name: &str| {
+        ports
+            .iter()
+            .find(|p| p.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("port {name}"))
+            .container_port
+    };
+    assert_eq!(port("grpc"), i32::from(defaults.grpc_address.port()));
+    assert_eq!(port("admin"), i32::from(defaults.admin_address.port()));
+
+    let env = container.env.as_ref().unwrap();
+    let namespace = env
+        .iter()
+        .find(|e| e.name == "TENANTFLUX_NAMESPACE")
+        .expect("TENANTFLUX_NAMESPACE");
+    assert_eq!(
+        namespace
+            .value_from
+            .as_ref()
+            .and_then(|v| v.field_ref.as_ref())
+            .map(|f| f.field_path.as_str()),
+        Some("metadata.namespace")
+    );
+
+    let probe_path = |probe: &Option<k8s_openapi::api::core::v1::Probe>| {
+        probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .and_then(|h| h.path.clone())
+    };
+    assert_eq!(
+        probe_path(&container.liveness_probe).as_deref(),
+        Some("/livez")
+    );
+    assert_eq!(
+        probe_path(&container.readiness_probe).as_deref(),
+        Some("/readyz")
+    );
+
+    let security = container.security_context.as_ref().unwrap();
+    assert_eq!(security.run_as_non_root, Some(true));
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    assert_eq!(security.allow_privilege_escalation, Some(false));
+    assert_eq!(
+        security.capabilities.as_ref().and_then(|c| c.drop.clone()),
+        Some(vec!["ALL".to_owned()])
+    );
+    assert_eq!(
+        security.seccomp_profile.as_ref().map(|s| s.type_.as_str()),
+        Some("RuntimeDefault")
+    );
+    let resources = container.resources.as_ref().unwrap();
+    assert!(resources.requests.is_some() && resources.limits.is_some());
+
+    let service = &objects.services[0];
+    let names: Vec<_> = service
+        .spec
+        .as_ref()
+        .unwrap()
+        .ports
+        .as_ref()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p.name.as_deref())
+        .collect();
+    assert_eq!(names, ["grpc", "admin"]);
+}

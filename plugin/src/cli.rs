@@ -1,0 +1,347 @@
+//! Command-line flags (kubectl's where kubectl has one) and the dispatch to each command.
+
+use std::{ffi::OsString, fmt, str::FromStr, time::Duration};
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+
+use crate::{
+    connect::{ConnectOptions, Token},
+    output::{ColorMode, OutputFormat, Printer},
+    status, version,
+};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubectl-tenantflux",
+    bin_name = "kubectl tenantflux",
+    version,
+    about = "Tenant-owned Flux: status, control and safe upgrades through tenantflux-agent"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Path to the kubeconfig file (a list of paths, as in KUBECONFIG, is merged).
+    #[arg(long, global = true, env = "KUBECONFIG", value_name = "PATH")]
+    pub kubeconfig: Option<OsString>,
+
+    /// The kubeconfig context to use.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+
+    /// The namespace for namespaced operations (default: the context's namespace).
+    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// Namespace the tenantflux-agent runs in.
+    #[arg(
+        long,
+        global = true,
+        env = "TENANTFLUX_AGENT_NAMESPACE",
+        default_value = "tenantflux-system",
+        value_name = "NAMESPACE"
+    )]
+    pub agent_namespace: String,
+
+    /// Connect straight to the agent at http://HOST:PORT instead of a port-forward through the
+    /// API server (for tests and benchmarks).
+    #[arg(
+        long,
+        global = true,
+        env = "TENANTFLUX_AGENT_ADDRESS",
+        value_name = "URL",
+        value_parser = parse_agent_address
+    )]
+    pub agent_address: Option<http::Uri>,
+
+    /// Audience of the tokens the agent accepts (used when requesting a token).
+    #[arg(
+        long,
+        global = true,
+        env = "TENANTFLUX_AGENT_AUDIENCE",
+        default_value = "tenantflux-agent",
+        value_name = "AUDIENCE"
+    )]
+    pub agent_audience: String,
+
+    /// Bearer token for the agent, instead of the kubeconfig user's credentials.
+    #[arg(
+        long,
+        global = true,
+        env = "TENANTFLUX_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<Token>,
+
+    /// Output format.
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+
+    /// When to color the table output.
+    #[arg(long, global = true, value_enum, default_value_t = ColorMode::Auto)]
+    pub color: ColorMode,
+
+    /// How long to wait for each request to the API server or the agent; 0 waits forever
+    /// (e.g. 30s, 1m, 1m30s, 500ms; a bare number is seconds).
+    #[arg(long, global = true, default_value = "30s", value_name = "DURATION")]
+    pub request_timeout: RequestTimeout,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show the agent, flux-operator, FluxInstance and policy state of the cluster.
+    Status,
+    /// Show the plugin, agent and Flux versions, and whether the flux CLI on PATH matches.
+    Version {
+        /// Only print the plugin's own version; contacts no cluster.
+        #[arg(long)]
+        client: bool,
+    },
+}
+
+impl Cli {
+    pub fn run(self) -> anyhow::Result<()> {
+        let printer = Printer::new(self.global.output, self.global.color);
+        // Answered before any runtime or client exists: `version --client` must start fast.
+        if let Command::Version { client: true } = self.command {
+            return version::print_client(&printer);
+        }
+        // Several crates enable rustls; naming the provider avoids an ambiguous process default.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("failed to start the async runtime")?;
+        let options = ConnectOptions::from(&self.global);
+        runtime.block_on(async move {
+            match self.command {
+                Command::Status => status::run(&options, &printer).await,
+                Command::Version { .. } => version::run(&options, &printer).await,
+            }
+        })
+    }
+}
+
+fn parse_agent_address(value: &str) -> Result<http::Uri, String> {
+    let uri: http::Uri = value
+        .parse()
+        .map_err(|err| format!("not a URL ({err}); expected http://HOST:PORT"))?;
+    // The agent serves plaintext gRPC; the port-forward through the API server is what is
+    // encrypted, so there is no https:// to offer here.
+    match (uri.scheme_str(), uri.authority()) {
+        (Some("http"), Some(_)) => Ok(uri),
+        _ => Err("expected http://HOST:PORT".to_owned()),
+    }
+}
+
+/// kubectl's `--request-timeout`: a Go-style duration, or whole seconds; zero means none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestTimeout(Option<Duration>);
+
+impl RequestTimeout {
+    pub fn get(self) -> Option<Duration> {
+        self.0
+    }
+}
+
+impl fmt::Display for RequestTimeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(d) => write!(f, "{d:?}"),
+            None => f.write_str("0"),
+        }
+    }
+}
+
+impl FromStr for RequestTimeout {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        let invalid = || format!("invalid duration {value:?}: expected e.g. 30s, 1m, 1m30s, 500ms");
+        let total = if let Ok(seconds) = value.parse::<u64>() {
+            Duration::from_secs(seconds)
+        } else {
+            let mut total = Duration::ZERO;
+            let mut rest = value;
+            if rest.is_empty() {
+                return Err(invalid());
+            }
+            while !rest.is_empty() {
+                let digits = rest
+                    .find(|c: char| !c.is_ascii_digit())
+                    .ok_or_else(invalid)?;
+                let amount: u64 = rest[..digits].parse().map_err(|_| invalid())?;
+                rest = &rest[digits..];
+                let unit_len = rest
+                    .find(|c: char| c.is_ascii_digit())
+                    .unwrap_or(rest.len());
+                let unit = match &rest[..unit_len] {
+                    "ms" => Duration::from_millis(1),
+                    "s" => Duration::from_secs(1),
+                    "m" => Duration::from_secs(60),
+                    "h" => Duration::from_secs(3600),
+                    _ => return Err(invalid()),
+                };
+                rest = &rest[unit_len..];
+                total += unit * u32::try_from(amount).map_err(|_| invalid())?;
+            }
+            total
+        };
+        Ok(Self((!total.is_zero()).then_some(total)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("kubectl-tenantflux").chain(args.iter().copied()))
+            .expect("arguments parse")
+    }
+
+    /// The value a flag takes when absent: its env twin if the test's environment sets it.
+    fn env_or(var: &str, default: &str) -> String {
+        std::env::var(var).unwrap_or_else(|_| default.to_owned())
+    }
+
+    #[test]
+    fn defaults() {
+        let cli = parse(&["status"]);
+        assert!(matches!(cli.command, Command::Status));
+        let g = cli.global;
+        assert_eq!(
+            g.agent_namespace,
+            env_or("TENANTFLUX_AGENT_NAMESPACE", "tenantflux-system")
+        );
+        assert_eq!(
+            g.agent_audience,
+            env_or("TENANTFLUX_AGENT_AUDIENCE", "tenantflux-agent")
+        );
+        assert_eq!(g.output, OutputFormat::Table);
+        assert_eq!(g.color, ColorMode::Auto);
+        assert_eq!(g.request_timeout.get(), Some(Duration::from_secs(30)));
+        assert_eq!(g.context, None);
+        assert_eq!(g.namespace, None);
+    }
+
+    #[test]
+    fn every_tenantflux_flag_has_its_env_twin() {
+        let cmd = Cli::command();
+        let env_of = |id: &str| {
+            cmd.get_arguments()
+                .find(|a| a.get_id() == id)
+                .and_then(|a| a.get_env())
+                .map(|e| e.to_string_lossy().into_owned())
+        };
+        assert_eq!(env_of("kubeconfig").as_deref(), Some("KUBECONFIG"));
+        assert_eq!(
+            env_of("agent_namespace").as_deref(),
+            Some("TENANTFLUX_AGENT_NAMESPACE")
+        );
+        assert_eq!(
+            env_of("agent_address").as_deref(),
+            Some("TENANTFLUX_AGENT_ADDRESS")
+        );
+        assert_eq!(
+            env_of("agent_audience").as_deref(),
+            Some("TENANTFLUX_AGENT_AUDIENCE")
+        );
+        assert_eq!(env_of("token").as_deref(), Some("TENANTFLUX_TOKEN"));
+    }
+
+    #[test]
+    fn token_env_value_is_hidden_from_help() {
+        let cmd = Cli::command();
+        let token = cmd
+            .get_arguments()
+            .find(|a| a.get_id() == "token")
+            .expect("token flag");
+        assert!(token.is_hide_env_values_set());
+    }
+
+    #[test]
+    fn global_flags_work_after_the_subcommand() {
+        let cli = parse(&[
+            "version",
+            "--client",
+            "-o",
+            "json",
+            "-n",
+            "apps",
+            "--context",
+            "tenant-a",
+            "--agent-namespace",
+            "tf",
+            "--agent-address",
+            "http://127.0.0.1:9090",
+            "--color",
+            "never",
+            "--request-timeout",
+            "5s",
+        ]);
+        assert!(matches!(cli.command, Command::Version { client: true }));
+        let g = cli.global;
+        assert_eq!(g.output, OutputFormat::Json);
+        assert_eq!(g.namespace.as_deref(), Some("apps"));
+        assert_eq!(g.context.as_deref(), Some("tenant-a"));
+        assert_eq!(g.agent_namespace, "tf");
+        assert_eq!(
+            g.agent_address.map(|u| u.to_string()).as_deref(),
+            Some("http://127.0.0.1:9090/")
+        );
+        assert_eq!(g.color, ColorMode::Never);
+        assert_eq!(g.request_timeout.get(), Some(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn version_without_client_asks_the_agent() {
+        assert!(matches!(
+            parse(&["version"]).command,
+            Command::Version { client: false }
+        ));
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        let bad = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("kubectl-tenantflux").chain(args.iter().copied()))
+                .is_err()
+        };
+        assert!(bad(&["status", "-o", "wide"]));
+        assert!(bad(&["status", "--color", "sometimes"]));
+        assert!(bad(&["status", "--agent-address", "127.0.0.1:9090"]));
+        assert!(bad(&[
+            "status",
+            "--agent-address",
+            "https://127.0.0.1:9090"
+        ]));
+        assert!(bad(&["status", "--request-timeout", "5 parsecs"]));
+        assert!(bad(&[]));
+    }
+
+    #[test]
+    fn request_timeouts_parse_like_kubectl() {
+        let parse = |s: &str| s.parse::<RequestTimeout>().map(RequestTimeout::get);
+        assert_eq!(parse("30"), Ok(Some(Duration::from_secs(30))));
+        assert_eq!(parse("30s"), Ok(Some(Duration::from_secs(30))));
+        assert_eq!(parse("1m30s"), Ok(Some(Duration::from_secs(90))));
+        assert_eq!(parse("2h"), Ok(Some(Duration::from_secs(7200))));
+        assert_eq!(parse("250ms"), Ok(Some(Duration::from_millis(250))));
+        assert_eq!(parse("0"), Ok(None));
+        assert_eq!(parse("0s"), Ok(None));
+        assert!(parse("").is_err());
+        assert!(parse("s").is_err());
+        assert!(parse("10x").is_err());
+        assert!(parse("-5s").is_err());
+    }
+}

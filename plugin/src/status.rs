@@ -1,0 +1,528 @@
+//! `kubectl tenantflux status`: what the agent sees of flux-operator, the FluxInstance and policy.
+
+use std::fmt::Write as _;
+
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+use tenantflux_proto::v1 as pb;
+
+use crate::{
+    connect::{Agent, ConnectOptions},
+    output::{Cell, Printer, Style, Tone, table},
+};
+
+pub async fn run(options: &ConnectOptions, printer: &Printer) -> anyhow::Result<()> {
+    let mut agent = Agent::connect(options).await?;
+    let status = agent.get_status().await?;
+    printer.print(&StatusView::from(status), render_table)
+}
+
+/// The stable `-o json|yaml` shape of a status, independent of the wire format.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusView {
+    pub agent: AgentView,
+    pub operator: OperatorView,
+    pub instance: InstanceView,
+    pub policy: Option<PolicyView>,
+    pub observed_at: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentView {
+    pub version: String,
+    pub namespace: String,
+    /// `ok`, `degraded` or `unknown`.
+    pub health: &'static str,
+    pub problems: Vec<String>,
+    pub kubernetes_version: String,
+    pub started_at: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OperatorView {
+    /// `not-installed`, `waiting-for-api`, `applying-crds`, `waiting-for-operator`, `ready`,
+    /// `failed` or `unknown`.
+    pub phase: &'static str,
+    pub reason: String,
+    pub version: String,
+    pub namespace: String,
+    pub ready_replicas: i32,
+    pub desired_replicas: i32,
+    pub bundle_digest: String,
+    pub last_transition: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceView {
+    pub present: bool,
+    pub name: String,
+    pub namespace: String,
+    pub ready: Option<ConditionView>,
+    pub requested_version: String,
+    pub distribution_version: String,
+    pub registry: String,
+    pub last_applied_revision: String,
+    pub suspended: bool,
+    pub components: Vec<ComponentView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConditionView {
+    /// `True`, `False` or `Unknown`, as Kubernetes writes it.
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    pub last_transition: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentView {
+    pub name: String,
+    pub ready: bool,
+    pub image: String,
+    pub status: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyView {
+    pub generation: u64,
+}
+
+fn timestamp(ts: Option<prost_types::Timestamp>) -> Option<String> {
+    let ts = ts?;
+    Timestamp::new(ts.seconds, ts.nanos)
+        .ok()
+        .map(|t| t.to_string())
+}
+
+fn health(value: i32) -> &'static str {
+    match pb::Health::try_from(value) {
+        Ok(pb::Health::Ok) => "ok",
+        Ok(pb::Health::Degraded) => "degraded",
+        _ => "unknown",
+    }
+}
+
+fn phase(value: i32) -> &'static str {
+    match pb::OperatorPhase::try_from(value) {
+        Ok(pb::OperatorPhase::NotInstalled) => "not-installed",
+        Ok(pb::OperatorPhase::WaitingForApi) => "waiting-for-api",
+        Ok(pb::OperatorPhase::ApplyingCrds) => "applying-crds",
+        Ok(pb::OperatorPhase::WaitingForOperator) => "waiting-for-operator",
+        Ok(pb::OperatorPhase::Ready) => "ready",
+        Ok(pb::OperatorPhase::Failed) => "failed",
+        Ok(pb::OperatorPhase::Unspecified) | Err(_) => "unknown",
+    }
+}
+
+fn or_dash(value: &str) -> &str {
+    if value.is_empty() { "-" } else { value }
+}
+
+impl From<pb::Status> for StatusView {
+    fn from(status: pb::Status) -> Self {
+        let agent = status.agent.unwrap_or_default();
+        let operator = status.operator.unwrap_or_default();
+        let instance = status.instance.unwrap_or_default();
+        Self {
+            agent: AgentView {
+                version: agent.version,
+                namespace: agent.namespace,
+                health: health(agent.health),
+                problems: agent.problems,
+                kubernetes_version: agent.kubernetes_version,
+                started_at: timestamp(agent.started_at),
+            },
+            operator: OperatorView {
+                phase: phase(operator.phase),
+                reason: operator.reason,
+                version: operator.version,
+                namespace: operator.namespace,
+                ready_replicas: operator.ready_replicas,
+                desired_replicas: operator.desired_replicas,
+                bundle_digest: operator.bundle_digest,
+                last_transition: timestamp(operator.last_transition),
+            },
+            instance: InstanceView {
+                present: instance.present,
+                name: instance.name,
+                namespace: instance.namespace,
+                ready: instance.ready.map(|c| ConditionView {
+                    status: c.status,
+                    reason: c.reason,
+                    message: c.message,
+                    last_transition: timestamp(c.last_transition),
+                }),
+                requested_version: instance.requested_version,
+                distribution_version: instance.distribution_version,
+                registry: instance.registry,
+                last_applied_revision: instance.last_applied_revision,
+                suspended: instance.suspended,
+                components: instance
+                    .components
+                    .into_iter()
+                    .map(|c| ComponentView {
+                        name: c.name,
+                        ready: c.ready,
+                        image: c.image,
+                        status: c.status,
+                    })
+                    .collect(),
+            },
+            policy: status.policy.map(|p| PolicyView {
+                generation: p.generation,
+            }),
+            observed_at: timestamp(status.observed_at),
+        }
+    }
+}
+
+/// One `Key:   value` line of a section.
+fn field(out: &mut String, key: &str, value: &str) {
+    let key = format!("{key}:");
+    let _ = if value.is_empty() {
+        writeln!(out, "  {key}")
+    } else {
+        writeln!(out, "  {key:<13}{value}")
+    };
+}
+
+fn condition_tone(status: &str) -> Tone {
+    match status {
+        "True" => Tone::Good,
+        "False" => Tone::Bad,
+        _ => Tone::Plain,
+    }
+}
+
+pub fn render_table(view: &StatusView, style: Style) -> String {
+    let mut out = String::new();
+
+    let agent = &view.agent;
+    out.push_str("Agent\n");
+    field(&mut out, "Version", or_dash(&agent.version));
+    field(&mut out, "Namespace", or_dash(&agent.namespace));
+    let health_tone = match agent.health {
+        "ok" => Tone::Good,
+        "degraded" => Tone::Bad,
+        _ => Tone::Plain,
+    };
+    field(&mut out, "Health", &style.paint(agent.health, health_tone));
+    field(&mut out, "Kubernetes", or_dash(&agent.kubernetes_version));
+    match agent.problems.as_slice() {
+        [] => field(&mut out, "Problems", "none"),
+        problems => {
+            field(&mut out, "Problems", "");
+            for problem in problems {
+                let _ = writeln!(out, "    - {}", style.paint(problem, Tone::Bad));
+            }
+        }
+    }
+
+    let operator = &view.operator;
+    out.push_str("\nflux-operator\n");
+    let phase_tone = match operator.phase {
+        "ready" => Tone::Good,
+        "failed" => Tone::Bad,
+        _ => Tone::Plain,
+    };
+    field(&mut out, "Phase", &style.paint(operator.phase, phase_tone));
+    field(&mut out, "Version", or_dash(&operator.version));
+    let replicas = format!("{}/{}", operator.ready_replicas, operator.desired_replicas);
+    let replicas = if operator.namespace.is_empty() {
+        replicas
+    } else {
+        format!("{replicas} in namespace {}", operator.namespace)
+    };
+    field(&mut out, "Replicas", &replicas);
+    if !operator.reason.is_empty() {
+        field(&mut out, "Reason", &operator.reason);
+    }
+
+    let instance = &view.instance;
+    out.push_str("\nFluxInstance\n");
+    if instance.present {
+        field(
+            &mut out,
+            "Name",
+            &format!("{}/{}", instance.namespace, instance.name),
+        );
+        let ready = match &instance.ready {
+            Some(c) => {
+                let mut text = style.paint(&c.status, condition_tone(&c.status));
+                for detail in [&c.reason, &c.message] {
+                    if !detail.is_empty() {
+                        text.push_str(" - ");
+                        text.push_str(detail);
+                    }
+                }
+                text
+            }
+            None => "not reconciled yet".to_owned(),
+        };
+        field(&mut out, "Ready", &ready);
+        field(&mut out, "Requested", or_dash(&instance.requested_version));
+        field(
+            &mut out,
+            "Installed",
+            or_dash(&instance.distribution_version),
+        );
+        field(&mut out, "Registry", or_dash(&instance.registry));
+        field(
+            &mut out,
+            "Suspended",
+            if instance.suspended { "true" } else { "false" },
+        );
+
+        out.push_str("\nComponents\n");
+        if instance.components.is_empty() {
+            out.push_str("  none reported\n");
+        } else {
+            let rows: Vec<Vec<Cell>> = instance
+                .components
+                .iter()
+                .map(|c| {
+                    let (ready, tone) = if c.ready {
+                        ("True", Tone::Good)
+                    } else {
+                        ("False", Tone::Bad)
+                    };
+                    vec![
+                        Cell::plain(&c.name),
+                        Cell::toned(ready, tone),
+                        Cell::plain(or_dash(&c.image)),
+                    ]
+                })
+                .collect();
+            out.push_str(&table("  ", &["NAME", "READY", "IMAGE"], &rows, style));
+        }
+    } else {
+        field(&mut out, "Present", "no (create a FluxInstance named flux)");
+    }
+
+    out.push_str("\nPolicy\n");
+    match &view.policy {
+        Some(policy) => field(&mut out, "Generation", &policy.generation.to_string()),
+        None => field(&mut out, "Generation", "none"),
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::{OutputFormat, render};
+
+    /// A cluster with a healthy operator, a Ready FluxInstance with one component down, and
+    /// a policy at generation 3.
+    pub(crate) fn fixture() -> pb::Status {
+        pb::Status {
+            agent: Some(pb::AgentInfo {
+                version: "v0.1.0".to_owned(),
+                namespace: "tenantflux-system".to_owned(),
+                health: pb::Health::Degraded as i32,
+                problems: vec![
+                    "FluxInstance flux-system/flux: helm-controller not ready".to_owned(),
+                ],
+                kubernetes_version: "v1.33.1".to_owned(),
+                started_at: Some(prost_types::Timestamp {
+                    seconds: 1_767_225_600,
+                    nanos: 0,
+                }),
+            }),
+            operator: Some(pb::OperatorStatus {
+                phase: pb::OperatorPhase::Ready as i32,
+                version: "v0.58.1".to_owned(),
+                namespace: "flux-system".to_owned(),
+                ready_replicas: 1,
+                desired_replicas: 1,
+                ..pb::OperatorStatus::default()
+            }),
+            instance: Some(pb::InstanceStatus {
+                present: true,
+                name: "flux".to_owned(),
+                namespace: "flux-system".to_owned(),
+                ready: Some(pb::Condition {
+                    r#type: "Ready".to_owned(),
+                    status: "True".to_owned(),
+                    reason: "ReconciliationSucceeded".to_owned(),
+                    message: "Reconciliation finished".to_owned(),
+                    last_transition: None,
+                }),
+                requested_version: "2.x".to_owned(),
+                distribution_version: "v2.9.4".to_owned(),
+                registry: "ghcr.io/fluxcd".to_owned(),
+                last_applied_revision: "v2.9.4@sha256:abc".to_owned(),
+                components: vec![
+                    pb::Component {
+                        name: "source-controller".to_owned(),
+                        image: "ghcr.io/fluxcd/source-controller:v1.9.0".to_owned(),
+                        ready: true,
+                        status: "Current".to_owned(),
+                    },
+                    pb::Component {
+                        name: "helm-controller".to_owned(),
+                        image: "ghcr.io/fluxcd/helm-controller:v1.6.0".to_owned(),
+                        ready: false,
+                        status: "InProgress".to_owned(),
+                    },
+                ],
+                suspended: false,
+            }),
+            policy: Some(pb::PolicyStatus { generation: 3 }),
+            observed_at: Some(prost_types::Timestamp {
+                seconds: 1_767_225_660,
+                nanos: 0,
+            }),
+        }
+    }
+
+    #[test]
+    fn table_summarises_every_section() {
+        let text = render_table(&StatusView::from(fixture()), Style::PLAIN);
+        assert_eq!(
+            text,
+            "\
+Agent
+  Version:     v0.1.0
+  Namespace:   tenantflux-system
+  Health:      degraded
+  Kubernetes:  v1.33.1
+  Problems:
+    - FluxInstance flux-system/flux: helm-controller not ready
+
+flux-operator
+  Phase:       ready
+  Version:     v0.58.1
+  Replicas:    1/1 in namespace flux-system
+
+FluxInstance
+  Name:        flux-system/flux
+  Ready:       True - ReconciliationSucceeded - Reconciliation finished
+  Requested:   2.x
+  Installed:   v2.9.4
+  Registry:    ghcr.io/fluxcd
+  Suspended:   false
+
+Components
+  NAME                READY   IMAGE
+  source-controller   True    ghcr.io/fluxcd/source-controller:v1.9.0
+  helm-controller     False   ghcr.io/fluxcd/helm-controller:v1.6.0
+
+Policy
+  Generation:  3
+"
+        );
+    }
+
+    #[test]
+    fn table_colors_ready_green_and_not_ready_red() {
+        let text = render_table(&StatusView::from(fixture()), Style { color: true });
+        assert!(text.contains("\x1b[32mTrue\x1b[0m - ReconciliationSucceeded"));
+        assert!(text.contains("\x1b[31mFalse\x1b[0m"));
+        assert!(text.contains("\x1b[32mready\x1b[0m"));
+        assert!(!render_table(&StatusView::from(fixture()), Style::PLAIN).contains('\x1b'));
+    }
+
+    #[test]
+    fn table_for_a_cluster_without_flux() {
+        let status = pb::Status {
+            agent: Some(pb::AgentInfo {
+                version: "v0.1.0".to_owned(),
+                health: pb::Health::Ok as i32,
+                ..pb::AgentInfo::default()
+            }),
+            operator: Some(pb::OperatorStatus {
+                phase: pb::OperatorPhase::NotInstalled as i32,
+                reason: "no flux-operator Deployment found".to_owned(),
+                ..pb::OperatorStatus::default()
+            }),
+            instance: Some(pb::InstanceStatus::default()),
+            policy: None,
+            observed_at: None,
+        };
+        let text = render_table(&StatusView::from(status), Style::PLAIN);
+        assert!(text.contains("  Health:      ok\n"));
+        assert!(text.contains("  Problems:    none\n"));
+        assert!(text.contains("  Phase:       not-installed\n"));
+        assert!(text.contains("  Reason:      no flux-operator Deployment found\n"));
+        assert!(text.contains("  Present:     no (create a FluxInstance named flux)\n"));
+        assert!(!text.contains("Components"));
+        assert!(text.ends_with("Policy\n  Generation:  none\n"));
+    }
+
+    #[test]
+    fn json_view_is_camel_case_with_lowercase_enums() {
+        let json = render(
+            OutputFormat::Json,
+            Style::PLAIN,
+            &StatusView::from(fixture()),
+            render_table,
+        )
+        .unwrap();
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(value["agent"]["health"], "degraded");
+        assert_eq!(value["agent"]["kubernetesVersion"], "v1.33.1");
+        assert_eq!(value["agent"]["startedAt"], "2026-01-01T00:00:00Z");
+        assert_eq!(value["operator"]["phase"], "ready");
+        assert_eq!(value["operator"]["readyReplicas"], 1);
+        assert_eq!(value["instance"]["present"], true);
+        assert_eq!(value["instance"]["distributionVersion"], "v2.9.4");
+        assert_eq!(value["instance"]["ready"]["status"], "True");
+        assert_eq!(
+            value["instance"]["components"][1]["name"],
+            "helm-controller"
+        );
+        assert_eq!(value["instance"]["components"][1]["ready"], false);
+        assert_eq!(value["policy"]["generation"], 3);
+        assert_eq!(value["observedAt"], "2026-01-01T00:01:00Z");
+        // Nothing of the wire format leaks through.
+        assert!(!json.contains("OPERATOR_PHASE"));
+        assert!(!json.contains("distribution_version"));
+    }
+
+    #[test]
+    fn yaml_view_matches_json_view() {
+        let view = StatusView::from(fixture());
+        let yaml = render(OutputFormat::Yaml, Style::PLAIN, &view, render_table).unwrap();
+        let from_yaml: serde_json::Value = serde_yaml_ng::from_str(&yaml).unwrap();
+        assert_eq!(from_yaml, serde_json::to_value(&view).unwrap());
+        assert!(yaml.contains("phase: ready\n"));
+        assert!(yaml.contains("policy:\n  generation: 3\n"));
+    }
+
+    #[test]
+    fn absent_policy_is_null_and_unknown_enums_say_unknown() {
+        let mut status = fixture();
+        status.policy = None;
+        status.operator.as_mut().unwrap().phase = 42;
+        status.agent.as_mut().unwrap().health = 0;
+        let value = serde_json::to_value(StatusView::from(status)).unwrap();
+        assert_eq!(value["policy"], serde_json::Value::Null);
+        assert_eq!(value["operator"]["phase"], "unknown");
+        assert_eq!(value["agent"]["health"], "unknown");
+    }
+
+    #[test]
+    fn every_operator_phase_has_a_kebab_case_name() {
+        let names: Vec<_> = (1..=6).map(phase).collect();
+        assert_eq!(
+            names,
+            [
+                "not-installed",
+                "waiting-for-api",
+                "applying-crds",
+                "waiting-for-operator",
+                "ready",
+                "failed"
+            ]
+        );
+    }
+}
