@@ -210,6 +210,7 @@ fn user_role_grants_the_permission_the_agent_checks() {
     assert!(allows(rules, "", "pods", "list", None));
     assert!(allows(rules, "", "pods", "get", None));
     assert!(allows(rules, "", "pods/portforward", "create", None));
+    assert!(allows(rules, "", "pods/portforward", "get", None));
 
     let binding = objects
         .role_bindings

@@ -60,11 +60,26 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Where cargo put this test's binaries, and so the workspace's: `target/<profile>`.
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    // target/<profile>/deps/<test binary>
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binaries live in target/<profile>/deps")
+        .to_path_buf()
+}
+
 /// Runs `tests/env/cluster ARGS`; progress goes to the test's stderr, stdout is returned.
 fn run_cluster_script(args: &[&str]) -> Result<String> {
+    run_cluster_script_with(args, &[])
+}
+
+fn run_cluster_script_with(args: &[&str], envs: &[(&str, PathBuf)]) -> Result<String> {
     let command = format!("tests/env/cluster {}", args.join(" "));
     let output = Command::new(cluster_script())
         .args(args)
+        .envs(envs.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -161,6 +176,76 @@ impl TestCluster {
         run_cluster_script(&["flux-operator", &self.name]).map(drop)
     }
 
+    /// Runs tenantflux-agent locally against this cluster as its ServiceAccount, with
+    /// deploy/manifests applied and port-forwards to its pod reaching the process
+    /// (idempotent: an agent already running is kept).
+    pub fn ensure_agent(&self) -> Result<()> {
+        self.agent_command(false)
+    }
+
+    /// Stops the agent process and starts a new one (on new local ports; the pod stays).
+    pub fn restart_agent(&self) -> Result<()> {
+        self.agent_command(true)
+    }
+
+    fn agent_command(&self, restart: bool) -> Result<()> {
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _serial = LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut args = vec!["agent", self.name.as_str()];
+        if restart {
+            args.push("--restart");
+        }
+        run_cluster_script_with(
+            &args,
+            &[("TENANTFLUX_AGENT_BIN", bin_dir().join("tenantflux-agent"))],
+        )
+        .map(drop)
+    }
+
+    /// The local address the agent's gRPC listener is bound to, for direct connections.
+    pub fn agent_grpc_address(&self) -> String {
+        let path = self.dir().join("agent.grpc-port");
+        let port = std::fs::read_to_string(&path).unwrap_or_else(|err| {
+            panic!("reading {}: {err} (is the agent running?)", path.display())
+        });
+        format!("http://127.0.0.1:{}", port.trim())
+    }
+
+    /// The directory tests/env/cluster keeps this cluster's files and logs in.
+    pub fn dir(&self) -> &Path {
+        self.kubeconfig
+            .parent()
+            .expect("the kubeconfig is in the cluster's directory")
+    }
+
+    /// `kubectl tenantflux ARGS` as a user runs it: the real kubectl (built at the cluster's
+    /// version) finds the plugin on PATH. `kubeconfig` defaults to the cluster admin's
+    /// (client certificates).
+    pub fn kubectl_tenantflux(&self, kubeconfig: Option<&Path>, args: &[&str]) -> Result<Output> {
+        let command = format!("kubectl tenantflux {}", args.join(" "));
+        self.plugin_command(kubeconfig, args)
+            .output()
+            .map_err(|source| Error::Spawn { command, source })
+    }
+
+    /// The `kubectl tenantflux ARGS` command, for tests that stream its output.
+    pub fn plugin_command(&self, kubeconfig: Option<&Path>, args: &[&str]) -> Command {
+        let path = std::env::join_paths(std::iter::once(bin_dir()).chain(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        )))
+        .expect("PATH");
+        let mut command = Command::new(tool_path("KUBECTL"));
+        command
+            .arg("tenantflux")
+            .args(args)
+            .env("PATH", path)
+            .env("KUBECONFIG", kubeconfig.unwrap_or(&self.kubeconfig))
+            .env_remove("TENANTFLUX_TOKEN")
+            .env_remove("TENANTFLUX_AGENT_ADDRESS")
+            .stdin(Stdio::null());
+        command
+    }
+
     /// A kube client for this cluster, authenticated as its admin.
     pub async fn client(&self) -> Result<kube::Client> {
         let path = self.kubeconfig.clone();
@@ -190,6 +275,51 @@ impl TestCluster {
             .map_err(|source| Error::Spawn { command, source })
     }
 
+    /// Server-side applies the YAML documents in `yaml` with the tests' field manager.
+    pub fn apply_yaml(&self, yaml: &str) -> Result<String> {
+        use std::io::Write as _;
+        let command = "kubectl apply --server-side -f -".to_string();
+        let mut child = Command::new(tool_path("KUBECTL"))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args([
+                "apply",
+                "--server-side",
+                "--field-manager",
+                FIELD_MANAGER,
+                "-f",
+                "-",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|source| Error::Spawn {
+                command: command.clone(),
+                source,
+            })?;
+        let written = child
+            .stdin
+            .take()
+            .expect("piped stdin")
+            .write_all(yaml.as_bytes());
+        let output = child.wait_with_output().map_err(|source| Error::Spawn {
+            command: command.clone(),
+            source,
+        })?;
+        if let Err(source) = written {
+            return Err(Error::Spawn { command, source });
+        }
+        if !output.status.success() {
+            return Err(Error::Failed {
+                command,
+                status: output.status,
+                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
     /// Like [`TestCluster::kubectl`], failing unless kubectl exits 0; returns its stdout.
     pub fn kubectl_ok(&self, args: &[&str]) -> Result<String> {
         let output = self.kubectl(args)?;
@@ -212,6 +342,38 @@ impl Drop for TestCluster {
             }
         }
     }
+}
+
+/// The field manager the tests' own writes use.
+pub const FIELD_MANAGER: &str = "tenantflux-tests";
+
+/// FluxInstance objects (`fluxcd.controlplane.io/v1`) in flux-system.
+pub fn flux_instances(client: &kube::Client) -> kube::Api<kube::api::DynamicObject> {
+    let gvk = kube::api::GroupVersionKind::gvk("fluxcd.controlplane.io", "v1", "FluxInstance");
+    kube::Api::namespaced_with(
+        client.clone(),
+        "flux-system",
+        &kube::api::ApiResource::from_gvk(&gvk),
+    )
+}
+
+/// Applies the FluxInstance `flux-system/flux` with the default four components at `version`.
+pub async fn apply_flux_instance(client: &kube::Client, version: &str) -> Result<(), kube::Error> {
+    let instance = serde_json::json!({
+        "apiVersion": "fluxcd.controlplane.io/v1",
+        "kind": "FluxInstance",
+        "metadata": {"name": "flux", "namespace": "flux-system"},
+        "spec": {
+            "distribution": {"version": version, "registry": "ghcr.io/fluxcd"},
+            "components": ["source-controller", "kustomize-controller", "helm-controller", "notification-controller"],
+            "cluster": {"type": "kubernetes", "networkPolicy": true}
+        }
+    });
+    let params = kube::api::PatchParams::apply(FIELD_MANAGER);
+    flux_instances(client)
+        .patch("flux", &params, &kube::api::Patch::Apply(&instance))
+        .await
+        .map(drop)
 }
 
 /// Polls `check` every 250 ms until it returns `Some`, or fails after `timeout` naming `what`.

@@ -6,12 +6,12 @@ use std::time::Duration;
 use k8s_openapi::api::{apps::v1::Deployment, core::v1::Pod};
 use kube::{
     Api, ResourceExt,
-    api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams},
+    api::{ListParams, Patch, PatchParams},
 };
 use serde_json::json;
-use tenantflux_tests::{TestCluster, condition_status, wait_for};
-
-const FIELD_MANAGER: &str = "tenantflux-tests";
+use tenantflux_tests::{
+    FIELD_MANAGER, TestCluster, apply_flux_instance, condition_status, flux_instances, wait_for,
+};
 
 async fn apply_namespace(client: &kube::Client, name: &str) {
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
@@ -99,25 +99,8 @@ async fn flux_instance_becomes_ready_through_the_real_operator() {
     let cluster = TestCluster::shared();
     cluster.ensure_flux_operator().expect("flux-operator");
     let client = cluster.client().await.expect("client");
-    let gvk = GroupVersionKind::gvk("fluxcd.controlplane.io", "v1", "FluxInstance");
-    let instances: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), "flux-system", &ApiResource::from_gvk(&gvk));
-    let instance = json!({
-        "apiVersion": "fluxcd.controlplane.io/v1",
-        "kind": "FluxInstance",
-        "metadata": {"name": "flux", "namespace": "flux-system"},
-        "spec": {
-            "distribution": {"version": "2.9.x", "registry": "ghcr.io/fluxcd"},
-            "components": ["source-controller", "kustomize-controller", "helm-controller", "notification-controller"],
-            "cluster": {"type": "kubernetes", "networkPolicy": true}
-        }
-    });
-    instances
-        .patch(
-            "flux",
-            &PatchParams::apply(FIELD_MANAGER),
-            &Patch::Apply(&instance),
-        )
+    let instances = flux_instances(&client);
+    apply_flux_instance(&client, "2.9.x")
         .await
         .expect("apply FluxInstance");
 

@@ -1,0 +1,409 @@
+//! The agent and the plugin on the real path: the real `kubectl` runs `kubectl-tenantflux` from
+//! PATH, which finds the agent pod, port-forwards through the real API server (kwok forwards the
+//! pod's port to the agent process), and calls the agent with the caller's identity, which the
+//! agent checks with TokenReview and SubjectAccessReview against the same API server.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Output, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tenantflux_tests::{TestCluster, apply_flux_instance, repo_root, wait_for};
+
+const AGENT_NAMESPACE: &str = "tenantflux-system";
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn status_json(cluster: &TestCluster, kubeconfig: Option<&Path>) -> Value {
+    let output = cluster
+        .kubectl_tenantflux(kubeconfig, &["status", "-o", "json"])
+        .expect("run kubectl tenantflux status");
+    assert!(
+        output.status.success(),
+        "kubectl tenantflux status -o json failed: {}",
+        stderr(&output)
+    );
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|err| panic!("status -o json is not JSON ({err}): {}", stdout(&output)))
+}
+
+/// A kubeconfig for `cluster` whose user is ServiceAccount `namespace/name` (a token with the
+/// API server's audience, as `kubectl create token` gives), optionally bound to a Role in the
+/// agent's namespace.
+fn service_account_kubeconfig(
+    cluster: &TestCluster,
+    namespace: &str,
+    name: &str,
+    role: Option<&str>,
+) -> PathBuf {
+    cluster
+        .kubectl_ok(&[
+            "create",
+            "namespace",
+            namespace,
+            "--dry-run=client",
+            "-o",
+            "yaml",
+        ])
+        .and_then(|yaml| cluster.apply_yaml(&yaml))
+        .expect("namespace");
+    let mut objects = format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {name}, namespace: {namespace}}}\n"
+    );
+    if let Some(role) = role {
+        objects.push_str(&format!(
+            "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: {namespace}-{name}, namespace: {AGENT_NAMESPACE}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {role}}}\n\
+             subjects: [{{kind: ServiceAccount, name: {name}, namespace: {namespace}}}]\n"
+        ));
+    }
+    cluster.apply_yaml(&objects).expect("service account");
+    let token = cluster
+        .kubectl_ok(&["-n", namespace, "create", "token", name, "--duration=1h"])
+        .expect("create token");
+    let server = cluster
+        .kubectl_ok(&[
+            "config",
+            "view",
+            "--minify",
+            "-o",
+            "jsonpath={.clusters[0].cluster.server}",
+        ])
+        .expect("server");
+    let ca = cluster
+        .kubectl_ok(&[
+            "config",
+            "view",
+            "--minify",
+            "--raw",
+            "-o",
+            "jsonpath={.clusters[0].cluster.certificate-authority}",
+        ])
+        .expect("certificate authority");
+    let path = cluster
+        .dir()
+        .join(format!("kubeconfig-{namespace}-{name}.yaml"));
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\n\
+         clusters: [{{name: test, cluster: {{server: \"{server}\", certificate-authority: \"{ca}\"}}}}]\n\
+         users: [{{name: {name}, user: {{token: \"{token}\"}}}}]\n\
+         contexts: [{{name: test, context: {{cluster: test, user: {name}}}}}]\n\
+         current-context: test\n",
+        token = token.trim()
+    );
+    std::fs::write(&path, kubeconfig).expect("write kubeconfig");
+    path
+}
+
+#[tokio::test]
+async fn status_with_client_certificates_goes_through_kubectl_and_the_port_forward() {
+    let cluster = TestCluster::shared();
+    cluster.ensure_flux_operator().expect("flux-operator");
+    let client = cluster.client().await.expect("client");
+    apply_flux_instance(&client, "2.9.x")
+        .await
+        .expect("FluxInstance");
+    cluster.ensure_agent().expect("agent");
+
+    // The admin kubeconfig authenticates with a client certificate, so the plugin asks the
+    // TokenRequest API for an audience-bound token of the tenantflux-client ServiceAccount.
+    let status = wait_for(
+        "kubectl tenantflux status to report a Ready FluxInstance",
+        Duration::from_secs(180),
+        || async {
+            let status = status_json(cluster, None);
+            // FluxReport, where component readiness comes from, may trail the instance.
+            let components_ready = status["instance"]["components"]
+                .as_array()
+                .is_some_and(|c| !c.is_empty() && c.iter().all(|c| c["ready"] == true));
+            (status.pointer("/instance/ready/status") == Some(&Value::from("True"))
+                && components_ready)
+                .then_some(status)
+        },
+    )
+    .await
+    .expect("Ready FluxInstance in status");
+
+    assert_eq!(status["agent"]["namespace"], AGENT_NAMESPACE);
+    assert_eq!(status["agent"]["kubernetesVersion"], "v1.36.3");
+    assert!(
+        !status["agent"]["version"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty(),
+        "{status:#}"
+    );
+    assert_eq!(status["operator"]["phase"], "ready", "{status:#}");
+    assert_eq!(status["operator"]["version"], "v0.58.1", "{status:#}");
+    assert_eq!(status["instance"]["requestedVersion"], "2.9.x");
+    let installed = status["instance"]["distributionVersion"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(installed.starts_with("v2.9."), "{status:#}");
+    let components = status["instance"]["components"]
+        .as_array()
+        .expect("components");
+    let source = components
+        .iter()
+        .find(|c| c["name"] == "source-controller")
+        .expect("source-controller listed");
+    assert_eq!(source["ready"], true);
+
+    // The table a person reads says the same.
+    let table = cluster
+        .kubectl_tenantflux(None, &["status"])
+        .expect("status");
+    assert!(table.status.success(), "{}", stderr(&table));
+    let text = stdout(&table);
+    assert!(text.contains("FluxInstance"), "{text}");
+    assert!(text.contains(installed), "{text}");
+    assert!(text.contains("source-controller"), "{text}");
+}
+
+#[tokio::test]
+async fn status_with_a_service_account_token_from_the_kubeconfig() {
+    let cluster = TestCluster::shared();
+    cluster.ensure_agent().expect("agent");
+    let kubeconfig =
+        service_account_kubeconfig(cluster, "tf-callers", "viewer", Some("tenantflux-user"));
+    let status = status_json(cluster, Some(&kubeconfig));
+    assert_eq!(status["agent"]["namespace"], AGENT_NAMESPACE);
+    assert!(status["operator"]["phase"].is_string(), "{status:#}");
+}
+
+#[test]
+fn a_call_with_a_token_the_api_server_does_not_know_is_unauthenticated() {
+    let cluster = TestCluster::shared();
+    cluster.ensure_agent().expect("agent");
+    let bogus = "not-a-real-token-6f1d2c";
+    let output = cluster
+        .kubectl_tenantflux(None, &["status", "--token", bogus])
+        .expect("status");
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(
+        err.contains("the agent rejected the credentials"),
+        "stderr: {err}"
+    );
+    assert!(!err.contains(bogus), "the token leaked into stderr: {err}");
+    assert!(!stdout(&output).contains(bogus));
+    let log = std::fs::read_to_string(cluster.dir().join("agent.log")).unwrap_or_default();
+    assert!(!log.contains(bogus), "the token leaked into the agent log");
+}
+
+#[test]
+fn a_caller_without_the_permission_is_told_which_one_is_missing() {
+    let cluster = TestCluster::shared();
+    cluster.ensure_agent().expect("agent");
+    // Enough to reach the agent's pod through a port-forward, but nothing of the agent's API.
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
+             metadata: {{name: port-forward-only, namespace: {AGENT_NAMESPACE}}}\n\
+             rules:\n\
+             - {{apiGroups: [''], resources: [pods], verbs: [get, list]}}\n\
+             - {{apiGroups: [''], resources: [pods/portforward], verbs: [get, create]}}\n"
+        ))
+        .expect("role");
+    let kubeconfig =
+        service_account_kubeconfig(cluster, "tf-callers", "outsider", Some("port-forward-only"));
+    let output = cluster
+        .kubectl_tenantflux(Some(&kubeconfig), &["status"])
+        .expect("status");
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(
+        err.contains("system:serviceaccount:tf-callers:outsider"),
+        "stderr: {err}"
+    );
+    assert!(
+        err.contains(r#"may not get agents.tenantflux.io/status in namespace "tenantflux-system""#),
+        "stderr: {err}"
+    );
+}
+
+#[test]
+fn a_missing_agent_pod_names_the_namespace_and_the_selector() {
+    let cluster = TestCluster::shared();
+    cluster
+        .kubectl_ok(&[
+            "create",
+            "namespace",
+            "tf-no-agent",
+            "--dry-run=client",
+            "-o",
+            "yaml",
+        ])
+        .and_then(|yaml| cluster.apply_yaml(&yaml))
+        .expect("namespace");
+    let output = cluster
+        .kubectl_tenantflux(None, &["status", "--agent-namespace", "tf-no-agent"])
+        .expect("status");
+    assert_eq!(output.status.code(), Some(1));
+    let err = stderr(&output);
+    assert!(err.contains("namespace tf-no-agent"), "stderr: {err}");
+    assert!(
+        err.contains("app.kubernetes.io/name=tenantflux-agent"),
+        "stderr: {err}"
+    );
+    assert!(stdout(&output).is_empty());
+}
+
+#[test]
+fn deploy_manifests_apply_cleanly_with_a_server_dry_run() {
+    let cluster = TestCluster::shared();
+    let manifests = repo_root().join("deploy/manifests");
+    // A server-side dry run cannot create the namespace the other objects go into. The agent
+    // may already run here, applied by another field manager: that must not conflict either.
+    cluster
+        .kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--field-manager=tenantflux-tests",
+            "-f",
+            manifests.join("namespace.yaml").to_str().unwrap(),
+        ])
+        .expect("namespace");
+    let out = cluster
+        .kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--field-manager=tenantflux-tests",
+            "--dry-run=server",
+            "-k",
+            manifests.to_str().unwrap(),
+        ])
+        .expect("server dry run of deploy/manifests");
+    for object in [
+        "serviceaccount/tenantflux-agent",
+        "serviceaccount/tenantflux-client",
+        "deployment.apps/tenantflux-agent",
+        "service/tenantflux-agent",
+        "role.rbac.authorization.k8s.io/tenantflux-user",
+    ] {
+        assert!(out.contains(object), "{object} missing from:\n{out}");
+    }
+    assert!(out.contains("(server dry run)"), "{out}");
+}
+
+/// Reads JSON documents from a `status -w -o json` process as they arrive.
+struct Watch {
+    child: Child,
+    documents: mpsc::Receiver<Value>,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Watch {
+    fn start(cluster: &TestCluster) -> Watch {
+        let mut child = cluster
+            .plugin_command(None, &["status", "-w", "-o", "json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start kubectl tenantflux status -w");
+        let (doc_tx, documents) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            let docs = serde_json::Deserializer::from_reader(out).into_iter::<Value>();
+            for doc in docs.map_while(Result::ok) {
+                if doc_tx.send(doc).is_err() {
+                    break;
+                }
+            }
+        });
+        let (err_tx, stderr) = mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if err_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Watch {
+            child,
+            documents,
+            stderr,
+        }
+    }
+
+    /// The next status the watch prints that satisfies `wanted`.
+    fn next_matching(
+        &self,
+        what: &str,
+        timeout: Duration,
+        wanted: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.documents.recv_timeout(left) {
+                Ok(doc) if wanted(&doc) => return doc,
+                Ok(doc) => seen.push(doc),
+                Err(_) => {
+                    let stderr: Vec<String> = self.stderr.try_iter().collect();
+                    panic!(
+                        "no status with {what} within {timeout:?}; saw {} others (last: {:#}); stderr: {stderr:#?}",
+                        seen.len(),
+                        seen.last().cloned().unwrap_or_default()
+                    );
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn the_watch_goes_on_across_an_agent_restart() {
+    // Restarting the agent would disturb the other tests, so this one has a cluster of its own.
+    let cluster =
+        TestCluster::start(&format!("tf-restart-{}", std::process::id())).expect("own cluster");
+    cluster.ensure_agent().expect("agent");
+    let watch = Watch::start(&cluster);
+    watch.next_matching(
+        "flux-operator not installed",
+        Duration::from_secs(60),
+        |s| s["operator"]["phase"] == "not-installed",
+    );
+
+    cluster.restart_agent().expect("restart the agent");
+    // A change made after the restart reaches the same watch through a new port-forward.
+    cluster
+        .apply_yaml(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: flux-system}\n---\n\
+         apiVersion: apps/v1\nkind: Deployment\n\
+         metadata: {name: flux-operator, namespace: flux-system, labels: {app.kubernetes.io/name: flux-operator, app.kubernetes.io/version: v0.58.1}}\n\
+         spec:\n  selector: {matchLabels: {app.kubernetes.io/name: flux-operator}}\n\
+         \x20 template:\n    metadata: {labels: {app.kubernetes.io/name: flux-operator}}\n\
+         \x20   spec: {containers: [{name: manager, image: 'ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1'}]}\n",
+    )
+    .expect("flux-operator Deployment");
+    let status = watch.next_matching("flux-operator ready", Duration::from_secs(90), |s| {
+        s["operator"]["phase"] == "ready"
+    });
+    assert_eq!(status["operator"]["version"], "v0.58.1");
+    let stderr: Vec<String> = watch.stderr.try_iter().collect();
+    assert!(
+        stderr.iter().any(|line| line.contains("reconnecting")),
+        "the watch did not say it reconnected: {stderr:#?}"
+    );
+}
