@@ -16,4 +16,4 @@ pub use cli::Args;
 pub use runtime::Error;
 
 /// The agent's version, as reported in `Status.agent.version` and `tenantflux_agent_info`.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub const VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"));

@@ -97,7 +97,12 @@ pub struct GlobalArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Show the agent, flux-operator, FluxInstance and policy state of the cluster.
-    Status,
+    Status {
+        /// After the status, print it again at every change, until interrupted (Ctrl-C);
+        /// reconnects when the connection to the agent is lost.
+        #[arg(short, long)]
+        watch: bool,
+    },
     /// Show the plugin, agent and Flux versions, and whether the flux CLI on PATH matches.
     Version {
         /// Only print the plugin's own version; contacts no cluster.
@@ -122,7 +127,8 @@ impl Cli {
         let options = ConnectOptions::from(&self.global);
         runtime.block_on(async move {
             match self.command {
-                Command::Status => status::run(&options, &printer).await,
+                Command::Status { watch: false } => status::run(&options, &printer).await,
+                Command::Status { watch: true } => status::watch(&options, &printer).await,
                 Command::Version { .. } => version::run(&options, &printer).await,
             }
         })
@@ -217,7 +223,7 @@ mod tests {
     #[test]
     fn defaults() {
         let cli = parse(&["status"]);
-        assert!(matches!(cli.command, Command::Status));
+        assert!(matches!(cli.command, Command::Status { watch: false }));
         let g = cli.global;
         assert_eq!(
             g.agent_namespace,
@@ -301,6 +307,16 @@ mod tests {
         );
         assert_eq!(g.color, ColorMode::Never);
         assert_eq!(g.request_timeout.get(), Some(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn status_watches_with_w_or_watch() {
+        for flag in ["-w", "--watch"] {
+            assert!(matches!(
+                parse(&["status", flag, "-o", "json"]).command,
+                Command::Status { watch: true }
+            ));
+        }
     }
 
     #[test]

@@ -22,10 +22,12 @@ use kube::{
     config::{AuthInfo, KubeConfigOptions, Kubeconfig},
 };
 use secrecy::ExposeSecret as _;
-use tenantflux_proto::v1::{GetStatusRequest, Status, agent_client::AgentClient};
+use tenantflux_proto::v1::{
+    GetStatusRequest, Status, WatchStatusRequest, agent_client::AgentClient,
+};
 use thiserror::Error;
 use tonic::{
-    Code,
+    Code, Streaming,
     metadata::{Ascii, MetadataValue},
     service::{Interceptor, interceptor::InterceptedService},
     transport::{Channel, Endpoint},
@@ -41,6 +43,10 @@ pub const DEFAULT_GRPC_PORT: u16 = 9090;
 pub const CLIENT_SERVICE_ACCOUNT: &str = "tenantflux-client";
 /// Lifetime asked of a TokenRequest token: long enough for one command, short if it leaks.
 const TOKEN_LIFETIME_SECONDS: i64 = 600;
+/// How often an open call pings the agent, and how long a ping may go unanswered: a
+/// port-forward can die without closing, and a watch on it would otherwise wait forever.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A bearer token. Never printed: Debug redacts it, and it has no Display.
 #[derive(Clone, PartialEq, Eq)]
@@ -175,6 +181,27 @@ pub enum ConnectError {
     InvalidToken,
 }
 
+impl ConnectError {
+    /// Whether trying again later may succeed: the agent pod or the API server coming back
+    /// (e.g. the agent restarting), as opposed to configuration or permissions a retry repeats.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::TimedOut { .. }
+            | Self::ListPods { .. }
+            | Self::NoAgentPod { .. }
+            | Self::Unreachable { .. }
+            | Self::TokenRequest { .. } => true,
+            Self::Kubeconfig { .. }
+            | Self::NoConfig { .. }
+            | Self::Client { .. }
+            | Self::TokenFile { .. }
+            | Self::TokenRequestForbidden { .. }
+            | Self::ClientAccountMissing { .. }
+            | Self::InvalidToken => false,
+        }
+    }
+}
+
 /// A failed call to the agent, said the way a user can act on.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum CallError {
@@ -199,6 +226,19 @@ pub enum CallError {
         code: Code,
         message: String,
     },
+}
+
+impl CallError {
+    /// Whether the call may succeed on a new connection: the agent or the way to it was
+    /// gone, or too slow; the agent's own refusals are repeated by every retry.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Unavailable { .. } | Self::DeadlineExceeded { .. } => true,
+            Self::Unauthenticated { .. } | Self::PermissionDenied { .. } | Self::Other { .. } => {
+                false
+            }
+        }
+    }
 }
 
 /// Turns a gRPC status into what went wrong; `forward_error` is the port-forward's own
@@ -228,6 +268,12 @@ pub fn call_error(
             target: target.clone(),
             message,
         },
+        // The agent's statuses arrive bare; tonic makes one with a source (an h2, hyper or I/O
+        // error) when the connection breaks, whatever code it guesses for it.
+        _ if status.source().is_some() => CallError::Unavailable {
+            target: target.clone(),
+            cause: forward_error.unwrap_or_else(|| status_cause(status)),
+        },
         code => CallError::Other {
             target: target.clone(),
             code,
@@ -245,7 +291,8 @@ fn status_cause(status: &tonic::Status) -> String {
             if message.is_empty() || cause.contains(message) {
                 cause
             } else {
-                format!("{message}: {cause}")
+                // tonic's message often repeats the source's ("h2 protocol error: <source>").
+                join_causes(vec![message.to_owned()], source)
             }
         }
         None => message.to_owned(),
@@ -254,7 +301,11 @@ fn status_cause(status: &tonic::Status) -> String {
 
 /// An error with its causes, joined with ": " (transport errors hide their cause otherwise).
 pub fn describe(err: &(dyn StdError + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
+    join_causes(Vec::new(), err)
+}
+
+/// `parts`, then each of `err`'s causes that no part already says, joined with ": ".
+fn join_causes(mut parts: Vec<String>, err: &(dyn StdError + 'static)) -> String {
     let mut next = Some(err);
     while let Some(cause) = next {
         let text = cause.to_string();
@@ -404,9 +455,41 @@ impl Agent {
         }
     }
 
+    /// Starts a watch: the agent's status now, then again at every change. The watch owns the
+    /// connection, and ends when the agent closes the stream or the connection breaks.
+    pub async fn watch_status(mut self) -> Result<StatusWatch, CallError> {
+        match self.client.watch_status(WatchStatusRequest {}).await {
+            Ok(response) => Ok(StatusWatch {
+                stream: response.into_inner(),
+                agent: self,
+            }),
+            Err(status) => Err(self.error(&status)),
+        }
+    }
+
     fn error(&self, status: &tonic::Status) -> CallError {
         let forward_error = self.forward_error.lock().ok().and_then(|e| e.clone());
         call_error(status, &self.target, forward_error)
+    }
+}
+
+/// An open WatchStatus stream.
+pub struct StatusWatch {
+    stream: Streaming<Status>,
+    agent: Agent,
+}
+
+impl StatusWatch {
+    /// The next status; `None` once the agent has ended the stream.
+    pub async fn next(&mut self) -> Result<Option<Status>, CallError> {
+        self.stream
+            .message()
+            .await
+            .map_err(|status| self.agent.error(&status))
+    }
+
+    pub fn target(&self) -> &AgentTarget {
+        &self.agent.target
     }
 }
 
@@ -431,6 +514,10 @@ async fn direct_channel(
 }
 
 fn endpoint(endpoint: Endpoint, timeout: Option<Duration>) -> Endpoint {
+    // The timeout bounds connecting and each response's headers, never a stream's messages.
+    let endpoint = endpoint
+        .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
     match timeout {
         Some(timeout) => endpoint.timeout(timeout).connect_timeout(timeout),
         None => endpoint,
@@ -657,8 +744,6 @@ mod tests {
         jiff::Timestamp,
     };
     use secrecy::SecretString;
-    use tenantflux_proto::v1 as pb;
-    use tonic::codegen::tokio_stream;
 
     use super::*;
 
@@ -897,56 +982,99 @@ mod tests {
         ));
     }
 
-    /// A stand-in for the agent's gRPC surface: it only checks the bearer token, so the
-    /// plugin's channel, interceptor and error mapping are exercised over a real socket.
-    struct TokenCheckingAgent;
-
-    #[tonic::async_trait]
-    impl pb::agent_server::Agent for TokenCheckingAgent {
-        async fn get_status(
-            &self,
-            request: tonic::Request<GetStatusRequest>,
-        ) -> Result<tonic::Response<Status>, tonic::Status> {
-            let auth = request
-                .metadata()
-                .get("authorization")
-                .and_then(|v| v.to_str().ok());
-            match auth {
-                Some("Bearer good") => Ok(tonic::Response::new(Status {
-                    agent: Some(pb::AgentInfo {
-                        version: "v9.9.9".to_owned(),
-                        ..pb::AgentInfo::default()
-                    }),
-                    ..Status::default()
-                })),
-                Some("Bearer limited") => Err(tonic::Status::permission_denied(
-                    "user bob needs get on agents/status (tenantflux.io) in namespace tenantflux-system",
-                )),
-                _ => Err(tonic::Status::unauthenticated(
-                    "token not valid for audience tenantflux-agent",
-                )),
+    #[test]
+    fn a_broken_connection_is_unavailable_whatever_code_tonic_guesses() {
+        let pod = AgentTarget::Pod {
+            name: "tenantflux-agent-abc".to_owned(),
+            namespace: "tenantflux-system".to_owned(),
+        };
+        // How tonic reports a stream whose connection went away: Unknown, with the I/O error
+        // beneath it; the agent's own Unknown has no source.
+        let broken = tonic::Status::from_error(Box::new(std::io::Error::from(
+            std::io::ErrorKind::UnexpectedEof,
+        )));
+        assert_eq!(broken.code(), Code::Unknown);
+        let err = call_error(&broken, &pod, None);
+        assert!(matches!(err, CallError::Unavailable { .. }), "{err:?}");
+        assert!(err.is_transient());
+        let forwarded = call_error(
+            &broken,
+            &pod,
+            Some("port-forward to port 9090 failed: pod deleted".to_owned()),
+        );
+        assert!(
+            forwarded
+                .to_string()
+                .ends_with("port-forward to port 9090 failed: pod deleted")
+        );
+        assert!(matches!(
+            call_error(&tonic::Status::unknown("boom"), &pod, None),
+            CallError::Other {
+                code: Code::Unknown,
+                ..
             }
-        }
-
-        type WatchStatusStream = tokio_stream::Empty<Result<Status, tonic::Status>>;
-
-        async fn watch_status(
-            &self,
-            _: tonic::Request<pb::WatchStatusRequest>,
-        ) -> Result<tonic::Response<Self::WatchStatusStream>, tonic::Status> {
-            Err(tonic::Status::unimplemented("not needed here"))
-        }
+        ));
     }
 
-    async fn serve_agent() -> http::Uri {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(pb::agent_server::AgentServer::new(TokenCheckingAgent))
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-        );
-        format!("http://{address}").parse().unwrap()
+    #[test]
+    fn only_unreachable_or_slow_agents_are_worth_retrying() {
+        let target = AgentTarget::Address("http://127.0.0.1:1".to_owned());
+        let transient = |status: tonic::Status| call_error(&status, &target, None).is_transient();
+        assert!(transient(tonic::Status::unavailable("connection refused")));
+        assert!(transient(tonic::Status::deadline_exceeded("late")));
+        assert!(transient(tonic::Status::cancelled("Timeout expired")));
+        assert!(!transient(tonic::Status::unauthenticated("token expired")));
+        assert!(!transient(tonic::Status::permission_denied("no")));
+        assert!(!transient(tonic::Status::unimplemented("old agent")));
+        assert!(!transient(tonic::Status::internal("boom")));
+
+        let namespace = || "tenantflux-system".to_owned();
+        let cause = || "connection refused".to_owned();
+        for err in [
+            ConnectError::TimedOut {
+                what: "listing pods".to_owned(),
+                timeout: Duration::from_secs(30),
+            },
+            ConnectError::ListPods {
+                namespace: namespace(),
+                cause: cause(),
+            },
+            ConnectError::NoAgentPod {
+                namespace: namespace(),
+            },
+            ConnectError::Unreachable {
+                target: target.clone(),
+                cause: cause(),
+            },
+            ConnectError::TokenRequest {
+                namespace: namespace(),
+                cause: cause(),
+            },
+        ] {
+            assert!(err.is_transient(), "{err}");
+        }
+        for err in [
+            ConnectError::Kubeconfig { cause: cause() },
+            ConnectError::NoConfig { cause: cause() },
+            ConnectError::Client {
+                cluster: "https://k8s".to_owned(),
+                cause: cause(),
+            },
+            ConnectError::TokenFile {
+                path: "/token".to_owned(),
+                cause: cause(),
+            },
+            ConnectError::TokenRequestForbidden {
+                namespace: namespace(),
+                message: "forbidden".to_owned(),
+            },
+            ConnectError::ClientAccountMissing {
+                namespace: namespace(),
+            },
+            ConnectError::InvalidToken,
+        ] {
+            assert!(!err.is_transient(), "{err}");
+        }
     }
 
     fn direct(address: &http::Uri, token: &str) -> ConnectOptions {
@@ -960,26 +1088,6 @@ mod tests {
             token: Some(Token::new(token)),
             timeout: Some(Duration::from_secs(5)),
         }
-    }
-
-    #[tokio::test]
-    async fn calls_carry_the_token_and_refusals_are_explained() {
-        let address = serve_agent().await;
-        let mut agent = Agent::connect(&direct(&address, "good")).await.unwrap();
-        let status = agent.get_status().await.unwrap();
-        assert_eq!(status.agent.unwrap().version, "v9.9.9");
-
-        let mut agent = Agent::connect(&direct(&address, "forged")).await.unwrap();
-        assert_eq!(
-            agent.get_status().await.unwrap_err().to_string(),
-            "the agent rejected the credentials: token not valid for audience tenantflux-agent"
-        );
-
-        let mut agent = Agent::connect(&direct(&address, "limited")).await.unwrap();
-        assert_eq!(
-            agent.get_status().await.unwrap_err().to_string(),
-            "user bob needs get on agents/status (tenantflux.io) in namespace tenantflux-system"
-        );
     }
 
     #[tokio::test]
@@ -1015,6 +1123,22 @@ mod tests {
         assert!(text.contains("app.kubernetes.io/name=tenantflux-agent"));
         assert!(text.contains("kubectl -n tf get pods -l app.kubernetes.io/name=tenantflux-agent"));
         assert!(text.contains("kubectl apply -k deploy/manifests"));
+    }
+
+    #[test]
+    fn a_status_cause_says_each_part_once() {
+        #[derive(Debug, Error)]
+        #[error("error reading a body from connection")]
+        struct Body(#[source] std::io::Error);
+        let mut status =
+            tonic::Status::unknown("h2 protocol error: error reading a body from connection");
+        status.set_source(Arc::new(Body(std::io::Error::other(
+            "stream closed because of a broken pipe",
+        ))));
+        assert_eq!(
+            status_cause(&status),
+            "h2 protocol error: error reading a body from connection: stream closed because of a broken pipe"
+        );
     }
 
     #[test]

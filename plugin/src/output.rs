@@ -85,10 +85,40 @@ impl Printer {
         table: impl FnOnce(&T, Style) -> String,
     ) -> anyhow::Result<()> {
         let text = render(self.format, self.style, view, table)?;
-        let mut stdout = io::stdout().lock();
-        stdout.write_all(text.as_bytes())?;
-        stdout.flush()?;
-        Ok(())
+        write_flushed(&text)
+    }
+
+    /// Writes one result of a series (a watch), flushed at once so a pipe sees it whole.
+    /// `header` (e.g. the time) heads each table; see [`series_separator`].
+    pub fn print_next<T: Serialize>(
+        &self,
+        first: bool,
+        header: &str,
+        view: &T,
+        table: impl FnOnce(&T, Style) -> String,
+    ) -> anyhow::Result<()> {
+        let mut text = series_separator(self.format, first, header);
+        text.push_str(&render(self.format, self.style, view, table)?);
+        write_flushed(&text)
+    }
+}
+
+fn write_flushed(text: &str) -> anyhow::Result<()> {
+    let mut stdout = io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()?;
+    Ok(())
+}
+
+/// What goes before each result of a series, as kubectl's `-w` does: tables each under a
+/// header line and apart by a blank line, YAML documents apart by `---`, JSON documents
+/// simply one after another (a JSON reader finds where each ends).
+pub fn series_separator(format: OutputFormat, first: bool, header: &str) -> String {
+    match (format, first) {
+        (OutputFormat::Table, true) => format!("{header}\n"),
+        (OutputFormat::Table, false) => format!("\n{header}\n"),
+        (OutputFormat::Yaml, false) => "---\n".to_owned(),
+        (OutputFormat::Yaml, true) | (OutputFormat::Json, _) => String::new(),
     }
 }
 
@@ -244,6 +274,17 @@ mod tests {
             .context("writing the status");
         assert!(is_broken_pipe(&err));
         assert!(!is_broken_pipe(&anyhow::anyhow!("agent unreachable")));
+    }
+
+    #[test]
+    fn series_separate_tables_by_header_and_yaml_by_document_marker() {
+        let sep = |format, first| series_separator(format, first, "At 12:00:00 UTC");
+        assert_eq!(sep(OutputFormat::Table, true), "At 12:00:00 UTC\n");
+        assert_eq!(sep(OutputFormat::Table, false), "\nAt 12:00:00 UTC\n");
+        assert_eq!(sep(OutputFormat::Yaml, true), "");
+        assert_eq!(sep(OutputFormat::Yaml, false), "---\n");
+        assert_eq!(sep(OutputFormat::Json, true), "");
+        assert_eq!(sep(OutputFormat::Json, false), "");
     }
 
     #[test]
