@@ -275,7 +275,9 @@ fn chart_values_reach_the_objects() {
 
 /// Server-side applies the chart's output as a dry run: the real API server validates every
 /// object (schemas, RBAC escalation checks, Pod Security admission). The namespace is created
-/// for real first, since a dry run cannot create what the other objects go into.
+/// for real first, since a dry run cannot create what the other objects go into. Conflicts are
+/// forced: the cluster-scoped RBAC objects are also applied (with the default namespace) by
+/// other tests' `tests/env/cluster agent`, and a dry run changes nothing either way.
 fn dry_run_apply(cluster: &TestCluster, rendered: &str) -> String {
     let objects = objects(rendered);
     let (namespaces, rest): (Vec<_>, Vec<_>) = objects
@@ -301,6 +303,7 @@ fn dry_run_apply(cluster: &TestCluster, rendered: &str) -> String {
                 "--field-manager",
                 "tenantflux-tests-helm",
                 "--dry-run=server",
+                "--force-conflicts",
                 "-f",
                 "-",
             ]),
