@@ -3,9 +3,10 @@
 use std::{ffi::OsString, fmt, str::FromStr, time::Duration};
 
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueHint};
 
 use crate::{
+    complete,
     connect::{ConnectOptions, Token},
     output::{ColorMode, OutputFormat, Printer},
     status, version,
@@ -28,7 +29,13 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
     /// Path to the kubeconfig file (a list of paths, as in KUBECONFIG, is merged).
-    #[arg(long, global = true, env = "KUBECONFIG", value_name = "PATH")]
+    #[arg(
+        long,
+        global = true,
+        env = "KUBECONFIG",
+        value_name = "PATH",
+        value_hint = ValueHint::FilePath
+    )]
     pub kubeconfig: Option<OsString>,
 
     /// The kubeconfig context to use.
@@ -109,6 +116,12 @@ pub enum Command {
         #[arg(long)]
         client: bool,
     },
+    /// Print the shell completion script of the kubectl-tenantflux binary. `kubectl tenantflux
+    /// <TAB>` completes through kubectl_complete-tenantflux on PATH instead.
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 impl Cli {
@@ -117,6 +130,10 @@ impl Cli {
         // Answered before any runtime or client exists: `version --client` must start fast.
         if let Command::Version { client: true } = self.command {
             return version::print_client(&printer);
+        }
+        if let Command::Completion { shell } = self.command {
+            complete::print_script(shell, &mut std::io::stdout().lock());
+            return Ok(());
         }
         // Several crates enable rustls; naming the provider avoids an ambiguous process default.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -130,6 +147,7 @@ impl Cli {
                 Command::Status { watch: false } => status::run(&options, &printer).await,
                 Command::Status { watch: true } => status::watch(&options, &printer).await,
                 Command::Version { .. } => version::run(&options, &printer).await,
+                Command::Completion { .. } => unreachable!("answered before connecting"),
             }
         })
     }

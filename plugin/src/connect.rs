@@ -544,7 +544,7 @@ async fn bounded<F: Future>(
 }
 
 /// A client for the kubeconfig's cluster, and the kubeconfig user it authenticates as.
-async fn kube_client(options: &ConnectOptions) -> Result<(Client, AuthInfo), ConnectError> {
+pub async fn kube_client(options: &ConnectOptions) -> Result<(Client, AuthInfo), ConnectError> {
     let kube_options = KubeConfigOptions {
         context: options.context.clone(),
         ..KubeConfigOptions::default()
@@ -587,7 +587,7 @@ async fn kube_client(options: &ConnectOptions) -> Result<(Client, AuthInfo), Con
     Ok((client, user))
 }
 
-fn read_kubeconfigs(paths: &OsString) -> Result<Kubeconfig, ConnectError> {
+pub fn read_kubeconfigs(paths: &OsString) -> Result<Kubeconfig, ConnectError> {
     std::env::split_paths(paths)
         .filter(|p| !p.as_os_str().is_empty())
         .try_fold(Kubeconfig::default(), |merged, path| {

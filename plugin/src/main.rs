@@ -2,15 +2,10 @@
 
 #![forbid(unsafe_code)]
 
-mod cli;
-mod connect;
-mod output;
-mod status;
-mod version;
-
 use std::process::ExitCode;
 
 use clap::Parser;
+use kubectl_tenantflux::{cli, output};
 
 fn main() -> ExitCode {
     match cli::Cli::parse().run() {

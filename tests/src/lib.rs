@@ -115,6 +115,20 @@ pub fn tool_path(key: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("tests/env/cluster paths has no {key}"))
 }
 
+/// Builds (once per process; cached by version) the packaging tools `tests/env/cluster
+/// build-tools` makes: helm and krew. Their paths are then in [`tool_path`].
+pub fn ensure_packaging_tools() -> Result<()> {
+    static BUILT: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut built = BUILT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !*built {
+        run_cluster_script(&["build-tools"])?;
+        *built = true;
+    }
+    Ok(())
+}
+
 #[derive(Debug)]
 pub struct TestCluster {
     name: String,
@@ -336,10 +350,10 @@ impl TestCluster {
 
 impl Drop for TestCluster {
     fn drop(&mut self) {
-        if self.stop_on_drop {
-            if let Err(err) = run_cluster_script(&["down", &self.name]) {
-                eprintln!("stopping test cluster {}: {err}", self.name);
-            }
+        if self.stop_on_drop
+            && let Err(err) = run_cluster_script(&["down", &self.name])
+        {
+            eprintln!("stopping test cluster {}: {err}", self.name);
         }
     }
 }

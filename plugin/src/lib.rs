@@ -1,0 +1,11 @@
+//! kubectl-tenantflux: the tenant's view of Flux, through the tenantflux-agent in its cluster.
+//! A library so that both binaries (the plugin and kubectl's completion helper) share it.
+
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod complete;
+pub mod connect;
+pub mod output;
+pub mod status;
+pub mod version;

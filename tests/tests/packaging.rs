@@ -1,0 +1,629 @@
+//! What users install: the Helm chart (linted, equal to deploy/manifests with its defaults,
+//! accepted by the real API server), the agent image's static binary, the krew release
+//! (checked by krew's own validator and installed by krew), and shell completion through the
+//! real kubectl. helm and krew are built from their Go modules (`tests/env/cluster build-tools`).
+
+use std::{
+    collections::BTreeMap,
+    io::Write as _,
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+};
+
+use serde::Deserialize as _;
+use serde_json::Value;
+use tenantflux_tests::{TestCluster, bin_dir, ensure_packaging_tools, repo_root, tool_path};
+
+fn chart_dir() -> PathBuf {
+    repo_root().join("deploy/helm/tenantflux-agent")
+}
+
+fn tool(key: &str) -> PathBuf {
+    ensure_packaging_tools().expect("tests/env/cluster build-tools");
+    tool_path(key)
+}
+
+/// Runs `command` (with `input` on stdin), failing the test unless it exits 0; its stdout.
+fn run(command: &mut Command, input: Option<&str>) -> String {
+    let shown = format!("{command:?}");
+    let mut child = command
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|err| panic!("running {shown}: {err}"));
+    if let Some(input) = input {
+        child
+            .stdin
+            .take()
+            .expect("piped stdin")
+            .write_all(input.as_bytes())
+            .unwrap_or_else(|err| panic!("writing to {shown}: {err}"));
+    }
+    let output: Output = child
+        .wait_with_output()
+        .unwrap_or_else(|err| panic!("waiting for {shown}: {err}"));
+    assert!(
+        output.status.success(),
+        "{shown} failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8 output")
+}
+
+fn helm(args: &[&str]) -> String {
+    run(Command::new(tool("HELM")).args(args), None)
+}
+
+/// The objects of a multi-document YAML stream by kind, namespace and name.
+fn objects(yaml: &str) -> BTreeMap<(String, String, String), Value> {
+    let mut objects = BTreeMap::new();
+    for document in serde_yaml_ng::Deserializer::from_str(yaml) {
+        let value = Value::deserialize(document).expect("a YAML document");
+        if value.is_null() {
+            continue;
+        }
+        let field = |path: &str| {
+            value
+                .pointer(path)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        let key = (
+            field("/kind"),
+            field("/metadata/namespace"),
+            field("/metadata/name"),
+        );
+        assert!(
+            objects.insert(key.clone(), value).is_none(),
+            "{key:?} twice"
+        );
+    }
+    objects
+}
+
+fn render(args: &[&str]) -> String {
+    let chart = chart_dir();
+    let mut all = vec![
+        "template",
+        "tenantflux-agent",
+        chart.to_str().expect("UTF-8 path"),
+    ];
+    all.extend(args);
+    helm(&all)
+}
+
+/// Values that exercise every optional part of the chart.
+const ALL_VALUES: &str = r#"
+namespace: tenantflux-chart-test
+image: {repository: registry.example/tenantflux-agent, tag: v9.9.9, pullPolicy: Always}
+imagePullSecrets: [{name: registry-credentials}]
+operatorNamespace: flux-operator-system
+operatorBundle: oci://registry.example/flux-operator-manifests:v0.58.1
+policy:
+  publicKey: MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=
+logFormat: text
+logLevel: info,tenantflux_agent=debug
+# null drops a default (Helm merges maps).
+resources: {requests: {cpu: 20m, memory: 64Mi}, limits: null}
+nodeSelector: {node-role.kubernetes.io/infra: ""}
+tolerations: [{key: infra, operator: Exists, effect: NoSchedule}]
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/os, operator: In, values: [linux]}]}]
+podAnnotations: {example.com/team: platform}
+podLabels: {example.com/tier: system}
+userSubjects: [{kind: Group, apiGroup: rbac.authorization.k8s.io, name: tenant-admins}]
+extraArgs: ["--token-audience=tenantflux-agent"]
+extraEnv: [{name: TENANTFLUX_EXAMPLE, value: "1"}]
+"#;
+
+fn all_values_file() -> tempfile::NamedTempFile {
+    let mut file = tempfile::NamedTempFile::new().expect("temporary values file");
+    file.write_all(ALL_VALUES.as_bytes())
+        .expect("values written");
+    file
+}
+
+#[test]
+fn chart_lints_with_default_and_all_values() {
+    let chart = chart_dir();
+    let chart = chart.to_str().expect("UTF-8 path");
+    helm(&["lint", "--strict", chart]);
+    let values = all_values_file();
+    helm(&[
+        "lint",
+        "--strict",
+        chart,
+        "-f",
+        values.path().to_str().expect("UTF-8 path"),
+    ]);
+}
+
+#[test]
+fn chart_rejects_values_outside_its_schema() {
+    let chart = chart_dir();
+    let output = Command::new(tool("HELM"))
+        .args([
+            "template",
+            "t",
+            chart.to_str().expect("UTF-8 path"),
+            "--set",
+            "logFormat=xml",
+        ])
+        .output()
+        .expect("run helm template");
+    assert!(!output.status.success(), "logFormat=xml rendered");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("logFormat"),
+        "the error names the value: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn chart_with_default_values_renders_deploy_manifests() {
+    let manifests = repo_root().join("deploy/manifests");
+    let kustomized = run(
+        Command::new(tool_path("KUBECTL")).args(["kustomize", manifests.to_str().expect("UTF-8")]),
+        None,
+    );
+    let from_chart = objects(&render(&[]));
+    let from_manifests = objects(&kustomized);
+    assert_eq!(
+        from_chart.keys().collect::<Vec<_>>(),
+        from_manifests.keys().collect::<Vec<_>>(),
+        "the chart renders the same objects as deploy/manifests"
+    );
+    for (key, object) in &from_manifests {
+        assert_eq!(
+            &from_chart[key], object,
+            "{key:?} differs between the chart and deploy/manifests"
+        );
+    }
+}
+
+#[test]
+fn chart_values_reach_the_objects() {
+    let values = all_values_file();
+    let objects = objects(&render(&[
+        "-f",
+        values.path().to_str().expect("UTF-8 path"),
+    ]));
+    let ns = "tenantflux-chart-test";
+    let key = |kind: &str, namespace: &str, name: &str| {
+        (kind.to_owned(), namespace.to_owned(), name.to_owned())
+    };
+    let deployment = &objects[&key("Deployment", ns, "tenantflux-agent")];
+    let pod = &deployment["spec"]["template"];
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        "registry.example/tenantflux-agent:v9.9.9"
+    );
+    assert_eq!(container["imagePullPolicy"], "Always");
+    assert_eq!(
+        container["args"],
+        serde_json::json!(["--token-audience=tenantflux-agent"])
+    );
+    let env: BTreeMap<&str, &Value> = container["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .map(|e| (e["name"].as_str().expect("env name"), &e["value"]))
+        .collect();
+    assert_eq!(env["TENANTFLUX_OPERATOR_NAMESPACE"], "flux-operator-system");
+    assert_eq!(env["TENANTFLUX_LOG_FORMAT"], "text");
+    assert_eq!(env["RUST_LOG"], "info,tenantflux_agent=debug");
+    assert_eq!(
+        env["TENANTFLUX_OPERATOR_BUNDLE"],
+        "oci://registry.example/flux-operator-manifests:v0.58.1"
+    );
+    assert_eq!(env["TENANTFLUX_EXAMPLE"], "1");
+    assert_eq!(
+        container["resources"],
+        serde_json::json!({"requests": {"cpu": "20m", "memory": "64Mi"}})
+    );
+    assert_eq!(
+        container["volumeMounts"][0]["mountPath"],
+        "/etc/tenantflux/policy"
+    );
+    assert_eq!(
+        pod["spec"]["volumes"][0]["configMap"]["name"],
+        "tenantflux-policy-key"
+    );
+    assert_eq!(
+        pod["spec"]["nodeSelector"]["node-role.kubernetes.io/infra"],
+        ""
+    );
+    assert_eq!(pod["spec"]["tolerations"][0]["key"], "infra");
+    assert!(pod["spec"]["affinity"]["nodeAffinity"].is_object());
+    assert_eq!(
+        pod["spec"]["imagePullSecrets"][0]["name"],
+        "registry-credentials"
+    );
+    assert_eq!(
+        pod["metadata"]["annotations"]["example.com/team"],
+        "platform"
+    );
+    assert_eq!(pod["metadata"]["labels"]["example.com/tier"], "system");
+    // The selector's label is still on the pod, whatever labels are added.
+    assert_eq!(
+        pod["metadata"]["labels"]["app.kubernetes.io/name"],
+        "tenantflux-agent"
+    );
+    let key_map = &objects[&key("ConfigMap", ns, "tenantflux-policy-key")];
+    assert_eq!(
+        key_map["data"]["ed25519.pub"],
+        "MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE="
+    );
+    let users = &objects[&key("RoleBinding", ns, "tenantflux-users")];
+    assert_eq!(users["subjects"][0]["name"], "tenant-admins");
+    assert_eq!(users["roleRef"]["name"], "tenantflux-user");
+    let binding = &objects[&key("ClusterRoleBinding", "", "tenantflux-agent")];
+    assert_eq!(binding["subjects"][0]["namespace"], ns);
+    assert!(objects.contains_key(&key("Namespace", "", ns)));
+}
+
+/// Server-side applies the chart's output as a dry run: the real API server validates every
+/// object (schemas, RBAC escalation checks, Pod Security admission). The namespace is created
+/// for real first, since a dry run cannot create what the other objects go into. Conflicts are
+/// forced: the cluster-scoped RBAC objects are also applied (with the default namespace) by
+/// other tests' `tests/env/cluster agent`, and a dry run changes nothing either way.
+fn dry_run_apply(cluster: &TestCluster, rendered: &str) -> String {
+    let objects = objects(rendered);
+    let (namespaces, rest): (Vec<_>, Vec<_>) = objects
+        .into_iter()
+        .partition(|((kind, _, _), _)| kind == "Namespace");
+    let to_yaml = |objects: Vec<((String, String, String), Value)>| {
+        objects
+            .into_iter()
+            .map(|(_, o)| serde_yaml_ng::to_string(&o).expect("YAML"))
+            .collect::<Vec<_>>()
+            .join("---\n")
+    };
+    cluster
+        .apply_yaml(&to_yaml(namespaces))
+        .expect("apply the chart's Namespace");
+    run(
+        Command::new(tool_path("KUBECTL"))
+            .arg("--kubeconfig")
+            .arg(cluster.kubeconfig())
+            .args([
+                "apply",
+                "--server-side",
+                "--field-manager",
+                "tenantflux-tests-helm",
+                "--dry-run=server",
+                "--force-conflicts",
+                "-f",
+                "-",
+            ]),
+        Some(&to_yaml(rest)),
+    )
+}
+
+#[test]
+fn chart_is_accepted_by_the_api_server() {
+    let cluster = TestCluster::shared();
+    let applied = dry_run_apply(cluster, &render(&[]));
+    assert!(
+        applied.contains("deployment.apps/tenantflux-agent serverside-applied (server dry run)"),
+        "{applied}"
+    );
+
+    // A namespace of this run's own: one a previous run deleted may still be terminating.
+    let namespace = format!("tenantflux-chart-{}", std::process::id());
+    let values = all_values_file();
+    let applied = dry_run_apply(
+        cluster,
+        &render(&[
+            "-f",
+            values.path().to_str().expect("UTF-8 path"),
+            "--set",
+            &format!("namespace={namespace}"),
+        ]),
+    );
+    for object in [
+        "configmap/tenantflux-policy-key",
+        "rolebinding.rbac.authorization.k8s.io/tenantflux-users",
+        "deployment.apps/tenantflux-agent",
+    ] {
+        assert!(
+            applied.contains(&format!("{object} serverside-applied (server dry run)")),
+            "{object}: {applied}"
+        );
+    }
+    cluster
+        .kubectl_ok(&["delete", "namespace", &namespace, "--wait=false"])
+        .expect("delete the test namespace");
+}
+
+/// The ELF program headers' types and, for PT_DYNAMIC, whether any DT_NEEDED entry (a shared
+/// library to load) is present. ELF64 little-endian only (what x86_64/aarch64 Linux use).
+fn elf_facts(bytes: &[u8]) -> (Vec<u32>, bool) {
+    let u16_at = |at: usize| u16::from_le_bytes(bytes[at..at + 2].try_into().expect("2 bytes"));
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    assert_eq!(&bytes[..4], b"\x7fELF", "an ELF file");
+    assert_eq!((bytes[4], bytes[5]), (2, 1), "ELF64, little-endian");
+    let (phoff, phentsize, phnum) = (
+        u64_at(0x20) as usize,
+        u16_at(0x36) as usize,
+        u16_at(0x38) as usize,
+    );
+    let mut types = Vec::new();
+    let mut needs_libraries = false;
+    for i in 0..phnum {
+        let header = phoff + i * phentsize;
+        let kind = u32_at(header);
+        types.push(kind);
+        const PT_DYNAMIC: u32 = 2;
+        if kind == PT_DYNAMIC {
+            let (offset, size) = (u64_at(header + 8) as usize, u64_at(header + 32) as usize);
+            const DT_NEEDED: u64 = 1;
+            needs_libraries |= (offset..offset + size)
+                .step_by(16)
+                .any(|entry| u64_at(entry) == DT_NEEDED);
+        }
+    }
+    (types, needs_libraries)
+}
+
+#[test]
+fn agent_image_binary_is_static_and_runs() {
+    let dockerfile =
+        std::fs::read_to_string(repo_root().join("deploy/image/Dockerfile")).expect("Dockerfile");
+    // What this test builds is what the image's build stage builds, and the image runs it as
+    // the user deploy/manifests asks for.
+    assert!(
+        dockerfile.contains("deploy/image/build-agent /tenantflux-agent"),
+        "{dockerfile}"
+    );
+    assert!(dockerfile.contains("USER 65532:65532"), "{dockerfile}");
+    assert!(
+        dockerfile.contains(r#"ENTRYPOINT ["/tenantflux-agent"]"#),
+        "{dockerfile}"
+    );
+
+    let out = tempfile::tempdir().expect("temporary directory");
+    let binary = out.path().join("tenantflux-agent");
+    run(
+        Command::new(repo_root().join("deploy/image/build-agent")).arg(&binary),
+        None,
+    );
+    let (types, needs_libraries) = elf_facts(&std::fs::read(&binary).expect("read the binary"));
+    const PT_INTERP: u32 = 3;
+    assert!(
+        !types.contains(&PT_INTERP),
+        "no program interpreter (dynamic loader): {types:?}"
+    );
+    assert!(!needs_libraries, "no shared library needed");
+    // An empty environment, as on a distroless/static base.
+    let help = run(Command::new(&binary).arg("--help").env_clear(), None);
+    assert!(help.contains("--grpc-address"), "{help}");
+    let version = run(Command::new(&binary).arg("--version").env_clear(), None);
+    assert_eq!(
+        version.trim(),
+        concat!("tenantflux-agent ", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+/// `validate-krew-manifest -skip-install`: krew's structural checks (names, selectors that
+/// match supported platforms and do not overlap, sha256 and URI formats).
+fn validate_krew_manifest(manifest: &Path) {
+    run(
+        Command::new(tool("VALIDATE_KREW_MANIFEST"))
+            .arg("-manifest")
+            .arg(manifest)
+            .arg("-skip-install"),
+        None,
+    );
+}
+
+#[test]
+fn krew_manifest_covers_every_platform() {
+    // The committed template, as a release with all six archives would fill it in.
+    let template =
+        std::fs::read_to_string(repo_root().join("deploy/krew/tenantflux.yaml")).expect("template");
+    let mut filled = template.replace("VERSION", concat!("v", env!("CARGO_PKG_VERSION")));
+    for os in ["LINUX", "DARWIN", "WINDOWS"] {
+        for arch in ["AMD64", "ARM64"] {
+            filled = filled.replace(&format!("SHA256_{os}_{arch}"), &"ab".repeat(32));
+        }
+    }
+    let platforms: Vec<(String, String)> = serde_yaml_ng::from_str::<Value>(&filled).expect("YAML")
+        ["spec"]["platforms"]
+        .as_array()
+        .expect("platforms")
+        .iter()
+        .map(|p| {
+            let labels = &p["selector"]["matchLabels"];
+            (
+                labels["os"].as_str().expect("os").to_owned(),
+                labels["arch"].as_str().expect("arch").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(platforms.len(), 6, "{platforms:?}");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let manifest = dir.path().join("tenantflux.yaml");
+    std::fs::write(&manifest, filled).expect("manifest written");
+    validate_krew_manifest(&manifest);
+}
+
+#[test]
+fn krew_release_validates_and_installs_with_krew() {
+    let version = concat!("v", env!("CARGO_PKG_VERSION"));
+    let dist = tempfile::tempdir().expect("temporary directory");
+    let manifest = run(
+        Command::new(repo_root().join("deploy/krew/release"))
+            .arg(version)
+            .arg(dist.path()),
+        None,
+    );
+    let manifest = PathBuf::from(manifest.trim());
+    validate_krew_manifest(&manifest);
+
+    // krew installs the linux/amd64 archive as a user's `kubectl krew install` would, checking
+    // its sha256 against the manifest; then the real kubectl finds the plugin krew installed.
+    let archive = dist
+        .path()
+        .join(format!("kubectl-tenantflux_{version}_linux_amd64.tar.gz"));
+    let krew_root = tempfile::tempdir().expect("temporary directory");
+    let path = std::env::join_paths(
+        [
+            tool("KUBECTL_KREW")
+                .parent()
+                .expect("krew's directory")
+                .to_path_buf(),
+            krew_root.path().join("bin"),
+        ]
+        .into_iter()
+        .chain(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        )),
+    )
+    .expect("PATH");
+    run(
+        Command::new(tool("KUBECTL_KREW"))
+            .args(["install", "--manifest"])
+            .arg(&manifest)
+            .arg("--archive")
+            .arg(&archive)
+            .env("KREW_ROOT", krew_root.path())
+            .env("KREW_OS", "linux")
+            .env("KREW_ARCH", "amd64")
+            .env("PATH", &path),
+        None,
+    );
+    let store = krew_root.path().join("store/tenantflux").join(version);
+    for file in [
+        "LICENSE",
+        "kubectl-tenantflux",
+        "kubectl_complete-tenantflux",
+    ] {
+        assert!(
+            store.join(file).is_file(),
+            "krew installed {file} into {}",
+            store.display()
+        );
+    }
+    let version_output = run(
+        Command::new(tool_path("KUBECTL"))
+            .args(["tenantflux", "version", "--client", "-o", "json"])
+            .env("PATH", &path),
+        None,
+    );
+    let version_json: Value = serde_json::from_str(&version_output).expect("JSON");
+    assert_eq!(version_json["client"]["version"], version);
+}
+
+/// What `kubectl __complete tenantflux ARGS` offers (the protocol bash/zsh/fish completion of
+/// `kubectl tenantflux ...` uses), and its directive.
+fn kubectl_complete(kubeconfig: Option<&Path>, args: &[&str]) -> (Vec<String>, String) {
+    let path = std::env::join_paths(std::iter::once(bin_dir()).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .expect("PATH");
+    let mut command = Command::new(tool_path("KUBECTL"));
+    command
+        .args(["__complete", "tenantflux"])
+        .args(args)
+        .env("PATH", path)
+        .env_remove("KUBECONFIG");
+    if let Some(kubeconfig) = kubeconfig {
+        command.env("KUBECONFIG", kubeconfig);
+    }
+    let out = run(&mut command, None);
+    let mut lines: Vec<String> = out.lines().map(str::to_owned).collect();
+    let directive = lines.pop().expect("a directive line");
+    // Candidates may carry a description after a tab.
+    let values = lines
+        .into_iter()
+        .map(|l| l.split('\t').next().unwrap_or("").to_owned())
+        .collect();
+    (values, directive)
+}
+
+#[test]
+fn kubectl_completes_the_plugins_commands_flags_and_values() {
+    let (commands, directive) = kubectl_complete(None, &[""]);
+    for command in ["status", "version", "completion"] {
+        assert!(
+            commands.iter().any(|c| c == command),
+            "{command} in {commands:?}"
+        );
+    }
+    assert_eq!(directive, ":4", "no file names after `kubectl tenantflux`");
+    assert_eq!(kubectl_complete(None, &["st"]).0, ["status"]);
+    let (flags, _) = kubectl_complete(None, &["status", "--w"]);
+    assert_eq!(flags, ["--watch"]);
+    assert_eq!(
+        kubectl_complete(None, &["status", "-o", ""]).0,
+        ["table", "json", "yaml"]
+    );
+    assert_eq!(
+        kubectl_complete(None, &["version", "--color", "n"]).0,
+        ["never"]
+    );
+    assert_eq!(kubectl_complete(None, &["completion", "z"]).0, ["zsh"]);
+}
+
+#[test]
+fn kubectl_completes_contexts_and_namespaces_from_the_cluster() {
+    let cluster = TestCluster::shared();
+    let kubeconfig = cluster.kubeconfig().to_str().expect("UTF-8 path");
+    let (contexts, directive) = kubectl_complete(
+        None,
+        &["--kubeconfig", kubeconfig, "status", "--context", ""],
+    );
+    assert_eq!(contexts, [format!("kwok-{}", cluster.name())]);
+    assert_eq!(directive, ":4");
+    let (namespaces, directive) =
+        kubectl_complete(Some(cluster.kubeconfig()), &["status", "-n", "kube-"]);
+    for namespace in ["kube-system", "kube-public"] {
+        assert!(
+            namespaces.iter().any(|n| n == namespace),
+            "{namespace} in {namespaces:?}"
+        );
+    }
+    assert!(
+        namespaces.iter().all(|n| n.starts_with("kube-")),
+        "{namespaces:?}"
+    );
+    assert_eq!(directive, ":4");
+}
+
+#[test]
+fn completion_scripts_are_printed_for_each_shell() {
+    for shell in ["bash", "zsh", "fish"] {
+        let script = run(
+            Command::new(bin_dir().join("kubectl-tenantflux")).args(["completion", shell]),
+            None,
+        );
+        assert!(script.contains("kubectl-tenantflux"), "{shell}: {script}");
+    }
+    let bash = run(
+        Command::new(bin_dir().join("kubectl-tenantflux")).args(["completion", "bash"]),
+        None,
+    );
+    // bash accepts the script (syntax check without running it).
+    let checked = Command::new("bash")
+        .args(["-n", "-c", &bash])
+        .output()
+        .expect("run bash -n");
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+}
