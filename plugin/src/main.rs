@@ -7,6 +7,7 @@ mod connect;
 mod output;
 mod status;
 mod version;
+mod workloads;
 
 use std::process::ExitCode;
 
