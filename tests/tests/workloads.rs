@@ -137,7 +137,16 @@ fn plugin_json(cluster: &TestCluster, kubeconfig: &Path, args: &[&str]) -> Value
 
 fn get_json(cluster: &TestCluster, resource: &str, namespace: &str, name: &str) -> Value {
     let text = cluster
-        .kubectl_ok(&["-n", namespace, "get", resource, name, "-o", "json"])
+        .kubectl_ok(&[
+            "-n",
+            namespace,
+            "get",
+            resource,
+            name,
+            "-o",
+            "json",
+            "--show-managed-fields",
+        ])
         .expect("kubectl get");
     serde_json::from_str(&text).expect("JSON")
 }
@@ -247,6 +256,31 @@ async fn prepare(cluster: &TestCluster, minor: &Minor, image_components: bool) -
         "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {{name: other, namespace: {OTHER_NS}}}\nspec: {}\n",
         spec("Kustomization")
     ));
+    // A reused cluster starts over: objects left by an earlier run are gone first.
+    let resources = minor
+        .versions
+        .iter()
+        .map(|(kind, api_version)| {
+            format!(
+                "{}.{}",
+                plural(kind),
+                api_version.split('/').next().unwrap()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    for namespace in [NS, OTHER_NS] {
+        // A namespace that does not exist yet has nothing to delete.
+        let _ = cluster.kubectl(&[
+            "-n",
+            namespace,
+            "delete",
+            &resources,
+            "--all",
+            "--ignore-not-found",
+            "--wait",
+        ]);
+    }
     cluster.apply_yaml(&objects).expect("Flux objects");
 
     // An operator with rights on everything (a token user: a client-certificate user would
@@ -718,6 +752,6 @@ async fn flux_2_9_on_the_shared_cluster() {
 #[tokio::test]
 async fn flux_2_6_with_image_automation_on_a_cluster_of_its_own() {
     let cluster =
-        TestCluster::start(&format!("tf-wl26-{}", std::process::id())).expect("second cluster");
+        TestCluster::start(&format!("wl-flux26-{}", std::process::id())).expect("second cluster");
     exercise(&cluster, &FLUX_2_6, true).await;
 }
