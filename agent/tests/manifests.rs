@@ -178,15 +178,14 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
             "no wildcard resources"
         );
         assert!(
-            !rule
-                .verbs
-                .iter()
-                .any(|v| {
-                    matches!(v.as_str(), "create" | "update" | "delete")
-                        && !rule.api_groups.iter().flatten().any(|g| {
-                            g.starts_with("authentication") || g.starts_with("authorization")
-                        })
-                }),
+            !rule.verbs.iter().any(|v| {
+                matches!(v.as_str(), "create" | "update" | "delete")
+                    && !rule
+                        .api_groups
+                        .iter()
+                        .flatten()
+                        .any(|g| g.starts_with("authentication") || g.starts_with("authorization"))
+            }),
             "the only writes are patches of Flux objects"
         );
         if rule.verbs.iter().any(|v| v == "patch") {

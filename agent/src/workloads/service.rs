@@ -84,7 +84,7 @@ pub enum WorkloadsError {
         namespace: String,
         name: String,
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
 }
 
@@ -106,7 +106,7 @@ impl From<WorkloadsError> for tonic::Status {
             WorkloadsError::NotFound { .. } => Code::NotFound,
             WorkloadsError::Loading { .. } => Code::Unavailable,
             WorkloadsError::Lagged(_) => Code::Aborted,
-            WorkloadsError::Api { source, .. } => match source {
+            WorkloadsError::Api { source, .. } => match &**source {
                 kube::Error::Api(s) if s.code == 404 => Code::NotFound,
                 kube::Error::Api(s) if s.code == 403 => Code::PermissionDenied,
                 kube::Error::Api(s) if s.code == 409 => Code::Aborted,
@@ -114,14 +114,11 @@ impl From<WorkloadsError> for tonic::Status {
                 _ => Code::Unavailable,
             },
         };
-        let message = match &err {
-            WorkloadsError::Api {
-                source: kube::Error::Api(s),
-                ..
-            } if s.code == 403 => {
-                format!("{err} (the agent's own ClusterRole lacks it: apply deploy/manifests)")
-            }
-            _ => err.to_string(),
+        // Only the agent's own writes and reads reach the API server; a 403 there is its RBAC.
+        let message = if code == Code::PermissionDenied {
+            format!("{err} (the agent's own ClusterRole lacks it: apply deploy/manifests)")
+        } else {
+            err.to_string()
         };
         tonic::Status::new(code, message)
     }
@@ -280,7 +277,7 @@ impl WorkloadsService {
                 kind: cache.kind.kind,
                 namespace: namespace.into(),
                 name: name.into(),
-                source,
+                source: Box::new(source),
             }),
         }
     }
@@ -325,7 +322,7 @@ impl WorkloadsService {
                 kind: cache.kind.kind,
                 namespace: namespace.into(),
                 name: name.into(),
-                source,
+                source: Box::new(source),
             })?;
         tracing::info!(kind = cache.kind.kind, %namespace, %name, action, "applied");
         Ok(flux_object(
