@@ -514,8 +514,9 @@ impl Workloads for WorkloadsService {
     ) -> Result<Response<ListKindsResponse>, tonic::Status> {
         let metadata = request.metadata().clone();
         self.rpc("ListKinds", async {
-            // Any valid caller may learn which Flux APIs exist, as discovery allows anyone.
-            crate::auth::bearer_token(&metadata)?;
+            // Any authenticated caller may learn which Flux APIs exist, as discovery allows.
+            let token = crate::auth::bearer_token(&metadata)?;
+            self.authorizer.authenticate(&token).await?;
             self.wait_discovered().await?;
             let served = self.caches.served();
             let kinds = catalog::KINDS
