@@ -262,7 +262,7 @@ impl Authorizer {
         Ok(user)
     }
 
-    async fn authenticate(&self, token: &BearerToken) -> Result<UserInfo, AuthError> {
+    pub async fn authenticate(&self, token: &BearerToken) -> Result<UserInfo, AuthError> {
         let key = token.cache_key();
         if let Some(user) = self.tokens.get(&key) {
             return Ok(user);

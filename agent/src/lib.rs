@@ -11,6 +11,7 @@ pub mod runtime;
 pub mod server;
 pub mod shutdown;
 pub mod status;
+pub mod workloads;
 
 pub use cli::Args;
 pub use runtime::Error;

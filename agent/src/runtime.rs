@@ -14,6 +14,7 @@ use crate::{
     server::{self, AgentService},
     shutdown::Shutdown,
     status::{self, AgentFacts},
+    workloads::{Caches, WorkloadsService},
 };
 
 /// Why the agent stopped with an error. Messages leave the cause out: `main` prints the
@@ -126,23 +127,29 @@ async fn run(args: Args) -> Result<(), Error> {
         shutdown.clone(),
     ));
 
+    let caches = Arc::new(Caches::default());
+    let reflectors = tokio::spawn(caches.clone().run(client.clone(), shutdown.clone()));
+
     let admin = tokio::spawn(admin::serve(
         admin_listener,
         admin::router(readiness, metrics.clone()),
         shutdown.clone(),
     ));
+    let authorizer = Arc::new(Authorizer::new(client.clone(), args.token_audience));
     let service = AgentService::new(
         args.namespace,
         status_rx,
-        Arc::new(Authorizer::new(client, args.token_audience)),
-        metrics,
+        authorizer.clone(),
+        metrics.clone(),
         shutdown.clone(),
     );
-    let grpc = server::serve(grpc_listener, service, shutdown.clone()).await;
+    let workloads = WorkloadsService::new(caches, client, authorizer, metrics, shutdown.clone());
+    let grpc = server::serve(grpc_listener, service, workloads, shutdown.clone()).await;
     // However gRPC ended, stop the rest too.
     shutdown.trigger();
     let admin = admin.await;
     let _ = watchers.await;
+    let _ = reflectors.await;
     if let Ok(Err(err)) = signals.await {
         return Err(Error::Signals(err));
     }

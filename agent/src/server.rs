@@ -16,7 +16,9 @@ use crate::{
     auth::{Authorizer, Permission, UserInfo},
     metrics::{Metrics, code_name},
     shutdown::Shutdown,
+    workloads::WorkloadsService,
 };
+use tenantflux_proto::v1::workloads_server::WorkloadsServer;
 
 /// Why the gRPC server could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -143,6 +145,7 @@ fn status_stream(status: watch::Receiver<Status>, shutdown: Shutdown) -> StatusS
 pub async fn serve(
     listener: TcpListener,
     service: AgentService,
+    workloads: WorkloadsService,
     shutdown: Shutdown,
 ) -> Result<(), ServeError> {
     let address = listener
@@ -150,6 +153,9 @@ pub async fn serve(
         .map_or_else(|_| "?".to_owned(), |a| a.to_string());
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<AgentServer<AgentService>>().await;
+    health
+        .set_serving::<WorkloadsServer<WorkloadsService>>()
+        .await;
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(tenantflux_proto::FILE_DESCRIPTOR_SET)
@@ -163,9 +169,13 @@ pub async fn serve(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(AgentServer::new(service))
+        .add_service(WorkloadsServer::new(workloads))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
             shutdown.wait().await;
             health.set_not_serving::<AgentServer<AgentService>>().await;
+            health
+                .set_not_serving::<WorkloadsServer<WorkloadsService>>()
+                .await;
         })
         .await
         .map_err(|source| ServeError::Transport { address, source })
@@ -223,16 +233,24 @@ mod tests {
         let (_tx, rx) = watch::channel(initial(&facts));
         let metrics = Arc::new(Metrics::new("0.1.0"));
         let shutdown = Shutdown::new();
+        let authorizer = Arc::new(Authorizer::new(offline_client(), "tenantflux-agent"));
         let service = AgentService::new(
             "tenantflux-system",
             rx,
-            Arc::new(Authorizer::new(offline_client(), "tenantflux-agent")),
+            authorizer.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        );
+        let workloads = WorkloadsService::new(
+            Arc::default(),
+            offline_client(),
+            authorizer,
             metrics.clone(),
             shutdown.clone(),
         );
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let server = tokio::spawn(serve(listener, service, shutdown.clone()));
+        let server = tokio::spawn(serve(listener, service, workloads, shutdown.clone()));
 
         let channel = tonic::transport::Endpoint::from_shared(url)
             .unwrap()

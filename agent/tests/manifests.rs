@@ -14,6 +14,7 @@ use tenantflux_agent::{
     auth::Permission,
     cli::Args,
     status::{INSTANCE_NAME, OPERATOR_DEPLOYMENT, flux_instance_resource, flux_report_resource},
+    workloads::catalog,
 };
 
 fn manifests_dir() -> PathBuf {
@@ -151,15 +152,51 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
         }
     }
     assert!(!allows(rules, "apps", "deployments", "get", Some("other")));
+    // Every Flux kind of the catalog: cached (list/watch), read (get) and controlled (patch).
+    for kind in catalog::KINDS {
+        for verb in ["get", "list", "watch", "patch"] {
+            assert!(
+                allows(rules, kind.group, kind.plural, verb, None),
+                "{verb} {}",
+                kind.resource()
+            );
+        }
+    }
+    for verb in ["get", "list", "watch"] {
+        assert!(allows(
+            rules,
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            verb,
+            None
+        ));
+    }
     for rule in rules {
         assert!(!rule.verbs.iter().any(|v| v == "*"), "no wildcard verbs");
         assert!(
-            !rule
-                .verbs
-                .iter()
-                .any(|v| matches!(v.as_str(), "update" | "patch" | "delete")),
-            "status needs no writes"
+            !rule.resources.iter().flatten().any(|r| r == "*"),
+            "no wildcard resources"
         );
+        assert!(
+            !rule.verbs.iter().any(|v| {
+                matches!(v.as_str(), "create" | "update" | "delete")
+                    && !rule
+                        .api_groups
+                        .iter()
+                        .flatten()
+                        .any(|g| g.starts_with("authentication") || g.starts_with("authorization"))
+            }),
+            "the only writes are patches of Flux objects"
+        );
+        if rule.verbs.iter().any(|v| v == "patch") {
+            assert!(
+                rule.resources
+                    .iter()
+                    .flatten()
+                    .all(|r| catalog::KINDS.iter().any(|k| k.plural == r)),
+                "patch only on Flux kinds: {rule:?}"
+            );
+        }
     }
     let binding = objects
         .cluster_role_bindings

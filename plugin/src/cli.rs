@@ -10,6 +10,7 @@ use crate::{
     connect::{ConnectOptions, Token},
     output::{ColorMode, OutputFormat, Printer},
     status, version,
+    workloads::{self, GetArgs, ReconcileArgs, TargetArgs},
 };
 
 #[derive(Debug, Parser)]
@@ -110,6 +111,17 @@ pub enum Command {
         #[arg(short, long)]
         watch: bool,
     },
+    /// List Flux objects of one kind, or of every kind (`all`), as `flux get` does, at the API
+    /// version the cluster serves.
+    Get(GetArgs),
+    /// Stop Flux from reconciling an object (spec.suspend; the FluxInstance's reconcile
+    /// annotation).
+    Suspend(TargetArgs),
+    /// Let Flux reconcile a suspended object again, and ask for a reconciliation now.
+    Resume(TargetArgs),
+    /// Ask Flux to reconcile an object now; --wait follows it until its Ready condition
+    /// settles.
+    Reconcile(ReconcileArgs),
     /// Show the plugin, agent and Flux versions, and whether the flux CLI on PATH matches.
     Version {
         /// Only print the plugin's own version; contacts no cluster.
@@ -147,6 +159,10 @@ impl Cli {
                 Command::Status { watch: false } => status::run(&options, &printer).await,
                 Command::Status { watch: true } => status::watch(&options, &printer).await,
                 Command::Version { .. } => version::run(&options, &printer).await,
+                Command::Get(args) => workloads::get(&options, &printer, args).await,
+                Command::Suspend(target) => workloads::suspend(&options, &printer, target).await,
+                Command::Resume(target) => workloads::resume(&options, &printer, target).await,
+                Command::Reconcile(args) => workloads::reconcile(&options, &printer, args).await,
                 Command::Completion { .. } => unreachable!("answered before connecting"),
             }
         })

@@ -24,6 +24,7 @@ use kube::{
 use secrecy::ExposeSecret as _;
 use tenantflux_proto::v1::{
     GetStatusRequest, Status, WatchStatusRequest, agent_client::AgentClient,
+    workloads_client::WorkloadsClient,
 };
 use thiserror::Error;
 use tonic::{
@@ -220,6 +221,11 @@ pub enum CallError {
         message: String,
     },
 
+    /// The agent refused the request itself (unknown kind, object not found, bad selector):
+    /// its message says what and what to do.
+    #[error("{message}")]
+    Refused { code: Code, message: String },
+
     #[error("{target} failed the call ({code:?}): {message}")]
     Other {
         target: AgentTarget,
@@ -234,9 +240,10 @@ impl CallError {
     pub fn is_transient(&self) -> bool {
         match self {
             Self::Unavailable { .. } | Self::DeadlineExceeded { .. } => true,
-            Self::Unauthenticated { .. } | Self::PermissionDenied { .. } | Self::Other { .. } => {
-                false
-            }
+            Self::Unauthenticated { .. }
+            | Self::PermissionDenied { .. }
+            | Self::Refused { .. }
+            | Self::Other { .. } => false,
         }
     }
 }
@@ -268,6 +275,14 @@ pub fn call_error(
             target: target.clone(),
             message,
         },
+        Code::NotFound | Code::InvalidArgument | Code::FailedPrecondition | Code::Aborted
+            if status.source().is_none() =>
+        {
+            CallError::Refused {
+                code: status.code(),
+                message,
+            }
+        }
         // The agent's statuses arrive bare; tonic makes one with a source (an h2, hyper or I/O
         // error) when the connection breaks, whatever code it guesses for it.
         _ if status.source().is_some() => CallError::Unavailable {
@@ -412,13 +427,20 @@ type ForwardError = Arc<Mutex<Option<String>>>;
 /// A connected, authenticated client of one tenantflux-agent.
 pub struct Agent {
     client: AgentClient<InterceptedService<Channel, BearerAuth>>,
+    workloads: WorkloadsClient<InterceptedService<Channel, BearerAuth>>,
     target: AgentTarget,
     forward_error: ForwardError,
+    namespace: String,
 }
 
 impl Agent {
     pub async fn connect(options: &ConnectOptions) -> Result<Self, ConnectError> {
         let forward_error = ForwardError::default();
+        // kubectl's: -n, else the kubeconfig context's namespace, else "default".
+        let mut namespace = options
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
         let (channel, target, token) = match &options.agent_address {
             Some(address) => {
                 let (channel, target) = direct_channel(address, options.timeout).await?;
@@ -427,6 +449,7 @@ impl Agent {
                     Some(token) => token.clone(),
                     None => {
                         let (client, user) = kube_client(options).await?;
+                        client.default_namespace().clone_into(&mut namespace);
                         resolve_token(options, client, &user).await?
                     }
                 };
@@ -434,6 +457,7 @@ impl Agent {
             }
             None => {
                 let (client, user) = kube_client(options).await?;
+                client.default_namespace().clone_into(&mut namespace);
                 // The pod first: "agent not installed" explains more than a failed TokenRequest.
                 let (channel, target) =
                     port_forward_channel(client.clone(), options, forward_error.clone()).await?;
@@ -441,10 +465,13 @@ impl Agent {
                 (channel, target, token)
             }
         };
+        let auth = BearerAuth::new(&token)?;
         Ok(Self {
-            client: AgentClient::with_interceptor(channel, BearerAuth::new(&token)?),
+            client: AgentClient::with_interceptor(channel.clone(), auth.clone()),
+            workloads: WorkloadsClient::with_interceptor(channel, auth),
             target,
             forward_error,
+            namespace,
         })
     }
 
@@ -467,7 +494,21 @@ impl Agent {
         }
     }
 
-    fn error(&self, status: &tonic::Status) -> CallError {
+    /// A client of the agent's Workloads service on the same connection.
+    pub fn workloads(&self) -> WorkloadsClient<InterceptedService<Channel, BearerAuth>> {
+        self.workloads.clone()
+    }
+
+    /// The namespace commands act in: -n, else the kubeconfig context's.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    pub fn target(&self) -> &AgentTarget {
+        &self.target
+    }
+
+    pub fn error(&self, status: &tonic::Status) -> CallError {
         let forward_error = self.forward_error.lock().ok().and_then(|e| e.clone());
         call_error(status, &self.target, forward_error)
     }

@@ -9,3 +9,4 @@ pub mod connect;
 pub mod output;
 pub mod status;
 pub mod version;
+pub mod workloads;

@@ -79,6 +79,14 @@ impl Printer {
         }
     }
 
+    pub fn format(&self) -> OutputFormat {
+        self.format
+    }
+
+    pub fn style(&self) -> Style {
+        self.style
+    }
+
     pub fn print<T: Serialize>(
         &self,
         view: &T,

@@ -348,6 +348,48 @@ impl TestCluster {
     }
 }
 
+impl TestCluster {
+    /// A kubeconfig whose user is ServiceAccount `namespace/name` (created here, with the
+    /// namespace), authenticating with a token of the API server's audience as
+    /// `kubectl create token` gives. What the account may do is the caller's to bind.
+    pub fn token_kubeconfig(&self, namespace: &str, name: &str) -> Result<PathBuf> {
+        self.apply_yaml(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {namespace}}}\n---\n\
+             apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {name}, namespace: {namespace}}}\n"
+        ))?;
+        let token =
+            self.kubectl_ok(&["-n", namespace, "create", "token", name, "--duration=1h"])?;
+        let jsonpath = |path: &str| {
+            self.kubectl_ok(&[
+                "config",
+                "view",
+                "--minify",
+                "--raw",
+                "-o",
+                &format!("jsonpath={{{path}}}"),
+            ])
+        };
+        let server = jsonpath(".clusters[0].cluster.server")?;
+        let ca = jsonpath(".clusters[0].cluster.certificate-authority")?;
+        let path = self
+            .dir()
+            .join(format!("kubeconfig-{namespace}-{name}.yaml"));
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\n\
+             clusters: [{{name: test, cluster: {{server: \"{server}\", certificate-authority: \"{ca}\"}}}}]\n\
+             users: [{{name: {name}, user: {{token: \"{token}\"}}}}]\n\
+             contexts: [{{name: test, context: {{cluster: test, user: {name}}}}}]\n\
+             current-context: test\n",
+            token = token.trim()
+        );
+        std::fs::write(&path, kubeconfig).map_err(|source| Error::Spawn {
+            command: format!("writing {}", path.display()),
+            source,
+        })?;
+        Ok(path)
+    }
+}
+
 impl Drop for TestCluster {
     fn drop(&mut self) {
         if self.stop_on_drop

@@ -1,0 +1,421 @@
+//! Which Flux kinds the cluster serves, and an in-memory cache (a reflector) of every object of
+//! each, at the version the cluster prefers. Discovery runs again whenever a CRD of a Flux API
+//! group changes (and every half minute), so the caches follow a Flux upgrade that adds or
+//! removes API versions.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, RwLock},
+    time::Duration,
+};
+
+use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{
+    Api, Client, Discovery, ResourceExt,
+    api::{ApiResource, DynamicObject, PartialObjectMeta},
+    runtime::{
+        WatchStreamExt,
+        reflector::{ObjectRef, Store, store::Writer},
+        watcher::{self, Event},
+    },
+};
+use tokio::{
+    sync::{broadcast, watch},
+    task::JoinHandle,
+};
+
+use super::catalog::{self, FluxKind, GroupVersions, Served};
+use crate::shutdown::Shutdown;
+
+/// How often discovery runs without a CRD change (a missed watch event is caught up here).
+const REDISCOVER_EVERY: Duration = Duration::from_secs(30);
+/// How long after a CRD change discovery runs: an upgrade changes many CRDs at once.
+const DEBOUNCE: Duration = Duration::from_secs(1);
+/// How soon a failed discovery is retried.
+const RETRY: Duration = Duration::from_secs(5);
+/// Changes buffered for each open watch; a watch that falls further behind is ended.
+const EVENT_BUFFER: usize = 4096;
+
+/// What happened to an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// One change of a cached object, as open watches receive it.
+#[derive(Clone, Debug)]
+pub struct Change {
+    pub kind: &'static FluxKind,
+    pub type_: ChangeType,
+    pub object: Arc<DynamicObject>,
+}
+
+/// The cache of one served kind.
+pub struct KindCache {
+    pub kind: &'static FluxKind,
+    pub served: Served,
+    pub resource: ApiResource,
+    pub store: Store<DynamicObject>,
+    /// Shared by the entries of successive discoveries that found the same version.
+    _reflector: Arc<Reflector>,
+}
+
+/// The task filling a store; stopped once the last cache entry holding it is dropped.
+struct Reflector(JoinHandle<()>);
+
+impl Drop for Reflector {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Every served kind's cache, kept current by [`Caches::run`].
+pub struct Caches {
+    kinds: RwLock<Vec<Arc<KindCache>>>,
+    changes: broadcast::Sender<Change>,
+    discovered: watch::Sender<bool>,
+}
+
+impl Default for Caches {
+    fn default() -> Self {
+        Self {
+            kinds: RwLock::default(),
+            changes: broadcast::channel(EVENT_BUFFER).0,
+            discovered: watch::channel(false).0,
+        }
+    }
+}
+
+impl Caches {
+    /// The caches of the served kinds, in catalog order.
+    pub fn served(&self) -> Vec<Arc<KindCache>> {
+        self.kinds.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The cache of `kind`, if the cluster serves it.
+    pub fn get(&self, kind: &FluxKind) -> Option<Arc<KindCache>> {
+        self.served()
+            .into_iter()
+            .find(|c| std::ptr::eq(c.kind, kind))
+    }
+
+    /// Changes from now on, of every kind.
+    pub fn subscribe(&self) -> broadcast::Receiver<Change> {
+        self.changes.subscribe()
+    }
+
+    /// Waits until the first discovery is done (or `timeout`); false if it is not.
+    pub async fn discovered(&self, timeout: Duration) -> bool {
+        let mut rx = self.discovered.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|d| *d))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Discovers, starts and replaces reflectors, and re-discovers on CRD changes, until the
+    /// shutdown.
+    pub async fn run(self: Arc<Self>, client: Client, shutdown: Shutdown) {
+        let groups = catalog::groups();
+        // Metadata only: a CRD's name is `<plural>.<group>`, which is all that is needed.
+        let crds = watcher::watcher(
+            Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .filter_map(|event| {
+            let relevant = match event {
+                Ok(Event::Apply(crd) | Event::Delete(crd)) => groups
+                    .iter()
+                    .any(|g| crd.name_any().ends_with(&format!(".{g}"))),
+                Ok(Event::InitDone) => true,
+                Ok(_) => false,
+                Err(err) => {
+                    tracing::debug!(%err, "watching CustomResourceDefinitions failed; retrying");
+                    false
+                }
+            };
+            std::future::ready(relevant.then_some(()))
+        });
+        let mut crds = std::pin::pin!(crds);
+        let mut next = tokio::time::Instant::now();
+        let mut last_error: Option<String> = None;
+        loop {
+            tokio::select! {
+                () = shutdown.wait() => break,
+                Some(()) = crds.next() => {
+                    next = next.min(tokio::time::Instant::now() + DEBOUNCE);
+                    continue;
+                }
+                () = tokio::time::sleep_until(next) => {}
+            }
+            next = match discover(&client).await {
+                Ok(groups) => {
+                    if last_error.take().is_some() {
+                        tracing::info!("discovery of the Flux APIs recovered");
+                    }
+                    self.update(&client, &groups);
+                    tokio::time::Instant::now() + REDISCOVER_EVERY
+                }
+                Err(err) => {
+                    let text = err.to_string();
+                    if last_error.as_ref() != Some(&text) {
+                        tracing::warn!(error = %text, "discovering the Flux APIs failed; retrying");
+                        last_error = Some(text);
+                    }
+                    tokio::time::Instant::now() + RETRY
+                }
+            };
+        }
+        // Stops every reflector.
+        self.kinds
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    /// Keeps the reflectors whose version is unchanged, starts the new ones, and drops the
+    /// ones whose kind or version is gone.
+    fn update(&self, client: &Client, groups: &[GroupVersions]) {
+        let current = self.served();
+        let mut next = Vec::new();
+        for kind in catalog::KINDS {
+            let Some(served) = catalog::served(kind, groups) else {
+                continue;
+            };
+            let same_version = current
+                .iter()
+                .find(|c| std::ptr::eq(c.kind, kind) && c.served.version == served.version);
+            next.push(match same_version {
+                Some(cache) if cache.served == served => cache.clone(),
+                Some(cache) => Arc::new(KindCache {
+                    kind,
+                    served,
+                    resource: cache.resource.clone(),
+                    store: cache.store.clone(),
+                    _reflector: cache._reflector.clone(),
+                }),
+                None => {
+                    tracing::info!(kind = kind.kind, version = %served.version, "caching Flux objects");
+                    Arc::new(self.start(client, kind, served))
+                }
+            });
+        }
+        for gone in &current {
+            if !next
+                .iter()
+                .any(|n| std::ptr::eq(n.kind, gone.kind) && n.served.version == gone.served.version)
+            {
+                tracing::info!(kind = gone.kind.kind, version = %gone.served.version, "no longer served at this version; cache dropped");
+            }
+        }
+        *self.kinds.write().unwrap_or_else(|p| p.into_inner()) = next;
+        self.discovered.send_replace(true);
+    }
+
+    fn start(&self, client: &Client, kind: &'static FluxKind, served: Served) -> KindCache {
+        let resource = ApiResource {
+            group: kind.group.into(),
+            version: served.version.clone(),
+            api_version: format!("{}/{}", kind.group, served.version),
+            kind: kind.kind.into(),
+            plural: kind.plural.into(),
+        };
+        let writer = Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+        let reflector = tokio::spawn(reflect(
+            api,
+            resource.clone(),
+            writer,
+            kind,
+            self.changes.clone(),
+        ));
+        KindCache {
+            kind,
+            served,
+            resource,
+            store,
+            _reflector: Arc::new(Reflector(reflector)),
+        }
+    }
+}
+
+/// The versions and kinds of every Flux API group the cluster serves (one aggregated
+/// discovery request).
+async fn discover(client: &Client) -> Result<Vec<GroupVersions>, kube::Error> {
+    let discovery = Discovery::new(client.clone())
+        .filter(&catalog::groups())
+        .run_aggregated()
+        .await?;
+    Ok(discovery
+        .groups()
+        .map(|group| GroupVersions {
+            group: group.name().to_owned(),
+            preferred: group.preferred_version().map(str::to_owned),
+            versions: group
+                .versions()
+                .map(|version| {
+                    let kinds = group
+                        .versioned_resources(version)
+                        .into_iter()
+                        .map(|(resource, _)| resource.kind)
+                        .collect();
+                    (version.to_owned(), kinds)
+                })
+                .collect(),
+        })
+        .collect())
+}
+
+/// An object's key in a cache: (namespace, name).
+type Key = (String, String);
+
+fn key(object: &DynamicObject) -> Key {
+    (object.namespace().unwrap_or_default(), object.name_any())
+}
+
+/// What a re-list changed: objects new or of another resourceVersion than before, and
+/// objects gone.
+fn relist_changes(
+    before: &HashMap<Key, String>,
+    after: &HashMap<Key, String>,
+) -> Vec<(ChangeType, Key)> {
+    let mut changes: Vec<(ChangeType, Key)> = after
+        .iter()
+        .filter_map(|(key, version)| match before.get(key) {
+            None => Some((ChangeType::Added, key.clone())),
+            Some(old) if old != version => Some((ChangeType::Modified, key.clone())),
+            Some(_) => None,
+        })
+        .chain(
+            before
+                .keys()
+                .filter(|key| !after.contains_key(*key))
+                .map(|key| (ChangeType::Deleted, key.clone())),
+        )
+        .collect();
+    changes.sort_by(|a, b| a.1.cmp(&b.1));
+    changes
+}
+
+/// Fills `writer`'s store from a watch of every object of `api`, and publishes each change.
+async fn reflect(
+    api: Api<DynamicObject>,
+    resource: ApiResource,
+    mut writer: Writer<DynamicObject>,
+    kind: &'static FluxKind,
+    changes: broadcast::Sender<Change>,
+) {
+    let reader = writer.as_reader();
+    let url = api.resource_url().to_owned();
+    let stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        // Nobody reads managedFields from the cache; they are often half of an object.
+        .modify(|object| object.metadata.managed_fields = None);
+    let mut stream = std::pin::pin!(stream);
+    let mut before: HashMap<Key, Arc<DynamicObject>> = HashMap::new();
+    let mut failing: Option<String> = None;
+    let send = |type_, object| {
+        // No receiver is not an error: nobody watches right now.
+        let _ = changes.send(Change {
+            kind,
+            type_,
+            object,
+        });
+    };
+    while let Some(event) = stream.next().await {
+        let event = match event {
+            Ok(event) => {
+                if failing.take().is_some() {
+                    tracing::info!(kind = kind.kind, "watch recovered");
+                }
+                event
+            }
+            Err(err) => {
+                let text = err.to_string();
+                if failing.as_ref() != Some(&text) {
+                    tracing::warn!(kind = kind.kind, %url, error = %text, "watching Flux objects failed; retrying with backoff");
+                    failing = Some(text);
+                }
+                continue;
+            }
+        };
+        match &event {
+            Event::Init => {
+                before = reader.state().into_iter().map(|o| (key(&o), o)).collect();
+                writer.apply_watcher_event(&event);
+            }
+            Event::InitApply(_) => writer.apply_watcher_event(&event),
+            Event::InitDone => {
+                writer.apply_watcher_event(&event);
+                let after: HashMap<Key, Arc<DynamicObject>> =
+                    reader.state().into_iter().map(|o| (key(&o), o)).collect();
+                let versions = |map: &HashMap<Key, Arc<DynamicObject>>| {
+                    map.iter()
+                        .map(|(k, o)| (k.clone(), o.resource_version().unwrap_or_default()))
+                        .collect::<HashMap<_, _>>()
+                };
+                for (type_, key) in relist_changes(&versions(&before), &versions(&after)) {
+                    let object = match type_ {
+                        ChangeType::Deleted => before.get(&key),
+                        _ => after.get(&key),
+                    };
+                    if let Some(object) = object {
+                        send(type_, object.clone());
+                    }
+                }
+                before.clear();
+            }
+            Event::Apply(object) => {
+                let existed = reader
+                    .get(&ObjectRef::from_obj_with(object, resource.clone()))
+                    .is_some();
+                writer.apply_watcher_event(&event);
+                let type_ = if existed {
+                    ChangeType::Modified
+                } else {
+                    ChangeType::Added
+                };
+                send(type_, Arc::new(object.clone()));
+            }
+            Event::Delete(object) => {
+                writer.apply_watcher_event(&event);
+                send(ChangeType::Deleted, Arc::new(object.clone()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn versions(entries: &[(&str, &str)]) -> HashMap<Key, String> {
+        entries
+            .iter()
+            .map(|(name, rv)| (("ns".to_owned(), name.to_string()), rv.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn relist_reports_added_modified_and_deleted_only() {
+        let before = versions(&[("a", "1"), ("b", "1"), ("c", "1")]);
+        let after = versions(&[("a", "1"), ("b", "2"), ("d", "1")]);
+        let changes: Vec<_> = relist_changes(&before, &after)
+            .into_iter()
+            .map(|(t, (_, name))| (t, name))
+            .collect();
+        assert_eq!(
+            changes,
+            [
+                (ChangeType::Modified, "b".to_owned()),
+                (ChangeType::Deleted, "c".to_owned()),
+                (ChangeType::Added, "d".to_owned()),
+            ]
+        );
+        assert!(relist_changes(&after, &after).is_empty());
+    }
+}
