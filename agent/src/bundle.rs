@@ -353,7 +353,11 @@ impl Bundle {
     /// Parses and checks a multi-document `install.yaml`: every object of an allowed kind,
     /// namespaced ones in `operator_namespace`, no duplicates, flux-operator's CRDs and its
     /// Deployment present, and a version stated. Objects come back in apply order.
-    pub fn parse(yaml: &str, digest: String, operator_namespace: &str) -> Result<Self, BundleError> {
+    pub fn parse(
+        yaml: &str,
+        digest: String,
+        operator_namespace: &str,
+    ) -> Result<Self, BundleError> {
         let mut objects = Vec::new();
         let mut seen = BTreeSet::new();
         for (index, document) in serde_yaml_ng::Deserializer::from_str(yaml).enumerate() {
@@ -445,15 +449,16 @@ impl Bundle {
 }
 
 /// What an upgrade from `previous` to `next` removes: the objects the agent applied before
-/// that the new bundle no longer has, except CRDs (deleting a CRD deletes every custom resource
-/// of it, the tenant's included). Whether each is still the agent's own is checked on the live
-/// object before deleting.
+/// that the new bundle no longer has, except CRDs and Namespaces (deleting either deletes Flux's
+/// custom resources, the tenant's included). Whether each is still the agent's own is checked
+/// on the live object before deleting.
 pub fn to_prune(previous: &[ObjectRef], next: &[ObjectRef]) -> Vec<ObjectRef> {
     previous
         .iter()
         .filter(|r| !next.contains(r))
         .filter(|r| {
-            kind_of(&r.api_version, &r.kind).is_some_and(|k| k.stage != Stage::Crds)
+            kind_of(&r.api_version, &r.kind)
+                .is_some_and(|k| !matches!(k.stage, Stage::Crds | Stage::Namespaces))
         })
         .cloned()
         .collect()
@@ -609,8 +614,7 @@ mod tests {
         );
         for object in &bundle.objects {
             assert_eq!(
-                object.manifest["metadata"]["labels"][MANAGED_BY_LABEL],
-                MANAGER,
+                object.manifest["metadata"]["labels"][MANAGED_BY_LABEL], MANAGER,
                 "{}",
                 object.reference
             );
@@ -644,7 +648,9 @@ mod tests {
             refusal("kind: [unclosed").starts_with("document 1 of the bundle is not valid YAML")
         );
         assert_eq!(
-            refusal(&format!("{good}---\nkind: ConfigMap\nmetadata: {{name: x}}\n")),
+            refusal(&format!(
+                "{good}---\nkind: ConfigMap\nmetadata: {{name: x}}\n"
+            )),
             "document 10 of the bundle is not a Kubernetes object: no apiVersion"
         );
         let without_crd = good.replace(&crd("fluxinstances.fluxcd.controlplane.io"), "");
@@ -685,7 +691,10 @@ mod tests {
         );
         let extra = format!(
             "{good}---\n{}",
-            deployment("x:v1").replace("name: flux-operator\n  namespace", "name: other\n  namespace")
+            deployment("x:v1").replace(
+                "name: flux-operator\n  namespace",
+                "name: other\n  namespace"
+            )
         );
         assert!(refusal(&extra).starts_with("the bundle holds Deployment flux-system/other;"));
         assert!(
@@ -693,8 +702,10 @@ mod tests {
                 .contains("states no version")
         );
         assert!(
-            refusal(&install("ghcr.io/controlplaneio-fluxcd/flux-operator:latest"))
-                .starts_with("flux-operator version \"latest\" of the bundle is not a semantic")
+            refusal(&install(
+                "ghcr.io/controlplaneio-fluxcd/flux-operator:latest"
+            ))
+            .starts_with("flux-operator version \"latest\" of the bundle is not a semantic")
         );
     }
 
@@ -703,7 +714,10 @@ mod tests {
         let v = |s: &str| semver::Version::parse(s).unwrap();
         let exact = AllowedVersions::parse("v0.58.1", "--operator-version").unwrap();
         assert!(exact.allows(&v("0.58.1")));
-        assert!(!exact.allows(&v("0.58.2")), "an exact version is not a caret range");
+        assert!(
+            !exact.allows(&v("0.58.2")),
+            "an exact version is not a caret range"
+        );
         let range = AllowedVersions::parse(">=v0.58.0 <0.59.0", "--operator-version").unwrap();
         assert!(range.allows(&v("0.58.0")) && range.allows(&v("0.58.9")));
         assert!(!range.allows(&v("0.59.0")) && !range.allows(&v("0.57.3")));
@@ -711,10 +725,15 @@ mod tests {
         assert!(spaced.allows(&v("0.58.4")) && !spaced.allows(&v("0.59.0")));
         let wildcard = AllowedVersions::parse("0.58.x", "x").unwrap();
         assert!(wildcard.allows(&v("0.58.3")) && !wildcard.allows(&v("0.59.0")));
-        let err = AllowedVersions::parse("latest", "x").unwrap_err().to_string();
+        let err = AllowedVersions::parse("latest", "x")
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("\"latest\" is neither a version"), "{err}");
 
-        let bundle = parse(&install("ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1")).unwrap();
+        let bundle = parse(&install(
+            "ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1",
+        ))
+        .unwrap();
         bundle.check_version(&range).unwrap();
         let old = AllowedVersions::parse("v0.57.0", "--operator-version").unwrap();
         assert_eq!(
@@ -737,11 +756,24 @@ mod tests {
             None,
             "old.fluxcd.controlplane.io",
         );
-        let role = r("rbac.authorization.k8s.io/v1", "ClusterRole", None, "flux-web-user");
+        let role = r(
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRole",
+            None,
+            "flux-web-user",
+        );
         let sa = r("v1", "ServiceAccount", Some(NS), "flux-operator");
         let service = r("v1", "Service", Some(NS), "flux-operator");
         let unknown = r("v1", "Secret", Some(NS), "not-ours-to-touch");
-        let previous = [crd, role.clone(), sa.clone(), service.clone(), unknown];
+        let namespace = r("v1", "Namespace", None, "flux-system");
+        let previous = [
+            crd,
+            role.clone(),
+            sa.clone(),
+            service.clone(),
+            unknown,
+            namespace,
+        ];
         assert_eq!(to_prune(&previous, &[sa]), [role, service]);
     }
 
@@ -759,7 +791,11 @@ mod tests {
         assert_eq!(deployment.group(), "apps");
         let resource = deployment.api_resource();
         assert_eq!(
-            (resource.group.as_str(), resource.version.as_str(), resource.plural.as_str()),
+            (
+                resource.group.as_str(),
+                resource.version.as_str(),
+                resource.plural.as_str()
+            ),
             ("apps", "v1", "deployments")
         );
         let namespace = kind_of("v1", "Namespace").unwrap();

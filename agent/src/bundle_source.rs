@@ -366,10 +366,13 @@ impl Fetcher {
                 actual: manifest_digest,
             });
         }
-        let layer = manifest.layers.first().ok_or_else(|| SourceError::Artifact {
-            artifact: name.clone(),
-            problem: "it has no layers".into(),
-        })?;
+        let layer = manifest
+            .layers
+            .first()
+            .ok_or_else(|| SourceError::Artifact {
+                artifact: name.clone(),
+                problem: "it has no layers".into(),
+            })?;
         let mut blob = Vec::new();
         client
             .pull_blob(&reference, layer, &mut blob)
@@ -433,7 +436,8 @@ pub fn install_yaml_from_layer(layer: &[u8]) -> Result<String, String> {
         .entries()
         .map_err(|err| format!("its layer is not a gzipped tarball: {err}"))?;
     for entry in entries {
-        let mut entry = entry.map_err(|err| format!("its layer is not a gzipped tarball: {err}"))?;
+        let mut entry =
+            entry.map_err(|err| format!("its layer is not a gzipped tarball: {err}"))?;
         let path = entry
             .path()
             .map_err(|err| format!("a tarball entry has a bad path: {err}"))?
@@ -452,7 +456,10 @@ pub fn install_yaml_from_layer(layer: &[u8]) -> Result<String, String> {
 }
 
 /// Credentials for `registry` from a `.dockerconfigjson` document.
-pub fn registry_auth_from_docker_config(json: &[u8], registry: &str) -> Result<RegistryAuth, String> {
+pub fn registry_auth_from_docker_config(
+    json: &[u8],
+    registry: &str,
+) -> Result<RegistryAuth, String> {
     #[derive(Deserialize)]
     struct DockerConfig {
         #[serde(default)]
@@ -485,15 +492,16 @@ pub fn registry_auth_from_docker_config(json: &[u8], registry: &str) -> Result<R
     if let (Some(user), Some(password)) = (&entry.username, &entry.password) {
         return Ok(RegistryAuth::Basic(user.clone(), password.clone()));
     }
-    let auth = entry
-        .auth
-        .as_deref()
-        .ok_or_else(|| format!("the entry for {registry} has neither username/password nor auth"))?;
+    let auth = entry.auth.as_deref().ok_or_else(|| {
+        format!("the entry for {registry} has neither username/password nor auth")
+    })?;
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(auth)
         .ok()
         .and_then(|b| String::from_utf8(b).ok())
-        .ok_or_else(|| format!("the auth of the entry for {registry} is not base64 of user:password"))?;
+        .ok_or_else(|| {
+            format!("the auth of the entry for {registry} is not base64 of user:password")
+        })?;
     let (user, password) = decoded
         .split_once(':')
         .ok_or_else(|| format!("the auth of the entry for {registry} is not user:password"))?;
@@ -516,8 +524,9 @@ mod tests {
             let source: BundleSource = text.parse().unwrap();
             assert_eq!(source.to_string(), text);
         }
-        let BundleSource::Oci(artifact) =
-            "oci://127.0.0.1:5000/flux-operator-manifests:v0.58.1".parse().unwrap()
+        let BundleSource::Oci(artifact) = "oci://127.0.0.1:5000/flux-operator-manifests:v0.58.1"
+            .parse()
+            .unwrap()
         else {
             panic!("oci");
         };
@@ -533,7 +542,10 @@ mod tests {
             ("install.yaml", "unknown scheme"),
             ("file:", "no path"),
             ("configmap:", "no ConfigMap name"),
-            ("oci://ghcr.io/x/flux-operator-manifests", "no tag or digest"),
+            (
+                "oci://ghcr.io/x/flux-operator-manifests",
+                "no tag or digest",
+            ),
         ] {
             let err = text.parse::<BundleSource>().unwrap_err().to_string();
             assert!(

@@ -50,7 +50,11 @@ pub struct Args {
     /// `secret:NAME` (key `install.yaml`, in --namespace), or the flux-operator-manifests
     /// artifact `oci://REGISTRY/REPOSITORY:TAG[@sha256:DIGEST]`. Without it the agent only
     /// observes an install made by someone else.
-    #[arg(long, env = "TENANTFLUX_OPERATOR_BUNDLE", requires = "operator_version")]
+    #[arg(
+        long,
+        env = "TENANTFLUX_OPERATOR_BUNDLE",
+        requires = "operator_version"
+    )]
     pub operator_bundle: Option<BundleSource>,
 
     /// The flux-operator versions the agent may install: a version (`v0.58.1`, that one only)
@@ -95,7 +99,9 @@ fn parse_allowed_versions(text: &str) -> Result<AllowedVersions, String> {
 
 /// `90s`, `5m`, `1h`, or plain seconds.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let number: u64 = number
         .parse()
@@ -238,7 +244,10 @@ mod tests {
                 .allows(&semver::Version::new(0, 58, 3))
         );
         assert_eq!(args.operator_resync_interval, Duration::from_secs(30));
-        assert_eq!(args.operator_bundle_pull_secret.as_deref(), Some("registry"));
+        assert_eq!(
+            args.operator_bundle_pull_secret.as_deref(),
+            Some("registry")
+        );
         assert!(!args.operator_bundle_plain_http);
 
         let err = Args::try_parse_from(["tenantflux-agent", "--operator-bundle=file:/x"])

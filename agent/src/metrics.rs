@@ -2,7 +2,6 @@
 
 use std::{sync::Mutex, time::Duration};
 
-use tenantflux_proto::v1::OperatorPhase;
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
     metrics::{
@@ -14,6 +13,7 @@ use prometheus_client::{
     },
     registry::Registry,
 };
+use tenantflux_proto::v1::OperatorPhase;
 
 /// Labels of the per-RPC series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -322,7 +322,9 @@ fn source_changes(
             .default_backoff()
             .filter_map(move |event| {
                 let version = match event {
-                    Ok(Event::Apply(o) | Event::InitApply(o)) => Some(o.meta().resource_version.clone()),
+                    Ok(Event::Apply(o) | Event::InitApply(o)) => {
+                        Some(o.meta().resource_version.clone())
+                    }
                     Ok(Event::Delete(_)) => Some(None),
                     _ => None,
                 };
@@ -425,20 +427,24 @@ impl Installer {
     /// One install attempt: read, check, apply in order, remember, prune.
     async fn reconcile(&mut self) -> Result<(), InstallError> {
         let source_name = self.config.source.to_string();
-        let fetched = self
-            .fetcher
-            .fetch(&self.config.source)
-            .await
-            .map_err(|err: SourceError| InstallError::Source {
-                source_name: source_name.clone(),
-                message: crate::bundle_source::error_text(&err),
-            })?;
-        let bundle = Bundle::parse(&fetched.yaml, fetched.digest, &self.config.operator_namespace)
-            .and_then(|b| b.check_version(&self.config.allowed).map(|()| b))
-            .map_err(|error| InstallError::Rejected {
-                source_name: source_name.clone(),
-                error,
-            })?;
+        let fetched =
+            self.fetcher
+                .fetch(&self.config.source)
+                .await
+                .map_err(|err: SourceError| InstallError::Source {
+                    source_name: source_name.clone(),
+                    message: crate::bundle_source::error_text(&err),
+                })?;
+        let bundle = Bundle::parse(
+            &fetched.yaml,
+            fetched.digest,
+            &self.config.operator_namespace,
+        )
+        .and_then(|b| b.check_version(&self.config.allowed).map(|()| b))
+        .map_err(|error| InstallError::Rejected {
+            source_name: source_name.clone(),
+            error,
+        })?;
         let previous = self.read_record().await?;
 
         self.set(
@@ -451,7 +457,10 @@ impl Installer {
         for object in bundle.stage(Stage::Crds) {
             self.wait_established(&object.reference.name).await?;
         }
-        for object in bundle.stage(Stage::Namespaces).chain(bundle.stage(Stage::Access)) {
+        for object in bundle
+            .stage(Stage::Namespaces)
+            .chain(bundle.stage(Stage::Access))
+        {
             self.apply(object).await?;
         }
         let deployment = self.apply(bundle.deployment()).await?;
@@ -483,7 +492,11 @@ impl Installer {
             (Some(p), true) => {
                 self.event(
                     EventType::Normal,
-                    if p.version == bundle.version { "Updated" } else { "Upgraded" },
+                    if p.version == bundle.version {
+                        "Updated"
+                    } else {
+                        "Upgraded"
+                    },
                     format!(
                         "applied flux-operator {} ({}) from {source_name}, replacing {} ({}){}",
                         bundle.version,
@@ -503,7 +516,10 @@ impl Installer {
                 self.event(
                     EventType::Normal,
                     "Recovered",
-                    format!("flux-operator {} from {source_name} applies again", bundle.version),
+                    format!(
+                        "flux-operator {} from {source_name} applies again",
+                        bundle.version
+                    ),
                 )
                 .await
             }
@@ -523,7 +539,9 @@ impl Installer {
         };
         let result = self.apply(bundle.deployment()).await;
         let what = match trigger {
-            Trigger::DeploymentEdited { generation } => format!("was edited (generation {generation}); the agent restored"),
+            Trigger::DeploymentEdited { generation } => {
+                format!("was edited (generation {generation}); the agent restored")
+            }
             _ => "was deleted; the agent recreated".to_owned(),
         };
         let deployment = match result {
@@ -781,10 +799,15 @@ pub fn rollout(deployment: &Deployment) -> Result<(), String> {
         return Err(format!("{updated} of {desired} replicas updated"));
     }
     if total > updated {
-        return Err(format!("{} old replicas still terminating", total - updated));
+        return Err(format!(
+            "{} old replicas still terminating",
+            total - updated
+        ));
     }
     if available < updated {
-        return Err(format!("{available} of {updated} updated replicas available"));
+        return Err(format!(
+            "{available} of {updated} updated replicas available"
+        ));
     }
     match conditions.get("Available") {
         Some(c) if c.status == "True" => Ok(()),
@@ -877,7 +900,10 @@ mod tests {
         };
         let map: ConfigMap =
             serde_json::from_value(record.to_config_map("tenantflux-system")).unwrap();
-        assert_eq!(map.metadata.labels.as_ref().unwrap()[MANAGED_BY_LABEL], MANAGER);
+        assert_eq!(
+            map.metadata.labels.as_ref().unwrap()[MANAGED_BY_LABEL],
+            MANAGER
+        );
         assert_eq!(Record::from_config_map(&map), Some(record));
         assert_eq!(Record::from_config_map(&ConfigMap::default()), None);
     }

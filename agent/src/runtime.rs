@@ -10,8 +10,8 @@ use tenantflux_proto::v1::Status;
 
 use crate::{
     VERSION, admin,
-    bundle_source::Fetcher,
     auth::Authorizer,
+    bundle_source::Fetcher,
     cli::{Args, LogFormat},
     metrics::Metrics,
     operator::{self, InstallConfig, InstallState},
@@ -51,7 +51,9 @@ pub enum Error {
     #[error("serving the admin HTTP server")]
     Admin(#[source] std::io::Error),
 
-    #[error("--operator-bundle needs --operator-version (the flux-operator versions it may install)")]
+    #[error(
+        "--operator-bundle needs --operator-version (the flux-operator versions it may install)"
+    )]
     OperatorVersionMissing,
 }
 
@@ -70,7 +72,11 @@ async fn record_operator_phase(
     shutdown: Shutdown,
 ) {
     loop {
-        let phase = status.borrow_and_update().operator.as_ref().map(|o| o.phase());
+        let phase = status
+            .borrow_and_update()
+            .operator
+            .as_ref()
+            .map(|o| o.phase());
         if let Some(phase) = phase {
             metrics.set_operator_phase(phase);
         }

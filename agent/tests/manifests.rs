@@ -12,7 +12,9 @@ use k8s_openapi::api::{
 use serde::Deserialize;
 use tenantflux_agent::{
     auth::Permission,
+    bundle::{KINDS, Stage},
     cli::Args,
+    operator::RECORD_CONFIGMAP,
     status::{INSTANCE_NAME, OPERATOR_DEPLOYMENT, flux_instance_resource, flux_report_resource},
 };
 
@@ -151,14 +153,86 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
         }
     }
     assert!(!allows(rules, "apps", "deployments", "get", Some("other")));
+    assert!(!allows(
+        rules,
+        "apps",
+        "deployments",
+        "patch",
+        Some("other")
+    ));
+
+    // Installing flux-operator: server-side apply of every kind a bundle may hold.
+    for kind in KINDS {
+        let name = (kind.stage == Stage::Operator).then_some(OPERATOR_DEPLOYMENT);
+        for verb in ["get", "patch"] {
+            assert!(
+                allows(rules, kind.group(), kind.plural, verb, name),
+                "{verb} {}",
+                kind.plural
+            );
+        }
+        assert!(
+            allows(rules, kind.group(), kind.plural, "create", None),
+            "create {}",
+            kind.plural
+        );
+        // Pruning deletes what a new bundle dropped, but never CRDs or Namespaces: that would
+        // delete the tenant's Flux objects with them.
+        let prunable = !matches!(
+            kind.stage,
+            Stage::Crds | Stage::Namespaces | Stage::Operator
+        );
+        assert_eq!(
+            allows(rules, kind.group(), kind.plural, "delete", Some("x")),
+            prunable,
+            "delete {}",
+            kind.plural
+        );
+    }
+    // flux-operator binds cluster-admin and ships aggregated ClusterRoles.
+    let rbac = "rbac.authorization.k8s.io";
+    assert!(allows(
+        rules,
+        rbac,
+        "clusterroles",
+        "bind",
+        Some("cluster-admin")
+    ));
+    assert!(!allows(rules, rbac, "clusterroles", "bind", Some("other")));
+    assert!(allows(
+        rules,
+        rbac,
+        "clusterroles",
+        "escalate",
+        Some("flux-operator-edit")
+    ));
+
+    // Writes go to bundle kinds only.
+    let bundle_resources: Vec<(&str, &str)> = KINDS.iter().map(|k| (k.group(), k.plural)).collect();
     for rule in rules {
         assert!(!rule.verbs.iter().any(|v| v == "*"), "no wildcard verbs");
+        let writes = rule.verbs.iter().any(|v| {
+            matches!(
+                v.as_str(),
+                "update" | "patch" | "delete" | "deletecollection"
+            )
+        });
+        if writes {
+            for group in rule.api_groups.iter().flatten() {
+                for resource in rule.resources.iter().flatten() {
+                    assert!(
+                        bundle_resources.contains(&(group.as_str(), resource.as_str())),
+                        "writes to {resource}.{group}, which no bundle holds"
+                    );
+                }
+            }
+        }
         assert!(
             !rule
                 .verbs
                 .iter()
-                .any(|v| matches!(v.as_str(), "update" | "patch" | "delete")),
-            "status needs no writes"
+                .any(|v| v == "deletecollection" || v == "update"),
+            "server-side apply needs neither update nor deletecollection"
         );
     }
     let binding = objects
@@ -178,6 +252,51 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
             "tenantflux-agent",
             Some("tenantflux-system")
         )
+    );
+}
+
+#[test]
+fn agent_role_in_its_namespace_covers_sources_record_and_events() {
+    let objects = load();
+    let role = objects
+        .roles
+        .iter()
+        .find(|r| r.metadata.name.as_deref() == Some("tenantflux-agent"))
+        .expect("Role tenantflux-agent");
+    assert_eq!(
+        role.metadata.namespace.as_deref(),
+        Some("tenantflux-system")
+    );
+    let rules = role.rules.as_deref().unwrap();
+    for resource in ["configmaps", "secrets"] {
+        for verb in ["get", "list", "watch"] {
+            assert!(
+                allows(rules, "", resource, verb, Some("bundle")),
+                "{verb} {resource}"
+            );
+        }
+    }
+    assert!(allows(rules, "", "configmaps", "create", None));
+    assert!(allows(
+        rules,
+        "",
+        "configmaps",
+        "patch",
+        Some(RECORD_CONFIGMAP)
+    ));
+    assert!(!allows(rules, "", "configmaps", "patch", Some("bundle")));
+    assert!(!allows(rules, "", "secrets", "patch", Some("bundle")));
+    assert!(allows(rules, "events.k8s.io", "events", "create", None));
+    assert!(allows(rules, "events.k8s.io", "events", "patch", None));
+    let binding = objects
+        .role_bindings
+        .iter()
+        .find(|b| b.role_ref.name == "tenantflux-agent")
+        .expect("RoleBinding of tenantflux-agent");
+    assert_eq!(binding.role_ref.kind, "Role");
+    assert_eq!(
+        binding.subjects.as_ref().unwrap()[0].name,
+        "tenantflux-agent"
     );
 }
 
@@ -211,6 +330,15 @@ fn user_role_grants_the_permission_the_agent_checks() {
     assert!(allows(rules, "", "pods", "get", None));
     assert!(allows(rules, "", "pods/portforward", "create", None));
     assert!(allows(rules, "", "pods/portforward", "get", None));
+    assert!(allows(
+        rules,
+        "",
+        "configmaps",
+        "get",
+        Some(RECORD_CONFIGMAP)
+    ));
+    assert!(allows(rules, "", "events", "list", None));
+    assert!(allows(rules, "events.k8s.io", "events", "list", None));
 
     let binding = objects
         .role_bindings
