@@ -102,6 +102,7 @@ fn operator_deployment(cluster: &TestCluster) -> Option<Value> {
             "get",
             "deployment",
             "flux-operator",
+            "--show-managed-fields",
             "-o",
             "json",
         ])
