@@ -412,13 +412,15 @@ impl Installer {
                 }
                 Err(err) => err.to_string(),
             };
-            self.set(
-                OperatorPhase::WaitingForApi,
-                format!(
-                    "waiting for the Kubernetes API server to answer /readyz: {answer} (next try in {}s)",
-                    backoff.as_secs()
-                ),
+            let reason = format!(
+                "waiting for the Kubernetes API server to answer /readyz: {answer} (next try in {}s)",
+                backoff.as_secs()
             );
+            // Once per wait, so a long outage is visible in the log without a line per retry.
+            if backoff == BACKOFF_MIN {
+                tracing::info!(%reason, "flux-operator install waits for the API server");
+            }
+            self.set(OperatorPhase::WaitingForApi, reason);
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(30));
         }

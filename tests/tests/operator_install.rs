@@ -449,28 +449,27 @@ async fn wait_phase_metric(admin: u16, phase: &str, timeout: Duration) {
     panic!("no {line} within {timeout:?}; phase series: {phases:?}");
 }
 
-fn kwokctl(cluster: &TestCluster, verb: &str) {
-    let status = Command::new(tool_path("KWOKCTL"))
-        .args([verb, "cluster", "--name", cluster.name()])
-        .env("KWOK_WORKDIR", tool_path("KWOK_WORKDIR"))
-        .env(
-            "PATH",
-            std::env::join_paths(
-                std::iter::once(tool_path("KUBECTL").parent().unwrap().to_path_buf()).chain(
-                    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
-                ),
-            )
-            .unwrap(),
-        )
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .status()
-        .expect("run kwokctl");
-    assert!(
-        status.success(),
-        "kwokctl {verb} cluster {}",
-        cluster.name()
-    );
+/// The API server's address in a kubeconfig written by tests/env/cluster (`server: "https://…"`).
+fn server_address(kubeconfig: &str) -> String {
+    let start = kubeconfig.find("https://").expect("a server URL") + "https://".len();
+    let end = start + kubeconfig[start..].find('"').expect("a quoted server URL");
+    kubeconfig[start..end].to_owned()
+}
+
+/// Forwards TCP connections on `listener` to `target` (TLS passes through untouched), until
+/// the task is aborted.
+async fn forward(listener: tokio::net::TcpListener, target: String) {
+    loop {
+        let Ok((mut inbound, _)) = listener.accept().await else {
+            return;
+        };
+        let target = target.clone();
+        tokio::spawn(async move {
+            if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            }
+        });
+    }
 }
 
 #[tokio::test]
@@ -485,7 +484,18 @@ async fn agent_started_before_the_api_server_waits_then_installs() {
     let kubeconfig = cluster.dir().join("agent-kubeconfig.yaml");
     assert!(kubeconfig.is_file());
 
-    kwokctl(&cluster, "stop");
+    // The agent reaches the API server through a port nothing listens on yet: to the agent,
+    // the control plane is not serving. Stopping the real API server would also restart kwok,
+    // whose restart leaves pods Pending (its server port is still taken).
+    let real = std::fs::read_to_string(&kubeconfig).expect("agent kubeconfig");
+    let server = server_address(&real);
+    let proxy_port = free_port();
+    let kubeconfig = cluster.dir().join("agent-kubeconfig-late.yaml");
+    std::fs::write(
+        &kubeconfig,
+        real.replace(&server, &format!("127.0.0.1:{proxy_port}")),
+    )
+    .expect("write kubeconfig");
     let admin = free_port();
     let agent = AgentProcess(
         Command::new(bin_dir().join("tenantflux-agent"))
@@ -518,8 +528,12 @@ async fn agent_started_before_the_api_server_waits_then_installs() {
     tokio::time::sleep(Duration::from_secs(10)).await;
     wait_phase_metric(admin, "waiting_for_api", Duration::from_secs(5)).await;
 
-    kwokctl(&cluster, "start");
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", proxy_port))
+        .await
+        .expect("bind the API server's late port");
+    let proxy = tokio::spawn(forward(listener, server));
     wait_phase_metric(admin, "ready", TIMEOUT).await;
+    proxy.abort();
     let deployment = operator_deployment(&cluster).expect("Deployment flux-operator");
     assert!(available(&deployment));
     assert!(image(&deployment).ends_with(&format!(":{current}")));
