@@ -167,7 +167,7 @@ pub enum SourceError {
         namespace: String,
         name: String,
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
 
     #[error("{kind} {namespace}/{name} does not exist: create it with key {INSTALL_KEY}")]
@@ -288,7 +288,7 @@ impl Fetcher {
                 kind,
                 namespace: self.namespace.clone(),
                 name: name.to_owned(),
-                source,
+                source: Box::new(source),
             })?
             .ok_or_else(|| SourceError::NotFound {
                 kind,

@@ -357,10 +357,10 @@ impl TestCluster {
 
 impl Drop for TestCluster {
     fn drop(&mut self) {
-        if self.stop_on_drop {
-            if let Err(err) = run_cluster_script(&["down", &self.name]) {
-                eprintln!("stopping test cluster {}: {err}", self.name);
-            }
+        if self.stop_on_drop
+            && let Err(err) = run_cluster_script(&["down", &self.name])
+        {
+            eprintln!("stopping test cluster {}: {err}", self.name);
         }
     }
 }

@@ -7,7 +7,6 @@
 use std::{
     net::TcpListener,
     process::{Child, Command, Stdio},
-    sync::Mutex,
     time::Duration,
 };
 
@@ -20,7 +19,7 @@ const RECORD: &str = "tenantflux-operator-install";
 const TIMEOUT: Duration = Duration::from_secs(180);
 
 /// One cluster at a time: the machine is small and each test starts its own.
-static SERIAL: Mutex<()> = Mutex::new(());
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn cluster(purpose: &str) -> TestCluster {
     TestCluster::start(&format!("op-{purpose}-{}", std::process::id()))
@@ -172,7 +171,7 @@ fn documents(yaml: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn configmap_bundle_installs_upgrades_restores_and_refuses_bad_bundles() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = SERIAL.lock().await;
     let cluster = cluster("cm");
     let previous = previous_version();
     let current = current_version();
@@ -474,7 +473,7 @@ async fn forward(listener: tokio::net::TcpListener, target: String) {
 
 #[tokio::test]
 async fn agent_started_before_the_api_server_waits_then_installs() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = SERIAL.lock().await;
     let cluster = cluster("api");
     let current = current_version();
     // deploy/manifests, the agent's ServiceAccount kubeconfig and the bundle, while the API
@@ -548,7 +547,7 @@ async fn agent_started_before_the_api_server_waits_then_installs() {
 
 #[tokio::test]
 async fn oci_bundle_installs_and_wrong_digest_or_registry_fail_without_touching_it() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = SERIAL.lock().await;
     let cluster = cluster("oci");
     let current = current_version();
     let registry = cluster.registry().expect("registry");
