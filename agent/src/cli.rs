@@ -1,9 +1,11 @@
 //! Command-line flags. Every flag has an environment twin so the Deployment can set them with
 //! `env:` (and the downward API) instead of `args:`.
 
-use std::net::SocketAddr;
+use std::{net::SocketAddr, time::Duration};
 
 use clap::{Parser, ValueEnum};
+
+use crate::{bundle::AllowedVersions, bundle_source::BundleSource};
 
 /// The default of `--log-level`.
 pub const DEFAULT_LOG_FILTER: &str = "info,kube_client::client::builder=off";
@@ -44,6 +46,42 @@ pub struct Args {
     )]
     pub token_audience: String,
 
+    /// Where the agent installs flux-operator from: `file:PATH`, `configmap:NAME` or
+    /// `secret:NAME` (key `install.yaml`, in --namespace), or the flux-operator-manifests
+    /// artifact `oci://REGISTRY/REPOSITORY:TAG[@sha256:DIGEST]`. Without it the agent only
+    /// observes an install made by someone else.
+    #[arg(
+        long,
+        env = "TENANTFLUX_OPERATOR_BUNDLE",
+        requires = "operator_version"
+    )]
+    pub operator_bundle: Option<BundleSource>,
+
+    /// The flux-operator versions the agent may install: a version (`v0.58.1`, that one only)
+    /// or a semver range (`>=0.58.0 <0.59.0`). Needed with --operator-bundle; a bundle of
+    /// another version is refused and nothing of it applied.
+    #[arg(long, env = "TENANTFLUX_OPERATOR_VERSION", value_parser = parse_allowed_versions)]
+    pub operator_version: Option<AllowedVersions>,
+
+    /// A `kubernetes.io/dockerconfigjson` Secret in --namespace with the credentials for the
+    /// bundle's OCI registry.
+    #[arg(long, env = "TENANTFLUX_OPERATOR_BUNDLE_PULL_SECRET")]
+    pub operator_bundle_pull_secret: Option<String>,
+
+    /// Pull the OCI bundle over plain HTTP instead of HTTPS (local development registries).
+    #[arg(long, env = "TENANTFLUX_OPERATOR_BUNDLE_PLAIN_HTTP")]
+    pub operator_bundle_plain_http: bool,
+
+    /// How often the bundle is read again and the install re-applied (`30s`, `5m`, `1h`).
+    /// ConfigMap and Secret sources are also watched, so their changes apply at once.
+    #[arg(
+        long,
+        env = "TENANTFLUX_OPERATOR_RESYNC_INTERVAL",
+        default_value = "5m",
+        value_parser = parse_duration
+    )]
+    pub operator_resync_interval: Duration,
+
     /// Log line format.
     #[arg(long, env = "TENANTFLUX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,
@@ -53,6 +91,31 @@ pub struct Args {
     /// watch once per change instead of once per retry.
     #[arg(long, env = "RUST_LOG", default_value = DEFAULT_LOG_FILTER)]
     pub log_level: String,
+}
+
+fn parse_allowed_versions(text: &str) -> Result<AllowedVersions, String> {
+    AllowedVersions::parse(text, "--operator-version").map_err(|err| err.to_string())
+}
+
+/// `90s`, `5m`, `1h`, or plain seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration such as 30s, 5m or 1h"))?;
+    let seconds = match unit {
+        "" | "s" => number,
+        "m" => number * 60,
+        "h" => number * 3600,
+        _ => return Err(format!("{text:?} is not a duration such as 30s, 5m or 1h")),
+    };
+    if seconds == 0 {
+        return Err("the interval must be longer than 0s".into());
+    }
+    Ok(Duration::from_secs(seconds))
 }
 
 /// How log lines are written to stderr.
@@ -91,7 +154,31 @@ mod tests {
             ),
             ("log_format", "TENANTFLUX_LOG_FORMAT", "json"),
             ("log_level", "RUST_LOG", DEFAULT_LOG_FILTER),
+            (
+                "operator_resync_interval",
+                "TENANTFLUX_OPERATOR_RESYNC_INTERVAL",
+                "5m",
+            ),
         ];
+        let without_default = [
+            ("operator_bundle", "TENANTFLUX_OPERATOR_BUNDLE"),
+            ("operator_version", "TENANTFLUX_OPERATOR_VERSION"),
+            (
+                "operator_bundle_pull_secret",
+                "TENANTFLUX_OPERATOR_BUNDLE_PULL_SECRET",
+            ),
+            (
+                "operator_bundle_plain_http",
+                "TENANTFLUX_OPERATOR_BUNDLE_PLAIN_HTTP",
+            ),
+        ];
+        for (id, env) in without_default {
+            let arg = cmd
+                .get_arguments()
+                .find(|a| a.get_id() == id)
+                .unwrap_or_else(|| panic!("no flag {id}"));
+            assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(env), "{id}");
+        }
         for (id, env, default) in expected {
             let arg = cmd
                 .get_arguments()
@@ -109,7 +196,7 @@ mod tests {
             .count();
         assert_eq!(
             flags,
-            expected.len(),
+            expected.len() + without_default.len(),
             "a flag was added without a test of its env twin"
         );
     }
@@ -134,6 +221,49 @@ mod tests {
         assert_eq!(args.token_audience, "aud");
         assert_eq!(args.log_format, LogFormat::Text);
         assert_eq!(args.log_level, "debug");
+        assert!(args.operator_bundle.is_none(), "no bundle: observe only");
+    }
+
+    #[test]
+    fn operator_install_flags_parse_and_need_a_version() {
+        let args = Args::try_parse_from([
+            "tenantflux-agent",
+            "--operator-bundle=configmap:flux-operator-bundle",
+            "--operator-version=>=0.58.0 <0.59.0",
+            "--operator-resync-interval=30s",
+            "--operator-bundle-pull-secret=registry",
+        ])
+        .expect("valid flags");
+        assert_eq!(
+            args.operator_bundle,
+            Some(BundleSource::ConfigMap("flux-operator-bundle".into()))
+        );
+        assert!(
+            args.operator_version
+                .unwrap()
+                .allows(&semver::Version::new(0, 58, 3))
+        );
+        assert_eq!(args.operator_resync_interval, Duration::from_secs(30));
+        assert_eq!(
+            args.operator_bundle_pull_secret.as_deref(),
+            Some("registry")
+        );
+        assert!(!args.operator_bundle_plain_http);
+
+        let err = Args::try_parse_from(["tenantflux-agent", "--operator-bundle=file:/x"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--operator-version"), "{err}");
+        let err = Args::try_parse_from(["tenantflux-agent", "--operator-bundle=install.yaml"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is not a bundle source"), "{err}");
+        assert!(Args::try_parse_from(["tenantflux-agent", "--operator-version=latest"]).is_err());
+        for bad in ["0s", "5d", "m"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
     }
 
     #[test]

@@ -5,8 +5,11 @@
 
 pub mod admin;
 pub mod auth;
+pub mod bundle;
+pub mod bundle_source;
 pub mod cli;
 pub mod metrics;
+pub mod operator;
 pub mod runtime;
 pub mod server;
 pub mod shutdown;

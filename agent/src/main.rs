@@ -8,6 +8,9 @@ use tenantflux_agent::Args;
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // The OCI client's TLS (reqwest, rustls without a bundled provider) uses the process
+    // default; ring is what kube uses too. Fails only if one is already installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     match Args::parse().run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

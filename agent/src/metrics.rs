@@ -7,11 +7,13 @@ use prometheus_client::{
     metrics::{
         counter::Counter,
         family::Family,
+        gauge::Gauge,
         histogram::{Histogram, exponential_buckets},
         info::Info,
     },
     registry::Registry,
 };
+use tenantflux_proto::v1::OperatorPhase;
 
 /// Labels of the per-RPC series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -20,6 +22,22 @@ struct RpcLabels {
     code: String,
 }
 
+/// Labels of the operator phase gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: String,
+}
+
+/// Every phase the gauge has a series for, so a dashboard sees 0s rather than gaps.
+const PHASES: [OperatorPhase; 6] = [
+    OperatorPhase::NotInstalled,
+    OperatorPhase::WaitingForApi,
+    OperatorPhase::ApplyingCrds,
+    OperatorPhase::WaitingForOperator,
+    OperatorPhase::Ready,
+    OperatorPhase::Failed,
+];
+
 type HistogramFamily = Family<RpcLabels, Histogram, fn() -> Histogram>;
 
 /// The agent's metrics registry and the series handlers record into.
@@ -27,6 +45,7 @@ pub struct Metrics {
     registry: Mutex<Registry>,
     requests: Family<RpcLabels, Counter>,
     durations: HistogramFamily,
+    operator_phase: Family<PhaseLabels, Gauge>,
 }
 
 impl Metrics {
@@ -51,10 +70,17 @@ impl Metrics {
             "Time to answer a gRPC request (for streams: until the stream is opened)",
             durations.clone(),
         );
+        let operator_phase = Family::<PhaseLabels, Gauge>::default();
+        agent.register(
+            "operator_phase",
+            "1 for the phase the flux-operator install is in, 0 for the others",
+            operator_phase.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             requests,
             durations,
+            operator_phase,
         }
     }
 
@@ -70,6 +96,17 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
+    /// Records the phase of the flux-operator install.
+    pub fn set_operator_phase(&self, current: OperatorPhase) {
+        for phase in PHASES {
+            self.operator_phase
+                .get_or_create(&PhaseLabels {
+                    phase: phase_name(phase),
+                })
+                .set(i64::from(phase == current));
+        }
+    }
+
     /// The metrics in the OpenMetrics text format, which Prometheus scrapes.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -78,6 +115,14 @@ impl Metrics {
         let _ = encode(&mut out, &registry);
         out
     }
+}
+
+/// `OPERATOR_PHASE_WAITING_FOR_API` → `waiting_for_api`.
+fn phase_name(phase: OperatorPhase) -> String {
+    phase
+        .as_str_name()
+        .trim_start_matches("OPERATOR_PHASE_")
+        .to_ascii_lowercase()
 }
 
 /// gRPC status code names as every gRPC implementation spells them in metrics.
@@ -115,6 +160,23 @@ mod tests {
             text.contains("tenantflux_agent_info{version=\"9.8.7\"} 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn operator_phase_gauge_marks_the_current_phase_only() {
+        let metrics = Metrics::new("0.1.0");
+        metrics.set_operator_phase(OperatorPhase::WaitingForApi);
+        metrics.set_operator_phase(OperatorPhase::Ready);
+        let text = metrics.render();
+        assert!(
+            text.contains("tenantflux_agent_operator_phase{phase=\"ready\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tenantflux_agent_operator_phase{phase=\"waiting_for_api\"} 0"),
+            "{text}"
+        );
+        assert_eq!(text.matches("tenantflux_agent_operator_phase{").count(), 6);
     }
 
     #[test]

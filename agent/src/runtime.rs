@@ -6,11 +6,15 @@ use std::{io::IsTerminal, sync::Arc, time::SystemTime};
 use tokio::{net::TcpListener, sync::watch};
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
+use tenantflux_proto::v1::Status;
+
 use crate::{
     VERSION, admin,
     auth::Authorizer,
+    bundle_source::Fetcher,
     cli::{Args, LogFormat},
     metrics::Metrics,
+    operator::{self, InstallConfig, InstallState},
     server::{self, AgentService},
     shutdown::Shutdown,
     status::{self, AgentFacts},
@@ -47,6 +51,11 @@ pub enum Error {
 
     #[error("serving the admin HTTP server")]
     Admin(#[source] std::io::Error),
+
+    #[error(
+        "--operator-bundle needs --operator-version (the flux-operator versions it may install)"
+    )]
+    OperatorVersionMissing,
 }
 
 impl Args {
@@ -54,6 +63,28 @@ impl Args {
     pub async fn run(self) -> Result<(), Error> {
         init_logging(self.log_format, &self.log_level)?;
         run(self).await
+    }
+}
+
+/// Keeps the operator phase gauge at the phase the status reports.
+async fn record_operator_phase(
+    mut status: watch::Receiver<Status>,
+    metrics: Arc<Metrics>,
+    shutdown: Shutdown,
+) {
+    loop {
+        let phase = status
+            .borrow_and_update()
+            .operator
+            .as_ref()
+            .map(|o| o.phase());
+        if let Some(phase) = phase {
+            metrics.set_operator_phase(phase);
+        }
+        tokio::select! {
+            () = shutdown.wait() => return,
+            changed = status.changed() => if changed.is_err() { return },
+        }
     }
 }
 
@@ -118,12 +149,48 @@ async fn run(args: Args) -> Result<(), Error> {
         operator_namespace: args.operator_namespace.clone(),
         started_at: SystemTime::now(),
     };
+    let (install, install_rx) = match args.operator_bundle.clone() {
+        Some(source) => {
+            let (tx, rx) = watch::channel(InstallState::initial(&source));
+            let config = InstallConfig {
+                allowed: args
+                    .operator_version
+                    .clone()
+                    .ok_or(Error::OperatorVersionMissing)?,
+                source,
+                agent_namespace: args.namespace.clone(),
+                operator_namespace: args.operator_namespace.clone(),
+                resync: args.operator_resync_interval,
+            };
+            let fetcher = Fetcher::new(
+                client.clone(),
+                args.namespace.clone(),
+                args.operator_bundle_pull_secret.clone(),
+                args.operator_bundle_plain_http,
+            );
+            let task = tokio::spawn(operator::run(
+                client.clone(),
+                fetcher,
+                config,
+                tx,
+                shutdown.clone(),
+            ));
+            (Some(task), Some(rx))
+        }
+        None => (None, None),
+    };
     let (status_tx, status_rx) = watch::channel(status::initial(&facts));
     let watchers = tokio::spawn(status::run(
         client.clone(),
         facts,
         status_tx,
         readiness.clone(),
+        install_rx,
+        shutdown.clone(),
+    ));
+    let phase_metric = tokio::spawn(record_operator_phase(
+        status_rx.clone(),
+        metrics.clone(),
         shutdown.clone(),
     ));
 
@@ -150,6 +217,10 @@ async fn run(args: Args) -> Result<(), Error> {
     let admin = admin.await;
     let _ = watchers.await;
     let _ = reflectors.await;
+    let _ = phase_metric.await;
+    if let Some(install) = install {
+        let _ = install.await;
+    }
     if let Ok(Err(err)) = signals.await {
         return Err(Error::Signals(err));
     }

@@ -12,7 +12,9 @@ use k8s_openapi::api::{
 use serde::Deserialize;
 use tenantflux_agent::{
     auth::Permission,
+    bundle::{KINDS, Stage},
     cli::Args,
+    operator::RECORD_CONFIGMAP,
     status::{INSTANCE_NAME, OPERATOR_DEPLOYMENT, flux_instance_resource, flux_report_resource},
     workloads::catalog,
 };
@@ -171,31 +173,99 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
             None
         ));
     }
+    assert!(!allows(
+        rules,
+        "apps",
+        "deployments",
+        "patch",
+        Some("other")
+    ));
+
+    // Installing flux-operator: server-side apply of every kind a bundle may hold.
+    for kind in KINDS {
+        let name = (kind.stage == Stage::Operator).then_some(OPERATOR_DEPLOYMENT);
+        for verb in ["get", "patch"] {
+            assert!(
+                allows(rules, kind.group(), kind.plural, verb, name),
+                "{verb} {}",
+                kind.plural
+            );
+        }
+        assert!(
+            allows(rules, kind.group(), kind.plural, "create", None),
+            "create {}",
+            kind.plural
+        );
+        // Pruning deletes what a new bundle dropped, but never CRDs or Namespaces: that would
+        // delete the tenant's Flux objects with them.
+        let prunable = !matches!(
+            kind.stage,
+            Stage::Crds | Stage::Namespaces | Stage::Operator
+        );
+        assert_eq!(
+            allows(rules, kind.group(), kind.plural, "delete", Some("x")),
+            prunable,
+            "delete {}",
+            kind.plural
+        );
+    }
+    // flux-operator binds cluster-admin and ships aggregated ClusterRoles.
+    let rbac = "rbac.authorization.k8s.io";
+    assert!(allows(
+        rules,
+        rbac,
+        "clusterroles",
+        "bind",
+        Some("cluster-admin")
+    ));
+    assert!(!allows(rules, rbac, "clusterroles", "bind", Some("other")));
+    assert!(allows(
+        rules,
+        rbac,
+        "clusterroles",
+        "escalate",
+        Some("flux-operator-edit")
+    ));
+
+    // Deletes go to bundle kinds only (pruning an upgrade); Flux objects are never deleted.
+    let bundle_resources: Vec<(&str, &str)> = KINDS.iter().map(|k| (k.group(), k.plural)).collect();
     for rule in rules {
         assert!(!rule.verbs.iter().any(|v| v == "*"), "no wildcard verbs");
+        if rule.verbs.iter().any(|v| v == "delete") {
+            for group in rule.api_groups.iter().flatten() {
+                for resource in rule.resources.iter().flatten() {
+                    assert!(
+                        bundle_resources.contains(&(group.as_str(), resource.as_str())),
+                        "delete on {resource}.{group}, which no bundle holds"
+                    );
+                }
+            }
+        }
         assert!(
             !rule.resources.iter().flatten().any(|r| r == "*"),
             "no wildcard resources"
         );
         assert!(
-            !rule.verbs.iter().any(|v| {
-                matches!(v.as_str(), "create" | "update" | "delete")
-                    && !rule
-                        .api_groups
-                        .iter()
-                        .flatten()
-                        .any(|g| g.starts_with("authentication") || g.starts_with("authorization"))
-            }),
-            "the only writes are patches of Flux objects"
+            !rule
+                .verbs
+                .iter()
+                .any(|v| v == "deletecollection" || v == "update"),
+            "server-side apply needs neither update nor deletecollection"
         );
+        // Patches go to Flux objects (local control) or to what a bundle holds (the install).
         if rule.verbs.iter().any(|v| v == "patch") {
-            assert!(
-                rule.resources
-                    .iter()
-                    .flatten()
-                    .all(|r| catalog::KINDS.iter().any(|k| k.plural == r)),
-                "patch only on Flux kinds: {rule:?}"
-            );
+            for group in rule.api_groups.iter().flatten() {
+                for resource in rule.resources.iter().flatten() {
+                    let flux_kind = catalog::KINDS
+                        .iter()
+                        .any(|k| k.group == group && k.plural == resource);
+                    assert!(
+                        flux_kind
+                            || bundle_resources.contains(&(group.as_str(), resource.as_str())),
+                        "patch on {resource}.{group}, neither a Flux kind nor a bundle kind"
+                    );
+                }
+            }
         }
     }
     let binding = objects
@@ -215,6 +285,51 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
             "tenantflux-agent",
             Some("tenantflux-system")
         )
+    );
+}
+
+#[test]
+fn agent_role_in_its_namespace_covers_sources_record_and_events() {
+    let objects = load();
+    let role = objects
+        .roles
+        .iter()
+        .find(|r| r.metadata.name.as_deref() == Some("tenantflux-agent"))
+        .expect("Role tenantflux-agent");
+    assert_eq!(
+        role.metadata.namespace.as_deref(),
+        Some("tenantflux-system")
+    );
+    let rules = role.rules.as_deref().unwrap();
+    for resource in ["configmaps", "secrets"] {
+        for verb in ["get", "list", "watch"] {
+            assert!(
+                allows(rules, "", resource, verb, Some("bundle")),
+                "{verb} {resource}"
+            );
+        }
+    }
+    assert!(allows(rules, "", "configmaps", "create", None));
+    assert!(allows(
+        rules,
+        "",
+        "configmaps",
+        "patch",
+        Some(RECORD_CONFIGMAP)
+    ));
+    assert!(!allows(rules, "", "configmaps", "patch", Some("bundle")));
+    assert!(!allows(rules, "", "secrets", "patch", Some("bundle")));
+    assert!(allows(rules, "events.k8s.io", "events", "create", None));
+    assert!(allows(rules, "events.k8s.io", "events", "patch", None));
+    let binding = objects
+        .role_bindings
+        .iter()
+        .find(|b| b.role_ref.name == "tenantflux-agent")
+        .expect("RoleBinding of tenantflux-agent");
+    assert_eq!(binding.role_ref.kind, "Role");
+    assert_eq!(
+        binding.subjects.as_ref().unwrap()[0].name,
+        "tenantflux-agent"
     );
 }
 
@@ -248,6 +363,15 @@ fn user_role_grants_the_permission_the_agent_checks() {
     assert!(allows(rules, "", "pods", "get", None));
     assert!(allows(rules, "", "pods/portforward", "create", None));
     assert!(allows(rules, "", "pods/portforward", "get", None));
+    assert!(allows(
+        rules,
+        "",
+        "configmaps",
+        "get",
+        Some(RECORD_CONFIGMAP)
+    ));
+    assert!(allows(rules, "", "events", "list", None));
+    assert!(allows(rules, "events.k8s.io", "events", "list", None));
 
     let binding = objects
         .role_bindings

@@ -137,6 +137,8 @@ pub struct OperatorView {
     pub ready_replicas: i32,
     pub desired_replicas: i32,
     pub bundle_digest: String,
+    /// Where the agent installs flux-operator from; empty when it only observes.
+    pub source: String,
     pub last_transition: Option<String>,
 }
 
@@ -233,6 +235,7 @@ impl From<pb::Status> for StatusView {
                 ready_replicas: operator.ready_replicas,
                 desired_replicas: operator.desired_replicas,
                 bundle_digest: operator.bundle_digest,
+                source: operator.source,
                 last_transition: timestamp(operator.last_transition),
             },
             instance: InstanceView {
@@ -329,6 +332,14 @@ pub fn render_table(view: &StatusView, style: Style) -> String {
     field(&mut out, "Replicas", &replicas);
     if !operator.reason.is_empty() {
         field(&mut out, "Reason", &operator.reason);
+    }
+    // Only when the agent installs flux-operator itself.
+    if !operator.source.is_empty() {
+        field(&mut out, "Source", &operator.source);
+        field(&mut out, "Bundle", or_dash(&operator.bundle_digest));
+        if let Some(since) = &operator.last_transition {
+            field(&mut out, "Since", since);
+        }
     }
 
     let instance = &view.instance;
@@ -514,6 +525,30 @@ Policy
         assert!(text.contains("\x1b[31mFalse\x1b[0m"));
         assert!(text.contains("\x1b[32mready\x1b[0m"));
         assert!(!render_table(&StatusView::from(fixture()), Style::PLAIN).contains('\x1b'));
+    }
+
+    #[test]
+    fn table_shows_where_the_agent_installs_from_and_why_it_failed() {
+        let mut status = fixture();
+        status.operator = Some(pb::OperatorStatus {
+            phase: pb::OperatorPhase::Failed as i32,
+            reason: "the bundle from configmap:b was refused, nothing was applied: the bundle \
+                     lacks CustomResourceDefinition fluxinstances.fluxcd.controlplane.io"
+                .to_owned(),
+            version: "v0.58.1".to_owned(),
+            namespace: "flux-system".to_owned(),
+            bundle_digest: "sha256:abc".to_owned(),
+            source: "configmap:b".to_owned(),
+            ..pb::OperatorStatus::default()
+        });
+        let text = render_table(&StatusView::from(status.clone()), Style::PLAIN);
+        assert!(text.contains("  Phase:       failed\n"), "{text}");
+        assert!(text.contains("  Reason:      the bundle from configmap:b was refused"));
+        assert!(text.contains("  Source:      configmap:b\n"), "{text}");
+        assert!(text.contains("  Bundle:      sha256:abc\n"), "{text}");
+        let json: serde_json::Value = serde_json::to_value(StatusView::from(status)).unwrap();
+        assert_eq!(json["operator"]["source"], "configmap:b");
+        assert_eq!(json["operator"]["bundleDigest"], "sha256:abc");
     }
 
     #[test]

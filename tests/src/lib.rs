@@ -9,6 +9,7 @@
 //! that is stopped when the value is dropped, also when the test panics.
 
 use std::{
+    ffi::OsStr,
     future::Future,
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
@@ -75,7 +76,7 @@ fn run_cluster_script(args: &[&str]) -> Result<String> {
     run_cluster_script_with(args, &[])
 }
 
-fn run_cluster_script_with(args: &[&str], envs: &[(&str, PathBuf)]) -> Result<String> {
+fn run_cluster_script_with(args: &[&str], envs: &[(&str, &OsStr)]) -> Result<String> {
     let command = format!("tests/env/cluster {}", args.join(" "));
     let output = Command::new(cluster_script())
         .args(args)
@@ -209,11 +210,31 @@ impl TestCluster {
         if restart {
             args.push("--restart");
         }
-        run_cluster_script_with(
-            &args,
-            &[("TENANTFLUX_AGENT_BIN", bin_dir().join("tenantflux-agent"))],
-        )
-        .map(drop)
+        let bin = bin_dir().join("tenantflux-agent");
+        run_cluster_script_with(&args, &[("TENANTFLUX_AGENT_BIN", bin.as_os_str())]).map(drop)
+    }
+
+    /// (Re)starts the agent with extra environment (its flags' env twins, e.g.
+    /// `TENANTFLUX_OPERATOR_BUNDLE`), replacing an agent already running.
+    pub fn restart_agent_with(&self, envs: &[(&str, &str)]) -> Result<()> {
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _serial = LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let bin = bin_dir().join("tenantflux-agent");
+        let mut all: Vec<(&str, &OsStr)> = vec![("TENANTFLUX_AGENT_BIN", bin.as_os_str())];
+        all.extend(envs.iter().map(|(k, v)| (*k, OsStr::new(*v))));
+        run_cluster_script_with(&["agent", &self.name, "--restart"], &all).map(drop)
+    }
+
+    /// Runs the real flux-operator process against this cluster without installing it: for
+    /// when the agent installed flux-operator.
+    pub fn run_flux_operator_process(&self) -> Result<()> {
+        run_cluster_script(&["flux-operator", &self.name, "--process-only"]).map(drop)
+    }
+
+    /// Starts (once) a local OCI registry for this cluster; returns its `127.0.0.1:PORT`.
+    pub fn registry(&self) -> Result<String> {
+        let stdout = run_cluster_script(&["registry", &self.name])?;
+        Ok(stdout.lines().last().unwrap_or_default().trim().to_owned())
     }
 
     /// The local address the agent's gRPC listener is bound to, for direct connections.
@@ -398,6 +419,23 @@ impl Drop for TestCluster {
             eprintln!("stopping test cluster {}: {err}", self.name);
         }
     }
+}
+
+/// The install.yaml of flux-operator `version`, made by `tests/env/cluster operator-bundle`
+/// from that module version's source (never stored in the repository).
+pub fn operator_bundle(version: &str) -> Result<PathBuf> {
+    let stdout = run_cluster_script(&["operator-bundle", version])?;
+    Ok(PathBuf::from(
+        stdout.lines().last().unwrap_or_default().trim(),
+    ))
+}
+
+/// Pushes `install_yaml` as a flux-operator manifests artifact to `reference`
+/// (`127.0.0.1:PORT/REPOSITORY:TAG`) with oras; returns the manifest digest.
+pub fn push_bundle(reference: &str, install_yaml: &Path) -> Result<String> {
+    let path = install_yaml.to_string_lossy();
+    let stdout = run_cluster_script(&["push-bundle", reference, &path])?;
+    Ok(stdout.lines().last().unwrap_or_default().trim().to_owned())
 }
 
 /// The field manager the tests' own writes use.

@@ -9,6 +9,8 @@ use tenantflux_proto::v1::{
     AgentInfo, Component, Condition, Health, InstanceStatus, OperatorPhase, OperatorStatus, Status,
 };
 
+use crate::operator::InstallState;
+
 /// Name of the flux-operator Deployment (flux-operator's own manifests).
 pub const OPERATOR_DEPLOYMENT: &str = "flux-operator";
 /// The one FluxInstance (and FluxReport) a cluster has; flux-operator refuses other names.
@@ -73,6 +75,8 @@ pub struct Observed {
     pub report: Tracked<DynamicObject>,
     /// One line per failing source, saying what is wrong with which object.
     pub problems: BTreeMap<Source, String>,
+    /// The agent's own install, when it installs flux-operator (`--operator-bundle`).
+    pub install: Option<InstallState>,
 }
 
 /// The status the agent reports for what it observed. `observed_at` is left empty: it is the
@@ -92,9 +96,9 @@ pub fn derive(facts: &AgentFacts, observed: &Observed) -> Status {
             kubernetes_version: observed.kubernetes_version.clone().unwrap_or_default(),
             started_at: Some(facts.started_at.into()),
         }),
-        operator: Some(operator_status(
-            &facts.operator_namespace,
-            &observed.operator,
+        operator: Some(with_install(
+            operator_status(&facts.operator_namespace, &observed.operator),
+            observed.install.as_ref(),
         )),
         instance: Some(instance_status(
             observed.instance.object.as_ref(),
@@ -160,6 +164,24 @@ fn operator_status(namespace: &str, tracked: &Tracked<Deployment>) -> OperatorSt
             status.ready_replicas, status.desired_replicas
         ),
     };
+    status
+}
+
+/// When the agent installs flux-operator, its install loop knows the phase (it also watches the
+/// Deployment): it overrides what observing the Deployment alone says. Replicas and the running
+/// version still come from the Deployment.
+fn with_install(mut status: OperatorStatus, install: Option<&InstallState>) -> OperatorStatus {
+    let Some(install) = install else {
+        return status;
+    };
+    status.set_phase(install.phase);
+    status.reason = install.reason.clone();
+    if status.version.is_empty() {
+        status.version = install.version.clone();
+    }
+    status.bundle_digest = install.digest.clone();
+    status.source = install.source.clone();
+    status.last_transition = Some(install.last_transition.into());
     status
 }
 

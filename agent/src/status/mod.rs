@@ -26,7 +26,7 @@ pub use derive::{
     AgentFacts, INSTANCE_NAME, OPERATOR_DEPLOYMENT, Observed, Source, Tracked, derive, image_tag,
 };
 
-use crate::{admin::Readiness, shutdown::Shutdown};
+use crate::{admin::Readiness, operator::InstallState, shutdown::Shutdown};
 
 /// API group of flux-operator's CRDs.
 const FLUX_OPERATOR_GROUP: &str = "fluxcd.controlplane.io";
@@ -70,6 +70,7 @@ pub async fn run(
     facts: AgentFacts,
     tx: watch::Sender<Status>,
     readiness: Arc<Readiness>,
+    install: Option<watch::Receiver<InstallState>>,
     shutdown: Shutdown,
 ) {
     let ns = facts.operator_namespace.clone();
@@ -110,6 +111,10 @@ pub async fn run(
     ));
 
     let mut state = Tracker::default();
+    let mut install = install;
+    if let Some(rx) = &mut install {
+        state.observed.install = Some(rx.borrow_and_update().clone());
+    }
     let mut next_version_check = tokio::time::Instant::now();
     loop {
         tokio::select! {
@@ -131,6 +136,14 @@ pub async fn run(
                     }
                 };
                 next_version_check = tokio::time::Instant::now() + delay;
+            }
+            Ok(()) = async {
+                match &mut install {
+                    Some(rx) => rx.changed().await,
+                    None => futures::future::pending().await,
+                }
+            } => {
+                state.observed.install = install.as_mut().map(|rx| rx.borrow_and_update().clone());
             }
             Some((source, update)) = updates.next() => match update {
                 Ok(event) => state.apply(source, event),

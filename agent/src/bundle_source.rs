@@ -1,0 +1,616 @@
+//! Where the flux-operator bundle comes from: a file (development), a ConfigMap or Secret in
+//! the agent's namespace holding `install.yaml` (air-gapped installs), or the official OCI
+//! manifests artifact (`oci://…/flux-operator-manifests:<tag>`, a gzipped tarball layer with
+//! `flux-operator/install.yaml`), optionally pinned by digest, pulled with registry credentials
+//! from a `kubernetes.io/dockerconfigjson` Secret.
+
+use std::{fmt, io::Read, path::PathBuf, str::FromStr};
+
+use base64::Engine;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::{Api, Client};
+use oci_client::{
+    Reference,
+    client::{ClientConfig, ClientProtocol},
+    secrets::RegistryAuth,
+};
+use serde::Deserialize;
+
+use crate::bundle::digest_of;
+
+/// The key of a ConfigMap or Secret source, and the file name in the OCI artifact's directory.
+pub const INSTALL_KEY: &str = "install.yaml";
+/// The path of the install manifest inside the official flux-operator-manifests artifact.
+pub const ARTIFACT_PATH: &str = "flux-operator/install.yaml";
+
+/// A configured bundle source (`--operator-bundle`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BundleSource {
+    /// `file:PATH`
+    File(PathBuf),
+    /// `configmap:NAME`, key `install.yaml`, in the agent's namespace.
+    ConfigMap(String),
+    /// `secret:NAME`, key `install.yaml`, in the agent's namespace.
+    Secret(String),
+    /// `oci://REGISTRY/REPOSITORY:TAG[@sha256:…]`
+    Oci(OciArtifact),
+}
+
+/// An OCI artifact reference, with its digest pin when one was given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OciArtifact {
+    pub registry: String,
+    pub repository: String,
+    pub tag: Option<String>,
+    pub digest: Option<String>,
+}
+
+impl OciArtifact {
+    fn tagged(&self) -> Option<Reference> {
+        let tag = self.tag.clone()?;
+        Some(Reference::with_tag(
+            self.registry.clone(),
+            self.repository.clone(),
+            tag,
+        ))
+    }
+
+    fn by_digest(&self, digest: &str) -> Reference {
+        Reference::with_digest(
+            self.registry.clone(),
+            self.repository.clone(),
+            digest.to_owned(),
+        )
+    }
+}
+
+impl fmt::Display for BundleSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::File(path) => write!(f, "file:{}", path.display()),
+            Self::ConfigMap(name) => write!(f, "configmap:{name}"),
+            Self::Secret(name) => write!(f, "secret:{name}"),
+            Self::Oci(a) => {
+                write!(f, "oci://{}/{}", a.registry, a.repository)?;
+                if let Some(tag) = &a.tag {
+                    write!(f, ":{tag}")?;
+                }
+                if let Some(digest) = &a.digest {
+                    write!(f, "@{digest}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{text:?} is not a bundle source: {problem} (use file:PATH, configmap:NAME, secret:NAME or \
+     oci://REGISTRY/REPOSITORY:TAG[@sha256:DIGEST])"
+)]
+pub struct BadSource {
+    text: String,
+    problem: String,
+}
+
+impl FromStr for BundleSource {
+    type Err = BadSource;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = |problem: &str| BadSource {
+            text: text.to_owned(),
+            problem: problem.to_owned(),
+        };
+        let non_empty = |rest: &str, what: &str| {
+            if rest.is_empty() {
+                Err(bad(&format!("no {what}")))
+            } else {
+                Ok(rest.to_owned())
+            }
+        };
+        if let Some(path) = text.strip_prefix("file:") {
+            return Ok(Self::File(non_empty(path, "path")?.into()));
+        }
+        if let Some(name) = text.strip_prefix("configmap:") {
+            return Ok(Self::ConfigMap(non_empty(name, "ConfigMap name")?));
+        }
+        if let Some(name) = text.strip_prefix("secret:") {
+            return Ok(Self::Secret(non_empty(name, "Secret name")?));
+        }
+        let Some(rest) = text.strip_prefix("oci://") else {
+            return Err(bad("unknown scheme"));
+        };
+        // Without a tag, a reference means `latest`: a bundle source names its version.
+        let last_segment = rest.rsplit('/').next().unwrap_or(rest);
+        if !last_segment.contains([':', '@']) {
+            return Err(bad("no tag or digest"));
+        }
+        let reference: Reference = rest
+            .parse()
+            .map_err(|err: oci_client::ParseError| bad(&err.to_string()))?;
+        if let Some(digest) = reference.digest()
+            && !digest.starts_with("sha256:")
+        {
+            return Err(bad("only sha256 digests are supported"));
+        }
+        Ok(Self::Oci(OciArtifact {
+            registry: reference.registry().to_owned(),
+            repository: reference.repository().to_owned(),
+            tag: reference.tag().map(str::to_owned),
+            digest: reference.digest().map(str::to_owned),
+        }))
+    }
+}
+
+/// A bundle as read from its source, before any check.
+#[derive(Clone, Debug)]
+pub struct Fetched {
+    pub yaml: String,
+    /// The OCI manifest digest, or `sha256:` of the YAML.
+    pub digest: String,
+}
+
+/// Why the bundle could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("reading bundle file {path}")]
+    File {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("reading {kind} {namespace}/{name}")]
+    Read {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    #[error("{kind} {namespace}/{name} does not exist: create it with key {INSTALL_KEY}")]
+    NotFound {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+    },
+
+    #[error("{kind} {namespace}/{name} has no key {INSTALL_KEY}")]
+    NoKey {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+    },
+
+    #[error("the bundle in {what} is not UTF-8 text")]
+    NotText { what: String },
+
+    #[error("pull secret {namespace}/{name} is unusable: {problem}")]
+    PullSecret {
+        namespace: String,
+        name: String,
+        problem: String,
+    },
+
+    #[error("{step} of {artifact} failed: {message}")]
+    Registry {
+        step: &'static str,
+        artifact: String,
+        message: String,
+    },
+
+    #[error(
+        "tag {tag} of {artifact} points at {actual}, not at the pinned digest {pinned}: the tag \
+         was moved, or the pin is wrong"
+    )]
+    DigestMismatch {
+        artifact: String,
+        tag: String,
+        pinned: String,
+        actual: String,
+    },
+
+    #[error("{artifact} is not a flux-operator manifests artifact: {problem}")]
+    Artifact { artifact: String, problem: String },
+}
+
+/// Reads bundles from the configured source.
+#[derive(Clone)]
+pub struct Fetcher {
+    client: Client,
+    namespace: String,
+    pull_secret: Option<String>,
+    plain_http: bool,
+}
+
+impl Fetcher {
+    /// `namespace` holds ConfigMap/Secret sources and the pull secret; `plain_http` talks to
+    /// the registry without TLS (local development registries only).
+    pub fn new(
+        client: Client,
+        namespace: impl Into<String>,
+        pull_secret: Option<String>,
+        plain_http: bool,
+    ) -> Self {
+        Self {
+            client,
+            namespace: namespace.into(),
+            pull_secret,
+            plain_http,
+        }
+    }
+
+    pub async fn fetch(&self, source: &BundleSource) -> Result<Fetched, SourceError> {
+        match source {
+            BundleSource::File(path) => {
+                let bytes = tokio::fs::read(path)
+                    .await
+                    .map_err(|source| SourceError::File {
+                        path: path.clone(),
+                        source,
+                    })?;
+                text(bytes, || path.display().to_string())
+            }
+            BundleSource::ConfigMap(name) => {
+                let api = Api::<ConfigMap>::namespaced(self.client.clone(), &self.namespace);
+                let map = self.get(&api, "ConfigMap", name).await?;
+                let yaml = map
+                    .data
+                    .and_then(|mut d| d.remove(INSTALL_KEY))
+                    .ok_or_else(|| self.no_key("ConfigMap", name))?;
+                Ok(Fetched {
+                    digest: digest_of(yaml.as_bytes()),
+                    yaml,
+                })
+            }
+            BundleSource::Secret(name) => {
+                let api = Api::<Secret>::namespaced(self.client.clone(), &self.namespace);
+                let secret = self.get(&api, "Secret", name).await?;
+                let bytes = secret
+                    .data
+                    .and_then(|mut d| d.remove(INSTALL_KEY))
+                    .ok_or_else(|| self.no_key("Secret", name))?;
+                text(bytes.0, || format!("Secret {}/{name}", self.namespace))
+            }
+            BundleSource::Oci(artifact) => self.pull(source, artifact).await,
+        }
+    }
+
+    async fn get<K>(&self, api: &Api<K>, kind: &'static str, name: &str) -> Result<K, SourceError>
+    where
+        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        api.get_opt(name)
+            .await
+            .map_err(|source| SourceError::Read {
+                kind,
+                namespace: self.namespace.clone(),
+                name: name.to_owned(),
+                source: Box::new(source),
+            })?
+            .ok_or_else(|| SourceError::NotFound {
+                kind,
+                namespace: self.namespace.clone(),
+                name: name.to_owned(),
+            })
+    }
+
+    fn no_key(&self, kind: &'static str, name: &str) -> SourceError {
+        SourceError::NoKey {
+            kind,
+            namespace: self.namespace.clone(),
+            name: name.to_owned(),
+        }
+    }
+
+    async fn pull(
+        &self,
+        source: &BundleSource,
+        artifact: &OciArtifact,
+    ) -> Result<Fetched, SourceError> {
+        let name = source.to_string();
+        let auth = self.registry_auth(&artifact.registry).await?;
+        let client = oci_client::Client::new(ClientConfig {
+            protocol: if self.plain_http {
+                ClientProtocol::Http
+            } else {
+                ClientProtocol::Https
+            },
+            connect_timeout: Some(std::time::Duration::from_secs(10)),
+            read_timeout: Some(std::time::Duration::from_secs(60)),
+            ..ClientConfig::default()
+        });
+        let registry = |step: &'static str| {
+            let artifact = name.clone();
+            move |err: oci_client::errors::OciDistributionError| SourceError::Registry {
+                step,
+                artifact,
+                message: error_text(&err),
+            }
+        };
+        // The digest to pull: the pin, after checking that the tag (when given) still points
+        // at it, so a moved tag is reported as such instead of silently ignored.
+        let digest = match (artifact.tagged(), &artifact.digest) {
+            (Some(tagged), pinned) => {
+                let actual = client
+                    .fetch_manifest_digest(&tagged, &auth)
+                    .await
+                    .map_err(registry("resolving the tag"))?;
+                if let Some(pinned) = pinned
+                    && *pinned != actual
+                {
+                    return Err(SourceError::DigestMismatch {
+                        artifact: name,
+                        tag: artifact.tag.clone().unwrap_or_default(),
+                        pinned: pinned.clone(),
+                        actual,
+                    });
+                }
+                actual
+            }
+            (None, Some(pinned)) => pinned.clone(),
+            (None, None) => unreachable!("BundleSource::from_str refuses a reference without both"),
+        };
+        let reference = artifact.by_digest(&digest);
+        let (manifest, manifest_digest) = client
+            .pull_image_manifest(&reference, &auth)
+            .await
+            .map_err(registry("pulling the manifest"))?;
+        if manifest_digest != digest {
+            return Err(SourceError::DigestMismatch {
+                artifact: name,
+                tag: artifact.tag.clone().unwrap_or_default(),
+                pinned: digest,
+                actual: manifest_digest,
+            });
+        }
+        let layer = manifest
+            .layers
+            .first()
+            .ok_or_else(|| SourceError::Artifact {
+                artifact: name.clone(),
+                problem: "it has no layers".into(),
+            })?;
+        let mut blob = Vec::new();
+        client
+            .pull_blob(&reference, layer, &mut blob)
+            .await
+            .map_err(registry("pulling the layer"))?;
+        let yaml = install_yaml_from_layer(&blob).map_err(|problem| SourceError::Artifact {
+            artifact: name.clone(),
+            problem,
+        })?;
+        Ok(Fetched {
+            yaml,
+            digest: manifest_digest,
+        })
+    }
+
+    async fn registry_auth(&self, registry: &str) -> Result<RegistryAuth, SourceError> {
+        let Some(name) = &self.pull_secret else {
+            return Ok(RegistryAuth::Anonymous);
+        };
+        let api = Api::<Secret>::namespaced(self.client.clone(), &self.namespace);
+        let secret = self.get(&api, "Secret", name).await?;
+        let problem = |problem: &str| SourceError::PullSecret {
+            namespace: self.namespace.clone(),
+            name: name.clone(),
+            problem: problem.to_owned(),
+        };
+        let config = secret
+            .data
+            .and_then(|mut d| d.remove(".dockerconfigjson"))
+            .ok_or_else(|| problem("no key .dockerconfigjson (create it with kubectl create secret docker-registry)"))?;
+        registry_auth_from_docker_config(&config.0, registry).map_err(|p| problem(&p))
+    }
+}
+
+fn text(bytes: Vec<u8>, what: impl FnOnce() -> String) -> Result<Fetched, SourceError> {
+    let digest = digest_of(&bytes);
+    let yaml = String::from_utf8(bytes).map_err(|_| SourceError::NotText { what: what() })?;
+    Ok(Fetched { yaml, digest })
+}
+
+/// An error and its causes on one line (`what: why: why`), for status reasons.
+pub fn error_text(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    message
+}
+
+/// `flux-operator/install.yaml` from the artifact's layer (a gzipped tarball, as `flux push
+/// artifact` writes it).
+pub fn install_yaml_from_layer(layer: &[u8]) -> Result<String, String> {
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(layer));
+    let entries = archive
+        .entries()
+        .map_err(|err| format!("its layer is not a gzipped tarball: {err}"))?;
+    for entry in entries {
+        let mut entry =
+            entry.map_err(|err| format!("its layer is not a gzipped tarball: {err}"))?;
+        let path = entry
+            .path()
+            .map_err(|err| format!("a tarball entry has a bad path: {err}"))?
+            .to_string_lossy()
+            .trim_start_matches("./")
+            .to_owned();
+        if path == ARTIFACT_PATH {
+            let mut yaml = String::new();
+            entry
+                .read_to_string(&mut yaml)
+                .map_err(|err| format!("{ARTIFACT_PATH} is not UTF-8 text: {err}"))?;
+            return Ok(yaml);
+        }
+    }
+    Err(format!("its layer has no {ARTIFACT_PATH}"))
+}
+
+/// Credentials for `registry` from a `.dockerconfigjson` document.
+pub fn registry_auth_from_docker_config(
+    json: &[u8],
+    registry: &str,
+) -> Result<RegistryAuth, String> {
+    #[derive(Deserialize)]
+    struct DockerConfig {
+        #[serde(default)]
+        auths: std::collections::BTreeMap<String, Entry>,
+    }
+    #[derive(Deserialize)]
+    struct Entry {
+        username: Option<String>,
+        password: Option<String>,
+        auth: Option<String>,
+    }
+    let config: DockerConfig = serde_json::from_slice(json)
+        .map_err(|err| format!(".dockerconfigjson is not valid JSON: {err}"))?;
+    let host = |key: &str| {
+        key.trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let Some(entry) = config
+        .auths
+        .iter()
+        .find(|(key, _)| host(key) == registry)
+        .map(|(_, e)| e)
+    else {
+        return Err(format!("it has no credentials for registry {registry}"));
+    };
+    if let (Some(user), Some(password)) = (&entry.username, &entry.password) {
+        return Ok(RegistryAuth::Basic(user.clone(), password.clone()));
+    }
+    let auth = entry.auth.as_deref().ok_or_else(|| {
+        format!("the entry for {registry} has neither username/password nor auth")
+    })?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(auth)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(|| {
+            format!("the auth of the entry for {registry} is not base64 of user:password")
+        })?;
+    let (user, password) = decoded
+        .split_once(':')
+        .ok_or_else(|| format!("the auth of the entry for {registry} is not user:password"))?;
+    Ok(RegistryAuth::Basic(user.to_owned(), password.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_parse_and_print_back() {
+        for text in [
+            "file:/tmp/install.yaml",
+            "configmap:flux-operator-bundle",
+            "secret:flux-operator-bundle",
+            "oci://127.0.0.1:5000/flux-operator-manifests:v0.58.1",
+            "oci://ghcr.io/controlplaneio-fluxcd/flux-operator-manifests:v0.58.1@sha256:0123456789012345678901234567890123456789012345678901234567890123",
+        ] {
+            let source: BundleSource = text.parse().unwrap();
+            assert_eq!(source.to_string(), text);
+        }
+        let BundleSource::Oci(artifact) = "oci://127.0.0.1:5000/flux-operator-manifests:v0.58.1"
+            .parse()
+            .unwrap()
+        else {
+            panic!("oci");
+        };
+        assert_eq!(artifact.registry, "127.0.0.1:5000");
+        assert_eq!(artifact.repository, "flux-operator-manifests");
+        assert_eq!(artifact.tag.as_deref(), Some("v0.58.1"));
+        assert_eq!(artifact.digest, None);
+    }
+
+    #[test]
+    fn bad_sources_say_what_to_write() {
+        for (text, problem) in [
+            ("install.yaml", "unknown scheme"),
+            ("file:", "no path"),
+            ("configmap:", "no ConfigMap name"),
+            (
+                "oci://ghcr.io/x/flux-operator-manifests",
+                "no tag or digest",
+            ),
+        ] {
+            let err = text.parse::<BundleSource>().unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("{text:?} is not a bundle source: {problem}")),
+                "{err}"
+            );
+            assert!(err.contains("use file:PATH"), "{err}");
+        }
+    }
+
+    fn tarball(path: &str, content: &str) -> Vec<u8> {
+        let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
+            Vec::new(),
+            flate2::Compression::default(),
+        ));
+        let mut header = tar::Header::new_gnu();
+        header.set_size(content.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        builder
+            .append_data(&mut header, path, content.as_bytes())
+            .unwrap();
+        builder.into_inner().unwrap().finish().unwrap()
+    }
+
+    #[test]
+    fn the_install_yaml_comes_out_of_the_artifact_layer() {
+        let yaml = "kind: Namespace\n";
+        assert_eq!(
+            install_yaml_from_layer(&tarball("flux-operator/install.yaml", yaml)).unwrap(),
+            yaml
+        );
+        assert_eq!(
+            install_yaml_from_layer(&tarball("./flux-operator/install.yaml", yaml)).unwrap(),
+            yaml
+        );
+        assert_eq!(
+            install_yaml_from_layer(&tarball("flux/install.yaml", yaml)).unwrap_err(),
+            "its layer has no flux-operator/install.yaml"
+        );
+        assert!(
+            install_yaml_from_layer(b"not gzip")
+                .unwrap_err()
+                .starts_with("its layer is not a gzipped tarball")
+        );
+    }
+
+    #[test]
+    fn docker_config_gives_basic_auth_for_the_registry() {
+        let encoded = base64::engine::general_purpose::STANDARD.encode("robot:s3cret");
+        let json = format!(
+            r#"{{"auths": {{"https://registry.local:5000": {{"auth": "{encoded}"}}, "ghcr.io": {{"username": "u", "password": "p"}}}}}}"#
+        );
+        let auth = registry_auth_from_docker_config(json.as_bytes(), "registry.local:5000");
+        assert!(matches!(auth, Ok(RegistryAuth::Basic(u, p)) if u == "robot" && p == "s3cret"));
+        let auth = registry_auth_from_docker_config(json.as_bytes(), "ghcr.io");
+        assert!(matches!(auth, Ok(RegistryAuth::Basic(u, p)) if u == "u" && p == "p"));
+        assert_eq!(
+            registry_auth_from_docker_config(json.as_bytes(), "quay.io").unwrap_err(),
+            "it has no credentials for registry quay.io"
+        );
+        assert!(
+            registry_auth_from_docker_config(b"{", "x")
+                .unwrap_err()
+                .starts_with(".dockerconfigjson is not valid JSON")
+        );
+    }
+}

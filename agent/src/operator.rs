@@ -1,0 +1,912 @@
+//! The flux-operator install the agent owns, as a loop:
+//!
+//! wait until the API server answers `/readyz` (no timeout clock runs while the tenant control
+//! plane comes up) → read the bundle → check it → apply CRDs, wait until Established → apply
+//! the namespace, ServiceAccounts, RBAC, Services → apply the Deployment → remember what was
+//! applied → prune what the new bundle dropped → wait until the Deployment has rolled out.
+//!
+//! Then it watches: the bundle source (a ConfigMap or Secret is watched, a file or OCI artifact
+//! is read again every resync interval) and the operator Deployment, which is restored when
+//! someone edits or deletes it. Every write is a server-side apply by field manager
+//! `tenantflux-agent`, and every applied object carries label
+//! `app.kubernetes.io/managed-by: tenantflux-agent`.
+//!
+//! A bundle that fails a check changes nothing: the previous install keeps running and the
+//! phase is FAILED with the reason.
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, SystemTime},
+};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::{
+    api::{
+        apps::v1::Deployment,
+        core::v1::{ConfigMap, ObjectReference, Secret},
+    },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, DynamicObject, Patch, PatchParams},
+    runtime::{
+        WatchStreamExt,
+        events::{Event as KubeEvent, EventType, Recorder, Reporter},
+        watcher::{self, Event},
+    },
+};
+use serde::{Deserialize, Serialize};
+use tenantflux_proto::v1::OperatorPhase;
+use tokio::sync::watch;
+
+use crate::{
+    bundle::{
+        AllowedVersions, Bundle, BundleError, BundleObject, MANAGED_BY_LABEL, MANAGER, ObjectRef,
+        Stage, kind_of, to_prune,
+    },
+    bundle_source::{BundleSource, Fetcher, SourceError},
+    shutdown::Shutdown,
+    status::OPERATOR_DEPLOYMENT,
+};
+
+/// The ConfigMap in the agent's namespace that remembers what the agent applied (version,
+/// digest, source, objects), and the object the agent's install Events are about.
+pub const RECORD_CONFIGMAP: &str = "tenantflux-operator-install";
+
+/// How long CRDs may take to become Established once the API server serves.
+const CRD_TIMEOUT: Duration = Duration::from_secs(60);
+/// Backoff between attempts while the API server does not answer or an attempt failed.
+const BACKOFF_MIN: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// How long one `/readyz` request may take.
+const READYZ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the agent installs and from where.
+#[derive(Clone, Debug)]
+pub struct InstallConfig {
+    pub source: BundleSource,
+    pub allowed: AllowedVersions,
+    pub agent_namespace: String,
+    pub operator_namespace: String,
+    /// How often the source is read again and the whole bundle re-applied (which also undoes
+    /// edits of objects other than the Deployment).
+    pub resync: Duration,
+}
+
+/// Where the install stands; it goes into `Status.operator` and the metrics.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InstallState {
+    pub phase: OperatorPhase,
+    pub reason: String,
+    /// The configured source (`--operator-bundle`).
+    pub source: String,
+    /// The flux-operator version of the bundle last applied ("" before the first install).
+    pub version: String,
+    /// The digest of the bundle last applied.
+    pub digest: String,
+    pub last_transition: SystemTime,
+}
+
+impl InstallState {
+    pub fn initial(source: &BundleSource) -> Self {
+        Self {
+            phase: OperatorPhase::WaitingForApi,
+            reason: "the agent has not yet asked the Kubernetes API server".into(),
+            source: source.to_string(),
+            version: String::new(),
+            digest: String::new(),
+            last_transition: SystemTime::now(),
+        }
+    }
+}
+
+/// What the agent remembers it applied, stored in [`RECORD_CONFIGMAP`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub version: String,
+    pub digest: String,
+    pub source: String,
+    pub objects: Vec<ObjectRef>,
+}
+
+impl Record {
+    fn from_config_map(map: &ConfigMap) -> Option<Self> {
+        let data = map.data.as_ref()?;
+        Some(Self {
+            version: data.get("version")?.clone(),
+            digest: data.get("digest")?.clone(),
+            source: data.get("source").cloned().unwrap_or_default(),
+            objects: serde_json::from_str(data.get("objects")?).ok()?,
+        })
+    }
+
+    fn to_config_map(&self, namespace: &str) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": RECORD_CONFIGMAP,
+                "namespace": namespace,
+                "labels": {MANAGED_BY_LABEL: MANAGER, "app.kubernetes.io/part-of": "tenantflux"},
+            },
+            "data": {
+                "version": self.version,
+                "digest": self.digest,
+                "source": self.source,
+                "objects": serde_json::to_string_pretty(&self.objects).unwrap_or_default(),
+            },
+        })
+    }
+}
+
+/// Why one install attempt failed.
+#[derive(Debug, thiserror::Error)]
+enum InstallError {
+    #[error("reading the bundle from {source_name}: {message}")]
+    Source {
+        source_name: String,
+        message: String,
+    },
+
+    #[error("the bundle from {source_name} was refused, nothing was applied: {error}")]
+    Rejected {
+        source_name: String,
+        error: BundleError,
+    },
+
+    #[error("applying {object} failed: {message}")]
+    Apply { object: ObjectRef, message: String },
+
+    #[error("{what} failed: {message}")]
+    Kube { what: String, message: String },
+
+    #[error("CustomResourceDefinition {name} is not Established after {}s: {detail}", CRD_TIMEOUT.as_secs())]
+    CrdNotEstablished { name: String, detail: String },
+}
+
+impl InstallError {
+    /// The Event reason (PascalCase) for this failure.
+    fn event_reason(&self) -> &'static str {
+        match self {
+            Self::Source { .. } => "BundleUnavailable",
+            Self::Rejected { .. } => "BundleRejected",
+            Self::Apply { .. } | Self::Kube { .. } | Self::CrdNotEstablished { .. } => {
+                "InstallFailed"
+            }
+        }
+    }
+}
+
+fn kube_message(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
+        other => other.to_string(),
+    }
+}
+
+/// What set a reconcile off.
+#[derive(Debug)]
+enum Trigger {
+    Start,
+    Resync,
+    SourceChanged,
+    Retry,
+    DeploymentDeleted,
+    DeploymentEdited { generation: i64 },
+}
+
+/// The install loop's state.
+struct Installer {
+    client: Client,
+    fetcher: Fetcher,
+    config: InstallConfig,
+    tx: watch::Sender<InstallState>,
+    recorder: Recorder,
+    record_ref: ObjectReference,
+    /// The bundle last applied in full, and the Deployment generation that apply produced.
+    applied: Option<(Bundle, i64)>,
+    /// The latest observed operator Deployment.
+    deployment: Option<Deployment>,
+    /// Set while the latest attempt failed; the phase stays FAILED until an attempt succeeds.
+    failure: Option<String>,
+}
+
+/// Runs the install loop until the shutdown.
+pub async fn run(
+    client: Client,
+    fetcher: Fetcher,
+    config: InstallConfig,
+    tx: watch::Sender<InstallState>,
+    shutdown: Shutdown,
+) {
+    let record_ref = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("ConfigMap".into()),
+        name: Some(RECORD_CONFIGMAP.into()),
+        namespace: Some(config.agent_namespace.clone()),
+        ..ObjectReference::default()
+    };
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: MANAGER.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
+    let mut installer = Installer {
+        client: client.clone(),
+        fetcher,
+        config,
+        tx,
+        recorder,
+        record_ref,
+        applied: None,
+        deployment: None,
+        failure: None,
+    };
+    let deployments = watcher::watcher(
+        Api::<Deployment>::namespaced(client.clone(), &installer.config.operator_namespace),
+        watcher::Config::default().fields(&format!("metadata.name={OPERATOR_DEPLOYMENT}")),
+    )
+    .default_backoff();
+    let sources = source_changes(&client, &installer.config);
+    let mut deployments = std::pin::pin!(deployments);
+    let mut sources = std::pin::pin!(sources);
+
+    let mut trigger = Trigger::Start;
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        tokio::select! {
+            () = shutdown.wait() => return,
+            () = installer.wait_for_api() => {}
+        }
+        let attempt = match trigger {
+            Trigger::DeploymentDeleted | Trigger::DeploymentEdited { .. } => {
+                installer.restore(&trigger).await
+            }
+            Trigger::Start | Trigger::Resync | Trigger::SourceChanged | Trigger::Retry => {
+                installer.reconcile().await
+            }
+        };
+        let next_try = match attempt {
+            Ok(()) => {
+                backoff = BACKOFF_MIN;
+                installer.config.resync
+            }
+            Err(err) => {
+                installer.fail(&err).await;
+                let wait = backoff;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                wait
+            }
+        };
+        let retry_at = tokio::time::Instant::now() + next_try;
+        trigger = loop {
+            tokio::select! {
+                () = shutdown.wait() => return,
+                () = tokio::time::sleep_until(retry_at) => {
+                    break if installer.failure.is_some() { Trigger::Retry } else { Trigger::Resync };
+                }
+                Some(changed) = sources.next() => if changed {
+                    break Trigger::SourceChanged;
+                },
+                Some(event) = deployments.next() => match event {
+                    Ok(event) => if let Some(trigger) = installer.observe(event) {
+                        break trigger;
+                    },
+                    Err(err) => tracing::debug!(error = %err, "watching the operator Deployment failed; retrying"),
+                },
+            }
+        };
+        tracing::info!(?trigger, "reconciling the flux-operator install");
+    }
+}
+
+/// `true` each time the source object (ConfigMap or Secret) changes; nothing for sources that
+/// are only read again on the resync interval.
+fn source_changes(
+    client: &Client,
+    config: &InstallConfig,
+) -> std::pin::Pin<Box<dyn Stream<Item = bool> + Send>> {
+    fn changes<K>(api: Api<K>, name: &str) -> std::pin::Pin<Box<dyn Stream<Item = bool> + Send>>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        let mut last_version: Option<Option<String>> = None;
+        Box::pin(
+            watcher::watcher(
+                api,
+                watcher::Config::default().fields(&format!("metadata.name={name}")),
+            )
+            .default_backoff()
+            .filter_map(move |event| {
+                let version = match event {
+                    Ok(Event::Apply(o) | Event::InitApply(o)) => {
+                        Some(o.meta().resource_version.clone())
+                    }
+                    Ok(Event::Delete(_)) => Some(None),
+                    _ => None,
+                };
+                // The first version seen is the one the first reconcile read.
+                let changed = match (&last_version, version) {
+                    (_, None) => false,
+                    (None, Some(v)) => {
+                        last_version = Some(v);
+                        false
+                    }
+                    (Some(previous), Some(v)) => {
+                        let changed = *previous != v;
+                        last_version = Some(v);
+                        changed
+                    }
+                };
+                futures::future::ready(Some(changed))
+            }),
+        )
+    }
+    let ns = &config.agent_namespace;
+    match &config.source {
+        BundleSource::ConfigMap(name) => {
+            changes(Api::<ConfigMap>::namespaced(client.clone(), ns), name)
+        }
+        BundleSource::Secret(name) => changes(Api::<Secret>::namespaced(client.clone(), ns), name),
+        BundleSource::File(_) | BundleSource::Oci(_) => Box::pin(futures::stream::pending()),
+    }
+}
+
+impl Installer {
+    fn set(&self, phase: OperatorPhase, reason: impl Into<String>) {
+        let reason = reason.into();
+        let (version, digest) = self
+            .applied
+            .as_ref()
+            .map(|(b, _)| (b.version.clone(), b.digest.clone()))
+            .unwrap_or_default();
+        self.tx.send_if_modified(|state| {
+            let changed_phase = state.phase != phase;
+            let changed = changed_phase
+                || state.reason != reason
+                || state.version != version
+                || state.digest != digest;
+            if changed_phase {
+                tracing::info!(phase = ?phase, %reason, "flux-operator install phase");
+                state.last_transition = SystemTime::now();
+            }
+            state.phase = phase;
+            state.reason = reason.clone();
+            state.version = version.clone();
+            state.digest = digest.clone();
+            changed
+        });
+    }
+
+    async fn event(&self, type_: EventType, reason: &str, note: String) {
+        let event = KubeEvent {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Install".into(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&event, &self.record_ref).await {
+            tracing::warn!(reason, error = %err, "recording an Event on ConfigMap {RECORD_CONFIGMAP} failed");
+        }
+    }
+
+    /// Returns once the API server answers `/readyz`, reporting WAITING_FOR_API with the
+    /// reason while it does not. Retries back off; there is no deadline.
+    async fn wait_for_api(&mut self) {
+        let mut backoff = BACKOFF_MIN;
+        loop {
+            let request = http::Request::get("/readyz").body(Vec::new());
+            let answer = match request {
+                Ok(request) => {
+                    match tokio::time::timeout(READYZ_TIMEOUT, self.client.request_text(request))
+                        .await
+                    {
+                        Ok(Ok(_)) => return,
+                        Ok(Err(err)) => kube_message(&err),
+                        Err(_) => format!("no answer within {}s", READYZ_TIMEOUT.as_secs()),
+                    }
+                }
+                Err(err) => err.to_string(),
+            };
+            let reason = format!(
+                "waiting for the Kubernetes API server to answer /readyz: {answer} (next try in {}s)",
+                backoff.as_secs()
+            );
+            // Once per wait, so a long outage is visible in the log without a line per retry.
+            if backoff == BACKOFF_MIN {
+                tracing::info!(%reason, "flux-operator install waits for the API server");
+            }
+            self.set(OperatorPhase::WaitingForApi, reason);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(30));
+        }
+    }
+
+    /// One install attempt: read, check, apply in order, remember, prune.
+    async fn reconcile(&mut self) -> Result<(), InstallError> {
+        let source_name = self.config.source.to_string();
+        let fetched =
+            self.fetcher
+                .fetch(&self.config.source)
+                .await
+                .map_err(|err: SourceError| InstallError::Source {
+                    source_name: source_name.clone(),
+                    message: crate::bundle_source::error_text(&err),
+                })?;
+        let bundle = Bundle::parse(
+            &fetched.yaml,
+            fetched.digest,
+            &self.config.operator_namespace,
+        )
+        .and_then(|b| b.check_version(&self.config.allowed).map(|()| b))
+        .map_err(|error| InstallError::Rejected {
+            source_name: source_name.clone(),
+            error,
+        })?;
+        let previous = self.read_record().await?;
+
+        self.set(
+            OperatorPhase::ApplyingCrds,
+            format!("applying the CRDs of flux-operator {}", bundle.version),
+        );
+        for object in bundle.stage(Stage::Crds) {
+            self.apply(object).await?;
+        }
+        for object in bundle.stage(Stage::Crds) {
+            self.wait_established(&object.reference.name).await?;
+        }
+        for object in bundle
+            .stage(Stage::Namespaces)
+            .chain(bundle.stage(Stage::Access))
+        {
+            self.apply(object).await?;
+        }
+        let deployment = self.apply(bundle.deployment()).await?;
+        let generation = deployment.metadata.generation.unwrap_or_default();
+
+        let record = Record {
+            version: bundle.version.clone(),
+            digest: bundle.digest.clone(),
+            source: source_name.clone(),
+            objects: bundle.references(),
+        };
+        self.write_record(&record).await?;
+        let pruned = self.prune(previous.as_ref(), &record.objects).await;
+
+        let changed = previous.as_ref().is_none_or(|p| p.digest != record.digest);
+        let recovered = self.failure.take().is_some();
+        match (previous, changed) {
+            (None, _) => {
+                self.event(
+                    EventType::Normal,
+                    "Installed",
+                    format!(
+                        "applied flux-operator {} from {source_name} ({})",
+                        bundle.version, bundle.digest
+                    ),
+                )
+                .await
+            }
+            (Some(p), true) => {
+                self.event(
+                    EventType::Normal,
+                    if p.version == bundle.version {
+                        "Updated"
+                    } else {
+                        "Upgraded"
+                    },
+                    format!(
+                        "applied flux-operator {} ({}) from {source_name}, replacing {} ({}){}",
+                        bundle.version,
+                        bundle.digest,
+                        p.version,
+                        p.digest,
+                        if pruned.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; removed {}", pruned.join(", "))
+                        }
+                    ),
+                )
+                .await
+            }
+            (Some(_), false) if recovered => {
+                self.event(
+                    EventType::Normal,
+                    "Recovered",
+                    format!(
+                        "flux-operator {} from {source_name} applies again",
+                        bundle.version
+                    ),
+                )
+                .await
+            }
+            (Some(_), false) => {}
+        }
+        self.applied = Some((bundle, generation));
+        self.deployment = as_deployment(deployment);
+        self.update_rollout_phase();
+        Ok(())
+    }
+
+    /// Puts the operator Deployment back as the last applied bundle has it, without reading
+    /// the source again (a source that is down must not keep a deleted operator away).
+    async fn restore(&mut self, trigger: &Trigger) -> Result<(), InstallError> {
+        let Some((bundle, _)) = self.applied.take() else {
+            return self.reconcile().await;
+        };
+        let result = self.apply(bundle.deployment()).await;
+        let what = match trigger {
+            Trigger::DeploymentEdited { generation } => {
+                format!("was edited (generation {generation}); the agent restored")
+            }
+            _ => "was deleted; the agent recreated".to_owned(),
+        };
+        let deployment = match result {
+            Ok(deployment) => deployment,
+            Err(err) => {
+                self.applied = Some((bundle, 0));
+                return Err(err);
+            }
+        };
+        self.event(
+            EventType::Warning,
+            "DeploymentRestored",
+            format!(
+                "Deployment {}/{OPERATOR_DEPLOYMENT} {what} it from flux-operator {} ({})",
+                self.config.operator_namespace, bundle.version, bundle.digest
+            ),
+        )
+        .await;
+        let generation = deployment.metadata.generation.unwrap_or_default();
+        self.applied = Some((bundle, generation));
+        self.deployment = as_deployment(deployment);
+        self.update_rollout_phase();
+        Ok(())
+    }
+
+    async fn fail(&mut self, err: &InstallError) {
+        let reason = err.to_string();
+        tracing::warn!(%reason, "flux-operator install attempt failed; retrying with backoff");
+        if self.failure.as_deref() != Some(reason.as_str()) {
+            self.event(EventType::Warning, err.event_reason(), reason.clone())
+                .await;
+        }
+        self.set(OperatorPhase::Failed, reason.clone());
+        self.failure = Some(reason);
+    }
+
+    /// Folds a Deployment watch event in; returns a trigger when the Deployment drifted from
+    /// what the agent applied.
+    fn observe(&mut self, event: Event<Deployment>) -> Option<Trigger> {
+        let applied_generation = self.applied.as_ref().map(|(_, g)| *g);
+        match event {
+            Event::Apply(d) | Event::InitApply(d) => {
+                let generation = d.metadata.generation.unwrap_or_default();
+                self.deployment = Some(d);
+                if applied_generation.is_some_and(|applied| generation > applied) {
+                    return Some(Trigger::DeploymentEdited { generation });
+                }
+            }
+            Event::Delete(_) => {
+                self.deployment = None;
+                if applied_generation.is_some() {
+                    return Some(Trigger::DeploymentDeleted);
+                }
+            }
+            Event::Init | Event::InitDone => {}
+        }
+        self.update_rollout_phase();
+        None
+    }
+
+    fn update_rollout_phase(&self) {
+        if self.failure.is_some() || self.applied.is_none() {
+            return;
+        }
+        let name = format!(
+            "Deployment {}/{OPERATOR_DEPLOYMENT}",
+            self.config.operator_namespace
+        );
+        match self.deployment.as_ref().map(rollout) {
+            Some(Ok(())) => self.set(OperatorPhase::Ready, ""),
+            Some(Err(why)) => self.set(OperatorPhase::WaitingForOperator, format!("{name}: {why}")),
+            None => self.set(
+                OperatorPhase::WaitingForOperator,
+                format!("{name} is not there yet"),
+            ),
+        }
+    }
+
+    async fn apply(&self, object: &BundleObject) -> Result<DynamicObject, InstallError> {
+        let resource = object.kind.api_resource();
+        let api: Api<DynamicObject> = match &object.reference.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        };
+        api.patch(
+            &object.reference.name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&object.manifest),
+        )
+        .await
+        .map_err(|err| InstallError::Apply {
+            object: object.reference.clone(),
+            message: kube_message(&err),
+        })
+    }
+
+    async fn wait_established(&self, name: &str) -> Result<(), InstallError> {
+        let api = Api::<CustomResourceDefinition>::all(self.client.clone());
+        let deadline = tokio::time::Instant::now() + CRD_TIMEOUT;
+        let mut detail = "not observed yet".to_owned();
+        while tokio::time::Instant::now() < deadline {
+            match api.get_opt(name).await {
+                Ok(Some(crd)) => {
+                    let established = crd
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .and_then(|c| c.iter().find(|c| c.type_ == "Established"));
+                    match established {
+                        Some(c) if c.status == "True" => return Ok(()),
+                        Some(c) => {
+                            detail = format!(
+                                "Established={} {}",
+                                c.status,
+                                c.message.as_deref().unwrap_or_default()
+                            )
+                        }
+                        None => detail = "no Established condition yet".into(),
+                    }
+                }
+                Ok(None) => detail = "it does not exist".into(),
+                Err(err) => detail = kube_message(&err),
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        Err(InstallError::CrdNotEstablished {
+            name: name.to_owned(),
+            detail,
+        })
+    }
+
+    async fn read_record(&self) -> Result<Option<Record>, InstallError> {
+        let api = Api::<ConfigMap>::namespaced(self.client.clone(), &self.config.agent_namespace);
+        let map = api
+            .get_opt(RECORD_CONFIGMAP)
+            .await
+            .map_err(|err| InstallError::Kube {
+                what: format!(
+                    "reading ConfigMap {}/{RECORD_CONFIGMAP}",
+                    self.config.agent_namespace
+                ),
+                message: kube_message(&err),
+            })?;
+        Ok(map.as_ref().and_then(Record::from_config_map))
+    }
+
+    async fn write_record(&self, record: &Record) -> Result<(), InstallError> {
+        let api = Api::<ConfigMap>::namespaced(self.client.clone(), &self.config.agent_namespace);
+        api.patch(
+            RECORD_CONFIGMAP,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(record.to_config_map(&self.config.agent_namespace)),
+        )
+        .await
+        .map(drop)
+        .map_err(|err| InstallError::Kube {
+            what: format!(
+                "writing ConfigMap {}/{RECORD_CONFIGMAP}",
+                self.config.agent_namespace
+            ),
+            message: kube_message(&err),
+        })
+    }
+
+    /// Deletes what `previous` applied and `next` no longer has, when the live object still
+    /// carries the agent's label; never CRDs. Failures are logged: a leftover object does not
+    /// make the new install fail. Returns what was removed.
+    async fn prune(&self, previous: Option<&Record>, next: &[ObjectRef]) -> Vec<String> {
+        let Some(previous) = previous else {
+            return Vec::new();
+        };
+        let mut removed = Vec::new();
+        for reference in to_prune(&previous.objects, next) {
+            let Some(kind) = kind_of(&reference.api_version, &reference.kind) else {
+                continue;
+            };
+            let resource = kind.api_resource();
+            let api: Api<DynamicObject> = match &reference.namespace {
+                Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+                None => Api::all_with(self.client.clone(), &resource),
+            };
+            let live = match api.get_opt(&reference.name).await {
+                Ok(Some(live)) => live,
+                Ok(None) => continue,
+                Err(err) => {
+                    tracing::warn!(object = %reference, error = %kube_message(&err), "reading an object to prune failed");
+                    continue;
+                }
+            };
+            let ours = live
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(MANAGED_BY_LABEL))
+                .is_some_and(|v| v == MANAGER);
+            if !ours {
+                tracing::info!(object = %reference, "not pruning: it no longer carries the agent's label");
+                continue;
+            }
+            match api.delete(&reference.name, &DeleteParams::default()).await {
+                Ok(_) => {
+                    tracing::info!(object = %reference, "pruned: no longer in the bundle");
+                    removed.push(reference.to_string());
+                }
+                Err(err) => {
+                    tracing::warn!(object = %reference, error = %kube_message(&err), "pruning failed")
+                }
+            }
+        }
+        removed
+    }
+}
+
+/// The applied Deployment as the typed object (what the API server answered an apply with).
+fn as_deployment(object: DynamicObject) -> Option<Deployment> {
+    serde_json::to_value(object)
+        .and_then(serde_json::from_value)
+        .ok()
+}
+
+/// Whether `deployment` has rolled out (`kubectl rollout status` semantics), else why not.
+pub fn rollout(deployment: &Deployment) -> Result<(), String> {
+    let generation = deployment.metadata.generation.unwrap_or_default();
+    let desired = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(1);
+    let Some(status) = &deployment.status else {
+        return Err("the Deployment controller has not reported on it yet".into());
+    };
+    if status.observed_generation.unwrap_or_default() < generation {
+        return Err(format!(
+            "the Deployment controller has not observed generation {generation} yet"
+        ));
+    }
+    let conditions: BTreeMap<&str, _> = status
+        .conditions
+        .iter()
+        .flatten()
+        .map(|c| (c.type_.as_str(), c))
+        .collect();
+    if let Some(c) = conditions.get("Progressing")
+        && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
+    {
+        return Err(format!(
+            "rollout stalled: {}",
+            c.message.as_deref().unwrap_or("progress deadline exceeded")
+        ));
+    }
+    let updated = status.updated_replicas.unwrap_or(0);
+    let total = status.replicas.unwrap_or(0);
+    let available = status.available_replicas.unwrap_or(0);
+    if updated < desired {
+        return Err(format!("{updated} of {desired} replicas updated"));
+    }
+    if total > updated {
+        return Err(format!(
+            "{} old replicas still terminating",
+            total - updated
+        ));
+    }
+    if available < updated {
+        return Err(format!(
+            "{available} of {updated} updated replicas available"
+        ));
+    }
+    match conditions.get("Available") {
+        Some(c) if c.status == "True" => Ok(()),
+        Some(c) => Err(format!(
+            "not available: {}",
+            c.message.as_deref().unwrap_or("no message")
+        )),
+        None => Err("no Available condition yet".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment(value: serde_json::Value) -> Deployment {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn rollout_is_done_only_when_the_new_generation_is_available() {
+        let base = serde_json::json!({
+            "metadata": {"name": "flux-operator", "generation": 2},
+            "spec": {"replicas": 1, "selector": {}, "template": {}},
+        });
+        let with_status = |status: serde_json::Value| {
+            let mut d = base.clone();
+            d["status"] = status;
+            deployment(d)
+        };
+        assert_eq!(
+            rollout(&deployment(base.clone())).unwrap_err(),
+            "the Deployment controller has not reported on it yet"
+        );
+        let available = serde_json::json!([{"type": "Available", "status": "True"}]);
+        assert_eq!(
+            rollout(&with_status(serde_json::json!({
+                "observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+                "availableReplicas": 1, "conditions": available,
+            })))
+            .unwrap_err(),
+            "the Deployment controller has not observed generation 2 yet",
+            "Available from the old generation does not count"
+        );
+        assert_eq!(
+            rollout(&with_status(serde_json::json!({
+                "observedGeneration": 2, "replicas": 2, "updatedReplicas": 1,
+                "availableReplicas": 1, "conditions": available,
+            })))
+            .unwrap_err(),
+            "1 old replicas still terminating"
+        );
+        assert_eq!(
+            rollout(&with_status(serde_json::json!({
+                "observedGeneration": 2, "replicas": 1, "updatedReplicas": 1,
+                "availableReplicas": 0,
+                "conditions": [{"type": "Available", "status": "False", "message": "Deployment does not have minimum availability."}],
+            })))
+            .unwrap_err(),
+            "0 of 1 updated replicas available"
+        );
+        assert_eq!(
+            rollout(&with_status(serde_json::json!({
+                "observedGeneration": 2, "replicas": 1, "updatedReplicas": 1,
+                "availableReplicas": 1,
+                "conditions": [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded", "message": "ReplicaSet \"x\" has timed out progressing."}],
+            })))
+            .unwrap_err(),
+            "rollout stalled: ReplicaSet \"x\" has timed out progressing."
+        );
+        rollout(&with_status(serde_json::json!({
+            "observedGeneration": 2, "replicas": 1, "updatedReplicas": 1,
+            "availableReplicas": 1, "conditions": available,
+        })))
+        .unwrap();
+    }
+
+    #[test]
+    fn the_record_round_trips_through_its_config_map() {
+        let record = Record {
+            version: "v0.58.1".into(),
+            digest: "sha256:abc".into(),
+            source: "configmap:bundle".into(),
+            objects: vec![ObjectRef {
+                api_version: "v1".into(),
+                kind: "ServiceAccount".into(),
+                namespace: Some("flux-system".into()),
+                name: "flux-operator".into(),
+            }],
+        };
+        let map: ConfigMap =
+            serde_json::from_value(record.to_config_map("tenantflux-system")).unwrap();
+        assert_eq!(
+            map.metadata.labels.as_ref().unwrap()[MANAGED_BY_LABEL],
+            MANAGER
+        );
+        assert_eq!(Record::from_config_map(&map), Some(record));
+        assert_eq!(Record::from_config_map(&ConfigMap::default()), None);
+    }
+}

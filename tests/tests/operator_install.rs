@@ -1,0 +1,620 @@
+//! The agent installs flux-operator itself (`--operator-bundle`), against the real control
+//! plane: bundles made at test time from flux-operator's module source (`kubectl kustomize
+//! config/default` of two module versions), put in a ConfigMap or pushed with oras to a real
+//! registry built from its Go module. Each test runs on a cluster of its own, since it changes
+//! what the agent does and, in one case, stops the API server.
+
+use std::{
+    net::TcpListener,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use serde_json::{Value, json};
+use tenantflux_tests::{TestCluster, bin_dir, operator_bundle, push_bundle, tool_path, wait_for};
+
+const AGENT_NAMESPACE: &str = "tenantflux-system";
+const BUNDLE_CONFIGMAP: &str = "flux-operator-bundle";
+const RECORD: &str = "tenantflux-operator-install";
+const TIMEOUT: Duration = Duration::from_secs(180);
+
+/// One cluster at a time: the machine is small and each test starts its own.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn cluster(purpose: &str) -> TestCluster {
+    TestCluster::start(&format!("op-{purpose}-{}", std::process::id()))
+        .unwrap_or_else(|err| panic!("starting cluster for {purpose}: {err}"))
+}
+
+fn current_version() -> String {
+    tool_path("FLUX_OPERATOR_VERSION").display().to_string()
+}
+
+fn previous_version() -> String {
+    tool_path("FLUX_OPERATOR_PREVIOUS_VERSION")
+        .display()
+        .to_string()
+}
+
+fn bundle_text(version: &str) -> String {
+    let path = operator_bundle(version).expect("operator-bundle");
+    std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
+}
+
+fn status(cluster: &TestCluster) -> Option<Value> {
+    let output = cluster
+        .kubectl_tenantflux(None, &["status", "-o", "json"])
+        .ok()?;
+    if !output.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&output.stdout).ok()
+}
+
+/// Waits until the agent's status reports the operator in `phase` and `check` holds for it.
+async fn wait_operator(
+    cluster: &TestCluster,
+    what: &str,
+    phase: &str,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    let mut last = Value::Null;
+    let result = wait_for(what, TIMEOUT, || {
+        let status = status(cluster);
+        if let Some(s) = &status {
+            last = s["operator"].clone();
+        }
+        let found = status
+            .map(|s| s["operator"].clone())
+            .filter(|o| o["phase"] == phase && check(o));
+        async move { found }
+    })
+    .await;
+    result.unwrap_or_else(|err| panic!("{err}; last operator status: {last:#}"))
+}
+
+fn put_bundle(cluster: &TestCluster, yaml: &str) {
+    let map = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": BUNDLE_CONFIGMAP, "namespace": AGENT_NAMESPACE},
+        "data": {"install.yaml": yaml},
+    });
+    cluster
+        .apply_yaml(&map.to_string())
+        .expect("apply the bundle ConfigMap");
+}
+
+fn get_json(cluster: &TestCluster, args: &[&str]) -> Value {
+    let mut all = vec!["get"];
+    all.extend_from_slice(args);
+    all.extend(["-o", "json"]);
+    let out = cluster.kubectl_ok(&all).expect("kubectl get");
+    serde_json::from_str(&out).expect("kubectl get -o json")
+}
+
+fn operator_deployment(cluster: &TestCluster) -> Option<Value> {
+    let output = cluster
+        .kubectl(&[
+            "-n",
+            "flux-system",
+            "get",
+            "deployment",
+            "flux-operator",
+            "--show-managed-fields",
+            "-o",
+            "json",
+        ])
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| serde_json::from_slice(&output.stdout).ok())
+        .flatten()
+}
+
+fn image(deployment: &Value) -> String {
+    deployment
+        .pointer("/spec/template/spec/containers/0/image")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn available(deployment: &Value) -> bool {
+    tenantflux_tests::condition_status(deployment, "Available") == Some("True")
+        && deployment.pointer("/status/observedGeneration")
+            == deployment.pointer("/metadata/generation")
+}
+
+/// The reasons of the Events recorded on the agent's install record.
+fn event_reasons(cluster: &TestCluster) -> Vec<String> {
+    let events = get_json(
+        cluster,
+        &[
+            "-n",
+            AGENT_NAMESPACE,
+            "events",
+            "--field-selector",
+            &format!("involvedObject.name={RECORD}"),
+        ],
+    );
+    events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["reason"].as_str().map(str::to_owned))
+        .collect()
+}
+
+async fn wait_event(cluster: &TestCluster, reason: &str) {
+    wait_for(
+        &format!("an Event {reason} on ConfigMap {RECORD}"),
+        Duration::from_secs(60),
+        || {
+            let found = event_reasons(cluster).iter().any(|r| r == reason);
+            async move { found.then_some(()) }
+        },
+    )
+    .await
+    .unwrap_or_else(|err| panic!("{err}; events: {:?}", event_reasons(cluster)));
+}
+
+fn record(cluster: &TestCluster) -> Value {
+    get_json(cluster, &["-n", AGENT_NAMESPACE, "configmap", RECORD])
+}
+
+/// The bundle's YAML documents, split as kubectl writes them.
+fn documents(yaml: &str) -> Vec<String> {
+    yaml.split("\n---\n").map(str::to_owned).collect()
+}
+
+#[tokio::test]
+async fn configmap_bundle_installs_upgrades_restores_and_refuses_bad_bundles() {
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster("cm");
+    let previous = previous_version();
+    let current = current_version();
+    let envs = [
+        (
+            "TENANTFLUX_OPERATOR_BUNDLE",
+            "configmap:flux-operator-bundle",
+        ),
+        ("TENANTFLUX_OPERATOR_VERSION", ">=0.58.0 <0.59.0"),
+        ("TENANTFLUX_OPERATOR_RESYNC_INTERVAL", "1h"),
+    ];
+    cluster.restart_agent_with(&envs).expect("agent");
+
+    // No ConfigMap yet: a clear reason, nothing installed.
+    let failed = wait_operator(
+        &cluster,
+        "FAILED for the missing ConfigMap",
+        "failed",
+        |o| {
+            o["reason"].as_str().is_some_and(|r| {
+                r.contains("ConfigMap tenantflux-system/flux-operator-bundle does not exist")
+            })
+        },
+    )
+    .await;
+    assert_eq!(failed["source"], "configmap:flux-operator-bundle");
+    assert!(operator_deployment(&cluster).is_none());
+
+    // The previous version, plus two objects the next bundle drops: a ServiceAccount (pruned
+    // on upgrade) and a CRD (never deleted).
+    let legacy_sa = "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: flux-operator-legacy\n  namespace: flux-system";
+    let legacy_crd = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: legacies.tenantflux.test\nspec:\n  group: tenantflux.test\n  names: {kind: Legacy, plural: legacies, singular: legacy, listKind: LegacyList}\n  scope: Namespaced\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}";
+    let old_bundle = format!(
+        "{}\n---\n{legacy_sa}\n---\n{legacy_crd}\n",
+        bundle_text(&previous).trim_end()
+    );
+    put_bundle(&cluster, &old_bundle);
+    let ready = wait_operator(&cluster, "READY at the previous version", "ready", |o| {
+        o["version"] == previous.as_str()
+    })
+    .await;
+    assert!(
+        ready["bundleDigest"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("sha256:"))
+    );
+    let deployment = operator_deployment(&cluster).expect("Deployment flux-operator");
+    assert!(available(&deployment), "{deployment:#}");
+    assert!(image(&deployment).ends_with(&format!(":{previous}")));
+    assert_eq!(
+        deployment["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "tenantflux-agent"
+    );
+    let managers: Vec<_> = deployment["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["operation"] == "Apply")
+        .map(|f| f["manager"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(managers, ["tenantflux-agent"]);
+    for crd in [
+        "fluxinstances.fluxcd.controlplane.io",
+        "fluxreports.fluxcd.controlplane.io",
+        "resourcesets.fluxcd.controlplane.io",
+        "legacies.tenantflux.test",
+    ] {
+        let crd = get_json(&cluster, &["crd", crd]);
+        assert_eq!(
+            tenantflux_tests::condition_status(&crd, "Established"),
+            Some("True")
+        );
+    }
+    assert_eq!(record(&cluster)["data"]["version"], previous.as_str());
+    wait_event(&cluster, "Installed").await;
+
+    // The real operator runs against what the agent installed.
+    cluster
+        .run_flux_operator_process()
+        .expect("flux-operator process on the agent's install");
+
+    // Upgrade: a new bundle in the ConfigMap applies at once (the source is watched).
+    put_bundle(&cluster, &bundle_text(&current));
+    let upgraded = wait_operator(&cluster, "READY at the current version", "ready", |o| {
+        o["version"] == current.as_str()
+    })
+    .await;
+    assert_ne!(upgraded["bundleDigest"], ready["bundleDigest"]);
+    let deployment = operator_deployment(&cluster).unwrap();
+    assert!(image(&deployment).ends_with(&format!(":{current}")));
+    wait_event(&cluster, "Upgraded").await;
+    let sa = cluster
+        .kubectl(&[
+            "-n",
+            "flux-system",
+            "get",
+            "serviceaccount",
+            "flux-operator-legacy",
+        ])
+        .unwrap();
+    assert!(!sa.status.success(), "the dropped ServiceAccount is pruned");
+    cluster
+        .kubectl_ok(&["get", "crd", "legacies.tenantflux.test"])
+        .expect("a CRD the new bundle dropped stays");
+    assert_eq!(record(&cluster)["data"]["version"], current.as_str());
+    let digest = upgraded["bundleDigest"].clone();
+
+    // Drift: an edited Deployment is restored, a deleted one recreated.
+    cluster
+        .kubectl_ok(&[
+            "-n",
+            "flux-system",
+            "set",
+            "image",
+            "deployment/flux-operator",
+            "manager=registry.invalid/evil:v6.6.6",
+        ])
+        .expect("edit the Deployment");
+    wait_for(
+        "the edited Deployment to be restored",
+        Duration::from_secs(60),
+        || {
+            let restored = operator_deployment(&cluster)
+                .is_some_and(|d| image(&d).ends_with(&format!("flux-operator:{current}")));
+            async move { restored.then_some(()) }
+        },
+    )
+    .await
+    .unwrap();
+    wait_event(&cluster, "DeploymentRestored").await;
+    cluster
+        .kubectl_ok(&["-n", "flux-system", "delete", "deployment", "flux-operator"])
+        .expect("delete the Deployment");
+    wait_for(
+        "the deleted Deployment to be recreated and Available",
+        Duration::from_secs(120),
+        || {
+            let back = operator_deployment(&cluster)
+                .is_some_and(|d| available(&d) && d["metadata"]["deletionTimestamp"].is_null());
+            async move { back.then_some(()) }
+        },
+    )
+    .await
+    .unwrap();
+    wait_operator(&cluster, "READY after the restore", "ready", |_| true).await;
+
+    // Bad bundles change nothing: the phase says why, the install keeps running.
+    let assert_untouched = |cluster: &TestCluster| {
+        let deployment = operator_deployment(cluster).expect("the Deployment is still there");
+        assert!(image(&deployment).ends_with(&format!(":{current}")));
+        assert!(available(&deployment));
+        assert_eq!(record(cluster)["data"]["digest"], digest);
+        let sa = get_json(
+            cluster,
+            &["-n", "flux-system", "serviceaccount", "flux-operator"],
+        );
+        assert!(
+            sa["metadata"]["labels"]["tenantflux.test/marker"].is_null(),
+            "nothing of a refused bundle was applied: {sa:#}"
+        );
+    };
+    put_bundle(&cluster, "apiVersion: v1\nkind: [this is not\n");
+    let failed = wait_operator(&cluster, "FAILED for a corrupt bundle", "failed", |o| {
+        o["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("is not valid YAML"))
+    })
+    .await;
+    assert!(
+        failed["reason"]
+            .as_str()
+            .unwrap()
+            .contains("nothing was applied"),
+        "{failed:#}"
+    );
+    assert_eq!(failed["version"], current.as_str());
+    assert_untouched(&cluster);
+    wait_event(&cluster, "BundleRejected").await;
+
+    // A bundle without the FluxInstance CRD, whose other objects would show if applied.
+    let marked = bundle_text(&current).replacen(
+        "kind: ServiceAccount\nmetadata:\n  labels:\n",
+        "kind: ServiceAccount\nmetadata:\n  labels:\n    tenantflux.test/marker: half-applied\n",
+        1,
+    );
+    assert!(marked.contains("tenantflux.test/marker"), "marker placed");
+    let without_crd: Vec<_> = documents(&marked)
+        .into_iter()
+        .filter(|d| !d.contains("name: fluxinstances.fluxcd.controlplane.io"))
+        .collect();
+    put_bundle(&cluster, &without_crd.join("\n---\n"));
+    wait_operator(&cluster, "FAILED for a missing CRD", "failed", |o| {
+        o["reason"].as_str().is_some_and(|r| {
+            r.contains("lacks CustomResourceDefinition fluxinstances.fluxcd.controlplane.io")
+        })
+    })
+    .await;
+    assert_untouched(&cluster);
+
+    // A version outside what the agent may install.
+    let too_new = marked.replace(&format!("flux-operator:{current}"), "flux-operator:v0.99.0");
+    put_bundle(&cluster, &too_new);
+    wait_operator(&cluster, "FAILED for a version not allowed", "failed", |o| {
+        o["reason"].as_str().is_some_and(|r| {
+            r.contains("flux-operator v0.99.0 is not allowed: --operator-version allows \">=0.58.0 <0.59.0\"")
+        })
+    })
+    .await;
+    assert_untouched(&cluster);
+
+    // A good bundle again: back to READY.
+    put_bundle(&cluster, &bundle_text(&current));
+    let recovered = wait_operator(&cluster, "READY again", "ready", |_| true).await;
+    assert_eq!(recovered["bundleDigest"], digest);
+    wait_event(&cluster, "Recovered").await;
+    let text = cluster
+        .kubectl_tenantflux(None, &["status"])
+        .expect("status");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("  Source:      configmap:flux-operator-bundle\n"),
+        "{text}"
+    );
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// An agent process started by the test itself (the cluster script needs a serving API).
+struct AgentProcess(Child);
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn metrics(admin: u16) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", admin))
+        .await
+        .ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: agent\r\n\r\n")
+        .await
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    Some(response)
+}
+
+async fn wait_phase_metric(admin: u16, phase: &str, timeout: Duration) {
+    let line = format!("tenantflux_agent_operator_phase{{phase=\"{phase}\"}} 1");
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last = String::new();
+    while tokio::time::Instant::now() < deadline {
+        if let Some(text) = metrics(admin).await {
+            if text.contains(&line) {
+                return;
+            }
+            last = text;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let phases: Vec<_> = last
+        .lines()
+        .filter(|l| l.starts_with("tenantflux_agent_operator_phase{"))
+        .collect();
+    panic!("no {line} within {timeout:?}; phase series: {phases:?}");
+}
+
+/// The API server's address in a kubeconfig written by tests/env/cluster (`server: "https://…"`).
+fn server_address(kubeconfig: &str) -> String {
+    let start = kubeconfig.find("https://").expect("a server URL") + "https://".len();
+    let end = start + kubeconfig[start..].find('"').expect("a quoted server URL");
+    kubeconfig[start..end].to_owned()
+}
+
+/// Forwards TCP connections on `listener` to `target` (TLS passes through untouched), until
+/// the task is aborted.
+async fn forward(listener: tokio::net::TcpListener, target: String) {
+    loop {
+        let Ok((mut inbound, _)) = listener.accept().await else {
+            return;
+        };
+        let target = target.clone();
+        tokio::spawn(async move {
+            if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            }
+        });
+    }
+}
+
+#[tokio::test]
+async fn agent_started_before_the_api_server_waits_then_installs() {
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster("api");
+    let current = current_version();
+    // deploy/manifests, the agent's ServiceAccount kubeconfig and the bundle, while the API
+    // serves; the agent the script starts only observes and is replaced below.
+    cluster.ensure_agent().expect("agent setup");
+    put_bundle(&cluster, &bundle_text(&current));
+    let kubeconfig = cluster.dir().join("agent-kubeconfig.yaml");
+    assert!(kubeconfig.is_file());
+
+    // The agent reaches the API server through a port nothing listens on yet: to the agent,
+    // the control plane is not serving. Stopping the real API server would also restart kwok,
+    // whose restart leaves pods Pending (its server port is still taken).
+    let real = std::fs::read_to_string(&kubeconfig).expect("agent kubeconfig");
+    let server = server_address(&real);
+    let proxy_port = free_port();
+    let kubeconfig = cluster.dir().join("agent-kubeconfig-late.yaml");
+    std::fs::write(
+        &kubeconfig,
+        real.replace(&server, &format!("127.0.0.1:{proxy_port}")),
+    )
+    .expect("write kubeconfig");
+    let admin = free_port();
+    let agent = AgentProcess(
+        Command::new(bin_dir().join("tenantflux-agent"))
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBERNETES_SERVICE_PORT")
+            .env("KUBECONFIG", &kubeconfig)
+            .env(
+                "TENANTFLUX_GRPC_ADDRESS",
+                format!("127.0.0.1:{}", free_port()),
+            )
+            .env("TENANTFLUX_ADMIN_ADDRESS", format!("127.0.0.1:{admin}"))
+            .env("TENANTFLUX_NAMESPACE", AGENT_NAMESPACE)
+            .env("TENANTFLUX_LOG_FORMAT", "text")
+            .env(
+                "TENANTFLUX_OPERATOR_BUNDLE",
+                "configmap:flux-operator-bundle",
+            )
+            .env("TENANTFLUX_OPERATOR_VERSION", current.as_str())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::File::create(cluster.dir().join("agent-before-api.log"))
+                    .expect("log file"),
+            )
+            .spawn()
+            .expect("start the agent"),
+    );
+    wait_phase_metric(admin, "waiting_for_api", Duration::from_secs(30)).await;
+    // It keeps waiting, with no deadline, for as long as the API server is down.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    wait_phase_metric(admin, "waiting_for_api", Duration::from_secs(5)).await;
+
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", proxy_port))
+        .await
+        .expect("bind the API server's late port");
+    let proxy = tokio::spawn(forward(listener, server));
+    wait_phase_metric(admin, "ready", TIMEOUT).await;
+    proxy.abort();
+    let deployment = operator_deployment(&cluster).expect("Deployment flux-operator");
+    assert!(available(&deployment));
+    assert!(image(&deployment).ends_with(&format!(":{current}")));
+    assert_eq!(record(&cluster)["data"]["version"], current.as_str());
+    drop(agent);
+    let log = std::fs::read_to_string(cluster.dir().join("agent-before-api.log")).unwrap();
+    assert!(
+        log.contains("waiting for the Kubernetes API server to answer /readyz"),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn oci_bundle_installs_and_wrong_digest_or_registry_fail_without_touching_it() {
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster("oci");
+    let current = current_version();
+    let registry = cluster.registry().expect("registry");
+    let bundle = operator_bundle(&current).expect("bundle");
+    let reference = format!("{registry}/controlplaneio-fluxcd/flux-operator-manifests:{current}");
+    let digest = push_bundle(&reference, &bundle).expect("oras push");
+    assert!(digest.starts_with("sha256:"), "{digest}");
+
+    let pinned = format!("oci://{reference}@{digest}");
+    let envs = |source: &str| {
+        [
+            ("TENANTFLUX_OPERATOR_BUNDLE", source.to_owned()),
+            ("TENANTFLUX_OPERATOR_VERSION", current.clone()),
+            ("TENANTFLUX_OPERATOR_BUNDLE_PLAIN_HTTP", "true".to_owned()),
+        ]
+    };
+    let start = |source: &str| {
+        let envs = envs(source);
+        let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        cluster.restart_agent_with(&envs).expect("agent");
+    };
+    start(&pinned);
+    let ready = wait_operator(&cluster, "READY from the OCI artifact", "ready", |o| {
+        o["version"] == current.as_str()
+    })
+    .await;
+    assert_eq!(ready["bundleDigest"], digest.as_str());
+    assert_eq!(ready["source"], pinned.as_str());
+    assert!(available(&operator_deployment(&cluster).unwrap()));
+    assert_eq!(record(&cluster)["data"]["digest"], digest.as_str());
+
+    let still_running = |cluster: &TestCluster| {
+        let deployment = operator_deployment(cluster).expect("the Deployment is still there");
+        assert!(available(&deployment));
+        assert_eq!(record(cluster)["data"]["digest"], digest.as_str());
+    };
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    start(&format!("oci://{reference}@{wrong}"));
+    let failed = wait_operator(&cluster, "FAILED for a wrong digest", "failed", |o| {
+        o["reason"].as_str().is_some_and(|r| {
+            r.contains(&format!(
+                "points at {digest}, not at the pinned digest {wrong}"
+            ))
+        })
+    })
+    .await;
+    // The version running, from the Deployment: the refused bundle changed nothing.
+    assert_eq!(failed["version"], current.as_str());
+    still_running(&cluster);
+
+    let unreachable = format!(
+        "oci://127.0.0.1:{}/controlplaneio-fluxcd/flux-operator-manifests:{current}",
+        free_port()
+    );
+    start(&unreachable);
+    wait_operator(
+        &cluster,
+        "FAILED for an unreachable registry",
+        "failed",
+        |o| {
+            o["reason"].as_str().is_some_and(|r| {
+                r.starts_with(&format!(
+                    "reading the bundle from {unreachable}: resolving the tag of"
+                ))
+            })
+        },
+    )
+    .await;
+    still_running(&cluster);
+}
