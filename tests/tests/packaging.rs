@@ -107,6 +107,8 @@ image: {repository: registry.example/tenantflux-agent, tag: v9.9.9, pullPolicy: 
 imagePullSecrets: [{name: registry-credentials}]
 operatorNamespace: flux-operator-system
 operatorBundle: oci://registry.example/flux-operator-manifests:v0.58.1
+operatorVersion: ">=0.58.0 <0.60.0"
+operatorBundlePullSecret: registry-credentials
 policy:
   publicKey: MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=
 logFormat: text
@@ -226,6 +228,11 @@ fn chart_values_reach_the_objects() {
     assert_eq!(
         env["TENANTFLUX_OPERATOR_BUNDLE"],
         "oci://registry.example/flux-operator-manifests:v0.58.1"
+    );
+    assert_eq!(env["TENANTFLUX_OPERATOR_VERSION"], ">=0.58.0 <0.60.0");
+    assert_eq!(
+        env["TENANTFLUX_OPERATOR_BUNDLE_PULL_SECRET"],
+        "registry-credentials"
     );
     assert_eq!(env["TENANTFLUX_EXAMPLE"], "1");
     assert_eq!(
