@@ -14,10 +14,9 @@ use sha2::{Digest, Sha256};
 
 use crate::status::{OPERATOR_DEPLOYMENT, image_tag};
 
-/// The label every object the agent applies carries, so pruning touches only its own objects.
+/// The label every object the agent applies carries, so pruning touches only its own objects;
+/// its value is [`crate::FIELD_MANAGER`].
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-/// The value of [`MANAGED_BY_LABEL`], also the field manager of every agent write.
-pub const MANAGER: &str = "tenantflux-agent";
 
 /// The CRDs a bundle must hold: without them the agent (and the tenant) cannot manage Flux.
 pub const REQUIRED_CRDS: [&str; 4] = [
@@ -520,7 +519,7 @@ fn bundle_object(
     labels
         .as_object_mut()
         .ok_or_else(|| malformed("metadata.labels is not a mapping"))?
-        .insert(MANAGED_BY_LABEL.into(), MANAGER.into());
+        .insert(MANAGED_BY_LABEL.into(), crate::FIELD_MANAGER.into());
     Ok(BundleObject {
         kind,
         reference,
@@ -614,7 +613,8 @@ mod tests {
         );
         for object in &bundle.objects {
             assert_eq!(
-                object.manifest["metadata"]["labels"][MANAGED_BY_LABEL], MANAGER,
+                object.manifest["metadata"]["labels"][MANAGED_BY_LABEL],
+                crate::FIELD_MANAGER,
                 "{}",
                 object.reference
             );

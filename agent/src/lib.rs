@@ -19,5 +19,8 @@ pub mod workloads;
 pub use cli::Args;
 pub use runtime::Error;
 
+/// The one field manager of every write the agent makes (server-side apply).
+pub const FIELD_MANAGER: &str = "tenantflux-agent";
+
 /// The agent's version, as reported in `Status.agent.version` and `tenantflux_agent_info`.
 pub const VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"));

@@ -41,9 +41,10 @@ use tenantflux_proto::v1::OperatorPhase;
 use tokio::sync::watch;
 
 use crate::{
+    FIELD_MANAGER,
     bundle::{
-        AllowedVersions, Bundle, BundleError, BundleObject, MANAGED_BY_LABEL, MANAGER, ObjectRef,
-        Stage, kind_of, to_prune,
+        AllowedVersions, Bundle, BundleError, BundleObject, MANAGED_BY_LABEL, ObjectRef, Stage,
+        kind_of, to_prune,
     },
     bundle_source::{BundleSource, Fetcher, SourceError},
     shutdown::Shutdown,
@@ -128,7 +129,7 @@ impl Record {
             "metadata": {
                 "name": RECORD_CONFIGMAP,
                 "namespace": namespace,
-                "labels": {MANAGED_BY_LABEL: MANAGER, "app.kubernetes.io/part-of": "tenantflux"},
+                "labels": {MANAGED_BY_LABEL: FIELD_MANAGER, "app.kubernetes.io/part-of": "tenantflux"},
             },
             "data": {
                 "version": self.version,
@@ -230,7 +231,7 @@ pub async fn run(
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
-            controller: MANAGER.into(),
+            controller: FIELD_MANAGER.into(),
             instance: std::env::var("POD_NAME").ok(),
         },
     );
@@ -630,7 +631,7 @@ impl Installer {
         };
         api.patch(
             &object.reference.name,
-            &PatchParams::apply(MANAGER).force(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
             &Patch::Apply(&object.manifest),
         )
         .await
@@ -694,7 +695,7 @@ impl Installer {
         let api = Api::<ConfigMap>::namespaced(self.client.clone(), &self.config.agent_namespace);
         api.patch(
             RECORD_CONFIGMAP,
-            &PatchParams::apply(MANAGER).force(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
             &Patch::Apply(record.to_config_map(&self.config.agent_namespace)),
         )
         .await
@@ -738,7 +739,7 @@ impl Installer {
                 .labels
                 .as_ref()
                 .and_then(|l| l.get(MANAGED_BY_LABEL))
-                .is_some_and(|v| v == MANAGER);
+                .is_some_and(|v| v == FIELD_MANAGER);
             if !ours {
                 tracing::info!(object = %reference, "not pruning: it no longer carries the agent's label");
                 continue;
@@ -904,7 +905,7 @@ mod tests {
             serde_json::from_value(record.to_config_map("tenantflux-system")).unwrap();
         assert_eq!(
             map.metadata.labels.as_ref().unwrap()[MANAGED_BY_LABEL],
-            MANAGER
+            FIELD_MANAGER
         );
         assert_eq!(Record::from_config_map(&map), Some(record));
         assert_eq!(Record::from_config_map(&ConfigMap::default()), None);

@@ -24,13 +24,12 @@ use super::{
     catalog::{self, FluxKind, LabelSelector, StatusSelector, Target},
 };
 use crate::{
+    FIELD_MANAGER,
     auth::{AuthError, Authorizer, Permission},
     metrics::{Metrics, code_name},
     shutdown::Shutdown,
 };
 
-/// The one field manager of every write the agent makes.
-pub const FIELD_MANAGER: &str = "tenantflux-agent";
 /// How long a call waits for the first discovery, or for a cache's first list.
 const CACHE_WAIT: Duration = Duration::from_secs(10);
 
