@@ -10,6 +10,7 @@ pub mod bundle_source;
 pub mod cli;
 pub mod metrics;
 pub mod operator;
+pub mod policy;
 pub mod runtime;
 pub mod server;
 pub mod shutdown;
