@@ -5,7 +5,11 @@ use std::{env, fs, path::PathBuf};
 
 use prost::Message;
 
-const PROTOS: &[&str] = &["tenantflux/v1/agent.proto", "tenantflux/v1/workloads.proto"];
+const PROTOS: &[&str] = &[
+    "tenantflux/v1/agent.proto",
+    "tenantflux/v1/workloads.proto",
+    "tenantflux/v1/policy.proto",
+];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=tenantflux");

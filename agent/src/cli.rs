@@ -82,6 +82,11 @@ pub struct Args {
     )]
     pub operator_resync_interval: Duration,
 
+    /// The management side's ed25519 public key (PEM or base64 file) that signed policies
+    /// must verify against. Without it the agent accepts no policy.
+    #[arg(long, env = "TENANTFLUX_POLICY_PUBLIC_KEY", value_name = "PATH")]
+    pub policy_public_key: Option<std::path::PathBuf>,
+
     /// Log line format.
     #[arg(long, env = "TENANTFLUX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,
@@ -171,6 +176,7 @@ mod tests {
                 "operator_bundle_plain_http",
                 "TENANTFLUX_OPERATOR_BUNDLE_PLAIN_HTTP",
             ),
+            ("policy_public_key", "TENANTFLUX_POLICY_PUBLIC_KEY"),
         ];
         for (id, env) in without_default {
             let arg = cmd

@@ -10,6 +10,8 @@ pub mod bundle_source;
 pub mod cli;
 pub mod metrics;
 pub mod operator;
+pub mod policy;
+pub mod policy_service;
 pub mod runtime;
 pub mod server;
 pub mod shutdown;

@@ -15,6 +15,8 @@ use crate::{
     cli::{Args, LogFormat},
     metrics::Metrics,
     operator::{self, InstallConfig, InstallState},
+    policy::signing,
+    policy_service::{PolicyService, PolicyStore},
     server::{self, AgentService},
     shutdown::Shutdown,
     status::{self, AgentFacts},
@@ -56,6 +58,20 @@ pub enum Error {
         "--operator-bundle needs --operator-version (the flux-operator versions it may install)"
     )]
     OperatorVersionMissing,
+
+    #[error("reading the policy public key {path} (--policy-public-key)")]
+    PolicyKeyFile {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("the policy public key {path} (--policy-public-key)")]
+    PolicyKey {
+        path: std::path::PathBuf,
+        #[source]
+        source: crate::policy::signing::KeyError,
+    },
 }
 
 impl Args {
@@ -179,6 +195,24 @@ async fn run(args: Args) -> Result<(), Error> {
         }
         None => (None, None),
     };
+    let policy_key = match &args.policy_public_key {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| Error::PolicyKeyFile {
+                path: path.clone(),
+                source,
+            })?;
+            let key = signing::read_public_key(&text).map_err(|source| Error::PolicyKey {
+                path: path.clone(),
+                source,
+            })?;
+            tracing::info!(key_id = signing::key_id(&key), "policy key loaded");
+            Some(key)
+        }
+        None => None,
+    };
+    let policy_store = PolicyStore::new(client.clone(), &args.namespace, policy_key);
+    let policy_watch = tokio::spawn(policy_store.clone().run(shutdown.clone()));
+
     let (status_tx, status_rx) = watch::channel(status::initial(&facts));
     let watchers = tokio::spawn(status::run(
         client.clone(),
@@ -186,6 +220,7 @@ async fn run(args: Args) -> Result<(), Error> {
         status_tx,
         readiness.clone(),
         install_rx,
+        policy_store.subscribe(),
         shutdown.clone(),
     ));
     let phase_metric = tokio::spawn(record_operator_phase(
@@ -210,13 +245,15 @@ async fn run(args: Args) -> Result<(), Error> {
         metrics.clone(),
         shutdown.clone(),
     );
+    let policy = PolicyService::new(policy_store, authorizer.clone());
     let workloads = WorkloadsService::new(caches, client, authorizer, metrics, shutdown.clone());
-    let grpc = server::serve(grpc_listener, service, workloads, shutdown.clone()).await;
+    let grpc = server::serve(grpc_listener, service, workloads, policy, shutdown.clone()).await;
     // However gRPC ended, stop the rest too.
     shutdown.trigger();
     let admin = admin.await;
     let _ = watchers.await;
     let _ = reflectors.await;
+    let _ = policy_watch.await;
     let _ = phase_metric.await;
     if let Some(install) = install {
         let _ = install.await;

@@ -12,13 +12,14 @@ use tokio::{net::TcpListener, sync::watch};
 use tokio_stream::wrappers::{TcpListenerStream, WatchStream};
 use tonic::{Code, Request, Response};
 
+use crate::policy_service::PolicyService;
 use crate::{
     auth::{Authorizer, Permission, UserInfo},
     metrics::{Metrics, code_name},
     shutdown::Shutdown,
     workloads::WorkloadsService,
 };
-use tenantflux_proto::v1::workloads_server::WorkloadsServer;
+use tenantflux_proto::v1::{policy_server::PolicyServer, workloads_server::WorkloadsServer};
 
 /// Why the gRPC server could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +147,7 @@ pub async fn serve(
     listener: TcpListener,
     service: AgentService,
     workloads: WorkloadsService,
+    policy: PolicyService,
     shutdown: Shutdown,
 ) -> Result<(), ServeError> {
     let address = listener
@@ -156,6 +158,7 @@ pub async fn serve(
     health
         .set_serving::<WorkloadsServer<WorkloadsService>>()
         .await;
+    health.set_serving::<PolicyServer<PolicyService>>().await;
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(tenantflux_proto::FILE_DESCRIPTOR_SET)
@@ -170,11 +173,15 @@ pub async fn serve(
         .add_service(reflection_v1alpha)
         .add_service(AgentServer::new(service))
         .add_service(WorkloadsServer::new(workloads))
+        .add_service(PolicyServer::new(policy))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
             shutdown.wait().await;
             health.set_not_serving::<AgentServer<AgentService>>().await;
             health
                 .set_not_serving::<WorkloadsServer<WorkloadsService>>()
+                .await;
+            health
+                .set_not_serving::<PolicyServer<PolicyService>>()
                 .await;
         })
         .await
@@ -244,13 +251,23 @@ mod tests {
         let workloads = WorkloadsService::new(
             Arc::default(),
             offline_client(),
-            authorizer,
+            authorizer.clone(),
             metrics.clone(),
             shutdown.clone(),
         );
+        let policy = PolicyService::new(
+            crate::policy_service::PolicyStore::new(offline_client(), "tenantflux-system", None),
+            authorizer,
+        );
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let server = tokio::spawn(serve(listener, service, workloads, shutdown.clone()));
+        let server = tokio::spawn(serve(
+            listener,
+            service,
+            workloads,
+            policy,
+            shutdown.clone(),
+        ));
 
         let channel = tonic::transport::Endpoint::from_shared(url)
             .unwrap()

@@ -9,6 +9,7 @@ use crate::{
     complete,
     connect::{ConnectOptions, Token},
     output::{ColorMode, OutputFormat, Printer},
+    policy::{self, PolicyCommand},
     status, version,
     workloads::{self, GetArgs, ReconcileArgs, TargetArgs},
 };
@@ -122,6 +123,9 @@ pub enum Command {
     /// Ask Flux to reconcile an object now; --wait follows it until its Ready condition
     /// settles.
     Reconcile(ReconcileArgs),
+    /// The platform's policy: keygen, sign and verify (local), push and show (the agent).
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// Show the plugin, agent and Flux versions, and whether the flux CLI on PATH matches.
     Version {
         /// Only print the plugin's own version; contacts no cluster.
@@ -143,6 +147,11 @@ impl Cli {
         if let Command::Version { client: true } = self.command {
             return version::print_client(&printer);
         }
+        if let Command::Policy(command) = &self.command
+            && let Some(done) = policy::run_local(command, &printer)
+        {
+            return done;
+        }
         if let Command::Completion { shell } = self.command {
             complete::print_script(shell, &mut std::io::stdout().lock());
             return Ok(());
@@ -163,6 +172,7 @@ impl Cli {
                 Command::Suspend(target) => workloads::suspend(&options, &printer, target).await,
                 Command::Resume(target) => workloads::resume(&options, &printer, target).await,
                 Command::Reconcile(args) => workloads::reconcile(&options, &printer, args).await,
+                Command::Policy(command) => policy::run_remote(command, &options, &printer).await,
                 Command::Completion { .. } => unreachable!("answered before connecting"),
             }
         })

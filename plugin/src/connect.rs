@@ -24,7 +24,7 @@ use kube::{
 use secrecy::ExposeSecret as _;
 use tenantflux_proto::v1::{
     GetStatusRequest, Status, WatchStatusRequest, agent_client::AgentClient,
-    workloads_client::WorkloadsClient,
+    policy_client::PolicyClient, workloads_client::WorkloadsClient,
 };
 use thiserror::Error;
 use tonic::{
@@ -428,6 +428,7 @@ type ForwardError = Arc<Mutex<Option<String>>>;
 pub struct Agent {
     client: AgentClient<InterceptedService<Channel, BearerAuth>>,
     workloads: WorkloadsClient<InterceptedService<Channel, BearerAuth>>,
+    policy: PolicyClient<InterceptedService<Channel, BearerAuth>>,
     target: AgentTarget,
     forward_error: ForwardError,
     namespace: String,
@@ -468,7 +469,8 @@ impl Agent {
         let auth = BearerAuth::new(&token)?;
         Ok(Self {
             client: AgentClient::with_interceptor(channel.clone(), auth.clone()),
-            workloads: WorkloadsClient::with_interceptor(channel, auth),
+            workloads: WorkloadsClient::with_interceptor(channel.clone(), auth.clone()),
+            policy: PolicyClient::with_interceptor(channel, auth),
             target,
             forward_error,
             namespace,
@@ -497,6 +499,11 @@ impl Agent {
     /// A client of the agent's Workloads service on the same connection.
     pub fn workloads(&self) -> WorkloadsClient<InterceptedService<Channel, BearerAuth>> {
         self.workloads.clone()
+    }
+
+    /// A client of the agent's Policy service on the same connection.
+    pub fn policy(&self) -> PolicyClient<InterceptedService<Channel, BearerAuth>> {
+        self.policy.clone()
     }
 
     /// The namespace commands act in: -n, else the kubeconfig context's.

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod complete;
 pub mod connect;
 pub mod output;
+pub mod policy;
 pub mod status;
 pub mod version;
 pub mod workloads;

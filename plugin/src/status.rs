@@ -180,6 +180,12 @@ pub struct ComponentView {
 #[serde(rename_all = "camelCase")]
 pub struct PolicyView {
     pub generation: u64,
+    pub name: String,
+    /// Whether the live FluxInstance complies.
+    pub compliant: bool,
+    pub violations: Vec<String>,
+    /// Upgrade deadlines coming up.
+    pub warnings: Vec<String>,
 }
 
 fn timestamp(ts: Option<prost_types::Timestamp>) -> Option<String> {
@@ -266,6 +272,10 @@ impl From<pb::Status> for StatusView {
             },
             policy: status.policy.map(|p| PolicyView {
                 generation: p.generation,
+                name: p.name,
+                compliant: p.compliant,
+                violations: p.violations,
+                warnings: p.warnings,
             }),
             observed_at: timestamp(status.observed_at),
         }
@@ -405,7 +415,22 @@ pub fn render_table(view: &StatusView, style: Style) -> String {
 
     out.push_str("\nPolicy\n");
     match &view.policy {
-        Some(policy) => field(&mut out, "Generation", &policy.generation.to_string()),
+        Some(policy) => {
+            field(&mut out, "Name", &policy.name);
+            field(&mut out, "Generation", &policy.generation.to_string());
+            let compliant = if policy.compliant {
+                style.paint("yes", Tone::Good)
+            } else {
+                style.paint("no", Tone::Bad)
+            };
+            field(&mut out, "Compliant", &compliant);
+            for violation in &policy.violations {
+                field(&mut out, "Violation", violation);
+            }
+            for warning in &policy.warnings {
+                field(&mut out, "Warning", warning);
+            }
+        }
         None => field(&mut out, "Generation", "none"),
     }
     out
@@ -472,7 +497,15 @@ mod tests {
                 ],
                 suspended: false,
             }),
-            policy: Some(pb::PolicyStatus { generation: 3 }),
+            policy: Some(pb::PolicyStatus {
+                generation: 3,
+                name: "platform".to_owned(),
+                compliant: false,
+                violations: vec![
+                    r#"spec.distribution.version "2.x" is outside ">=2.7.0 <2.10.0" allowed by policy generation 3"#.to_owned(),
+                ],
+                warnings: Vec::new(),
+            }),
             observed_at: Some(prost_types::Timestamp {
                 seconds: 1_767_225_660,
                 nanos: 0,
@@ -513,7 +546,10 @@ Components
   helm-controller     False   ghcr.io/fluxcd/helm-controller:v1.6.0
 
 Policy
+  Name:        platform
   Generation:  3
+  Compliant:   no
+  Violation:   spec.distribution.version \"2.x\" is outside \">=2.7.0 <2.10.0\" allowed by policy generation 3
 "
         );
     }
@@ -637,7 +673,10 @@ Policy
         assert!(!is_news(Some(&first), &first.clone()));
 
         let mut changed = fixture();
-        changed.policy = Some(pb::PolicyStatus { generation: 4 });
+        changed.policy = Some(pb::PolicyStatus {
+            generation: 4,
+            ..Default::default()
+        });
         assert!(is_news(Some(&first), &StatusView::from(changed)));
 
         // A restarted agent re-sends the same cluster state, but it is a new agent.

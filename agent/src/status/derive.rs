@@ -6,10 +6,11 @@ use k8s_openapi::{api::apps::v1::Deployment, apimachinery::pkg::apis::meta::v1::
 use kube::api::DynamicObject;
 use serde_json::Value;
 use tenantflux_proto::v1::{
-    AgentInfo, Component, Condition, Health, InstanceStatus, OperatorPhase, OperatorStatus, Status,
+    AgentInfo, Component, Condition, Health, InstanceStatus, OperatorPhase, OperatorStatus,
+    PolicyStatus, Status,
 };
 
-use crate::operator::InstallState;
+use crate::{operator::InstallState, policy::Policy, policy_service::Held};
 
 /// Name of the flux-operator Deployment (flux-operator's own manifests).
 pub const OPERATOR_DEPLOYMENT: &str = "flux-operator";
@@ -77,12 +78,19 @@ pub struct Observed {
     pub problems: BTreeMap<Source, String>,
     /// The agent's own install, when it installs flux-operator (`--operator-bundle`).
     pub install: Option<InstallState>,
+    /// The policy in force and the problems of its stored copy.
+    pub policy: Held,
 }
 
 /// The status the agent reports for what it observed. `observed_at` is left empty: it is the
 /// time of the last change, which only the publisher knows.
 pub fn derive(facts: &AgentFacts, observed: &Observed) -> Status {
-    let problems: Vec<String> = observed.problems.values().cloned().collect();
+    let problems: Vec<String> = observed
+        .problems
+        .values()
+        .chain(&observed.policy.problems)
+        .cloned()
+        .collect();
     Status {
         agent: Some(AgentInfo {
             version: facts.version.clone(),
@@ -104,8 +112,31 @@ pub fn derive(facts: &AgentFacts, observed: &Observed) -> Status {
             observed.instance.object.as_ref(),
             observed.report.object.as_ref(),
         )),
-        policy: None,
+        policy: observed
+            .policy
+            .accepted
+            .as_ref()
+            .map(|accepted| policy_status(&accepted.policy, observed.instance.object.as_ref())),
         observed_at: None,
+    }
+}
+
+/// The policy and how the live FluxInstance fares against it (compliant when there is none:
+/// the policy's defaults create one that complies).
+fn policy_status(policy: &Policy, instance: Option<&DynamicObject>) -> PolicyStatus {
+    let evaluation = instance
+        .map(|i| policy.evaluate(i.data.get("spec").unwrap_or(&Value::Null)))
+        .unwrap_or_default();
+    PolicyStatus {
+        generation: policy.generation(),
+        name: policy.name().to_owned(),
+        compliant: evaluation.compliant(),
+        violations: evaluation
+            .violations
+            .into_iter()
+            .map(|v| v.message)
+            .collect(),
+        warnings: evaluation.warnings,
     }
 }
 

@@ -26,7 +26,7 @@ pub use derive::{
     AgentFacts, INSTANCE_NAME, OPERATOR_DEPLOYMENT, Observed, Source, Tracked, derive, image_tag,
 };
 
-use crate::{admin::Readiness, operator::InstallState, shutdown::Shutdown};
+use crate::{admin::Readiness, operator::InstallState, policy_service::Held, shutdown::Shutdown};
 
 /// API group of flux-operator's CRDs.
 const FLUX_OPERATOR_GROUP: &str = "fluxcd.controlplane.io";
@@ -71,6 +71,7 @@ pub async fn run(
     tx: watch::Sender<Status>,
     readiness: Arc<Readiness>,
     install: Option<watch::Receiver<InstallState>>,
+    mut policy: watch::Receiver<Held>,
     shutdown: Shutdown,
 ) {
     let ns = facts.operator_namespace.clone();
@@ -115,6 +116,7 @@ pub async fn run(
     if let Some(rx) = &mut install {
         state.observed.install = Some(rx.borrow_and_update().clone());
     }
+    state.observed.policy = policy.borrow_and_update().clone();
     let mut next_version_check = tokio::time::Instant::now();
     loop {
         tokio::select! {
@@ -144,6 +146,9 @@ pub async fn run(
                 }
             } => {
                 state.observed.install = install.as_mut().map(|rx| rx.borrow_and_update().clone());
+            }
+            Ok(()) = policy.changed() => {
+                state.observed.policy = policy.borrow_and_update().clone();
             }
             Some((source, update)) = updates.next() => match update {
                 Ok(event) => state.apply(source, event),

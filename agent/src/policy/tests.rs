@@ -1,0 +1,476 @@
+use serde_json::{Value, json};
+
+use super::*;
+
+const FULL: &str = include_str!("../../../deploy/policy/example.yaml");
+const SCHEMA: &str = include_str!("../../../deploy/policy/policy.schema.json");
+const MINIMAL: &str = include_str!("fixtures/policy-minimal.yaml");
+const COMPLIANT: &str = include_str!("fixtures/instance-compliant.yaml");
+const EVERY_VIOLATION: &str = include_str!("fixtures/instance-every-violation.yaml");
+
+fn policy(text: &str) -> Policy {
+    Policy::parse(text).unwrap_or_else(|err| panic!("{err:#?}"))
+}
+
+fn spec(yaml: &str) -> Value {
+    serde_yaml_ng::from_str(yaml).expect("fixture parses")
+}
+
+fn day(date: &str) -> i64 {
+    parse_date(date).unwrap()
+}
+
+/// Long before the example's deadline warnings start.
+fn early() -> i64 {
+    day("2026-01-01")
+}
+
+fn messages(evaluation: &Evaluation) -> Vec<&str> {
+    evaluation
+        .violations
+        .iter()
+        .map(|v| v.message.as_str())
+        .collect()
+}
+
+#[test]
+fn the_example_parses_with_every_constraint() {
+    let policy = policy(FULL);
+    assert_eq!(policy.name(), "platform");
+    assert_eq!(policy.generation(), 7);
+    assert!(
+        policy
+            .operator_versions()
+            .unwrap()
+            .allows(&semver::Version::new(0, 58, 1))
+    );
+    assert!(
+        !policy
+            .operator_versions()
+            .unwrap()
+            .allows(&semver::Version::new(0, 59, 0))
+    );
+    assert!(policy.allows_bundle("configmap:flux-operator-bundle"));
+    assert!(
+        policy.allows_bundle("oci://ghcr.io/controlplaneio-fluxcd/flux-operator-manifests:v0.58.1")
+    );
+    assert!(!policy.allows_bundle("oci://evil.example.com/flux-operator-manifests:v0.58.1"));
+    assert_eq!(
+        policy.defaults().unwrap()["distribution"]["version"],
+        "2.9.x"
+    );
+    // What `policy show` prints parses back to the same policy.
+    assert_eq!(Policy::parse(&policy.to_yaml()).unwrap(), policy);
+}
+
+#[test]
+fn a_compliant_instance_has_no_violations() {
+    let evaluation = policy(FULL).evaluate_at(&spec(COMPLIANT), early());
+    assert!(evaluation.compliant(), "{evaluation:#?}");
+    assert!(evaluation.warnings.is_empty());
+}
+
+#[test]
+fn one_message_per_violated_field() {
+    let evaluation = policy(FULL).evaluate_at(&spec(EVERY_VIOLATION), early());
+    assert_eq!(
+        messages(&evaluation),
+        [
+            r#"spec.distribution.version "2.6.x" is outside ">=2.7.0 <2.10.0" allowed by policy generation 7"#,
+            r#"spec.distribution.registry "docker.io/fluxcd" is not one of "ghcr.io/fluxcd", "registry.example.com/fluxcd" allowed by policy generation 7"#,
+            r#"spec.distribution.artifact "oci://evil.example.com/manifests:latest" is not one of "oci://ghcr.io/controlplaneio-fluxcd/flux-operator-manifests*" allowed by policy generation 7"#,
+            r#"spec.components "image-automation-controller" is not one of "source-controller", "kustomize-controller", "helm-controller", "notification-controller", "source-watcher" allowed by policy generation 7"#,
+            r#"spec.components lacks "kustomize-controller", required by policy generation 7"#,
+            "spec.cluster.multitenant false must be true, as policy generation 7 requires",
+            "spec.cluster.networkPolicy false must be true, as policy generation 7 requires",
+            r#"spec.cluster.size "large" is not one of "small", "medium" allowed by policy generation 7"#,
+            r#"spec.sync.url "https://github.com/evil/fleet" is not one of "https://github.com/acme/*", "oci://ghcr.io/acme/*" allowed by policy generation 7"#,
+            "spec.kustomize.patches is set; policy generation 7 allows no kustomize patches",
+        ]
+    );
+    let fields: Vec<_> = evaluation
+        .violations
+        .iter()
+        .map(|v| v.field.as_str())
+        .collect();
+    assert_eq!(fields[0], "spec.distribution.version");
+    assert_eq!(fields[9], "spec.kustomize.patches");
+}
+
+#[test]
+fn an_instance_range_must_stay_inside_the_policy_range() {
+    let policy = policy(FULL);
+    let with_version = |version: &str| {
+        let mut instance = spec(COMPLIANT);
+        instance["distribution"]["version"] = json!(version);
+        policy.evaluate_at(&instance, early())
+    };
+    for inside in [
+        "2.7.0",
+        "2.8.x",
+        "2.9.x",
+        "v2.9.4",
+        ">=2.8.0 <2.10.0",
+        "~2.9",
+    ] {
+        assert!(with_version(inside).compliant(), "{inside}");
+    }
+    for outside in ["2.x", "2.10.x", ">=2.8.0", "2.6.3", "*"] {
+        let evaluation = with_version(outside);
+        assert_eq!(
+            messages(&evaluation),
+            [format!(
+                "spec.distribution.version {outside:?} is outside \">=2.7.0 <2.10.0\" allowed by policy generation 7"
+            )],
+        );
+    }
+    let evaluation = with_version("latest");
+    assert!(
+        messages(&evaluation)[0]
+            .starts_with("spec.distribution.version: \"latest\" is neither a version"),
+        "{evaluation:?}"
+    );
+    let mut without = spec(COMPLIANT);
+    without["distribution"]
+        .as_object_mut()
+        .unwrap()
+        .remove("version");
+    assert_eq!(
+        messages(&policy.evaluate_at(&without, early())),
+        ["spec.distribution.version is missing (a version or range is required)"]
+    );
+}
+
+#[test]
+fn the_upgrade_deadline_warns_then_refuses() {
+    let policy = policy(FULL);
+    let mut instance = spec(COMPLIANT);
+    instance["distribution"]["version"] = json!("2.7.x");
+
+    let before = policy.evaluate_at(&instance, day("2026-08-01"));
+    assert!(
+        before.compliant() && before.warnings.is_empty(),
+        "{before:?}"
+    );
+
+    let warned = policy.evaluate_at(&instance, day("2026-08-20"));
+    assert!(warned.compliant(), "{warned:?}");
+    assert_eq!(
+        warned.warnings,
+        [
+            "spec.distribution.version \"2.7.x\" allows versions below 2.8.0, which policy generation 7 requires from 2026-09-01 (in 12 days)"
+        ]
+    );
+
+    let after = policy.evaluate_at(&instance, day("2026-09-01"));
+    assert_eq!(
+        messages(&after),
+        [
+            "spec.distribution.version \"2.7.x\" allows versions below 2.8.0, which policy generation 7 requires since 2026-09-01"
+        ]
+    );
+
+    instance["distribution"]["version"] = json!("2.8.x");
+    assert_eq!(
+        policy.evaluate_at(&instance, day("2026-09-02")),
+        Evaluation::default()
+    );
+}
+
+#[test]
+fn absent_components_are_the_default_four() {
+    // Without defaults, which list the four and would break this policy.
+    let text = FULL[..FULL.find("  defaults:").unwrap()].replace(
+        "required: [source-controller, kustomize-controller]",
+        "required: [source-controller, source-watcher]",
+    );
+    let policy = policy(&text);
+    let mut instance = spec(COMPLIANT);
+    instance.as_object_mut().unwrap().remove("components");
+    assert_eq!(
+        messages(&policy.evaluate_at(&instance, early())),
+        ["spec.components lacks \"source-watcher\", required by policy generation 7"]
+    );
+}
+
+#[test]
+fn forbidden_settings_and_defaults_of_absent_fields() {
+    let text = FULL
+        .replace("multitenant: required", "multitenant: forbidden")
+        .replace("networkPolicy: required", "networkPolicy: forbidden")
+        .replace("      multitenant: true\n", "")
+        .replace(
+            "      networkPolicy: true\n",
+            "      networkPolicy: false\n",
+        );
+    let policy = policy(&text);
+    let mut instance = spec(COMPLIANT);
+    // networkPolicy defaults to true, multitenant to false.
+    instance["cluster"] = json!({});
+    assert_eq!(
+        messages(&policy.evaluate_at(&instance, early())),
+        ["spec.cluster.networkPolicy true is forbidden by policy generation 7"]
+    );
+    instance["cluster"] = json!({"multitenant": true, "networkPolicy": false});
+    assert_eq!(
+        messages(&policy.evaluate_at(&instance, early())),
+        ["spec.cluster.multitenant true is forbidden by policy generation 7"]
+    );
+}
+
+#[test]
+fn a_minimal_policy_allows_any_instance_with_a_version() {
+    let policy = policy(MINIMAL);
+    assert!(policy.operator_versions().is_none());
+    assert!(policy.allows_bundle("file:/anything"));
+    assert!(
+        policy
+            .evaluate_at(&spec(EVERY_VIOLATION), early())
+            .compliant()
+    );
+}
+
+#[test]
+fn malformed_policies_say_what_is_wrong() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "spec:\n  generation: 7\n",
+            "spec:\n  generation: 7\n  color: blue\n",
+            "unknown field `color`",
+        ),
+        (
+            "kind: Policy",
+            "kind: Polcy",
+            "kind is \"Polcy\"; a policy is Policy",
+        ),
+        (
+            "apiVersion: tenantflux.io/v1alpha1",
+            "apiVersion: tenantflux.io/v1",
+            "apiVersion is \"tenantflux.io/v1\"",
+        ),
+        (
+            "name: platform",
+            "name: \"\"",
+            "metadata.name must not be empty",
+        ),
+        (
+            "generation: 7",
+            "generation: 0",
+            "spec.generation must be 1 or more",
+        ),
+        ("generation: 7", "generation: -1", "not valid YAML"),
+        (
+            "versions: \">=2.7.0 <2.10.0\"",
+            "versions: \"2.7 or so\"",
+            "spec.distribution.versions",
+        ),
+        (
+            "versions: \">=0.58.0 <0.59.0\"",
+            "versions: latest",
+            "spec.operator.versions",
+        ),
+        (
+            "date: \"2026-09-01\"",
+            "date: \"2026-02-30\"",
+            "\"2026-02-30\" is not a date",
+        ),
+        (
+            "      - source-watcher\n",
+            "      - source-watchers\n",
+            "names \"source-watchers\", which is not a Flux component",
+        ),
+        (
+            "required: [source-controller, kustomize-controller]",
+            "required: [image-reflector-controller]",
+            "which spec.components.allowed leaves out",
+        ),
+        (
+            "sizes: [small, medium]",
+            "sizes: [huge]",
+            "sizes are small, medium, large",
+        ),
+        (
+            "sizes: [small, medium]",
+            "sizes: []",
+            "spec.cluster.sizes is empty",
+        ),
+        (
+            "multitenant: required",
+            "multitenant: sometimes",
+            "unknown variant `sometimes`",
+        ),
+        (
+            "      size: small\n",
+            "      size: large\n",
+            "spec.defaults breaks the policy itself: spec.cluster.size \"large\"",
+        ),
+        ("allowPatches: false", "allowPatches: no", "not valid YAML"),
+        ("kind: Policy", "kind: [Policy", "not valid YAML"),
+    ];
+    for (from, to, expected) in cases {
+        assert!(FULL.contains(from), "fixture lacks {from:?}");
+        let text = FULL.replacen(from, to, 1);
+        let err = match Policy::parse(&text) {
+            Ok(_) => panic!("{to:?} was accepted"),
+            Err(err) => error_chain(&err),
+        };
+        assert!(err.contains(expected), "{to:?}: {err}");
+    }
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[test]
+fn dates_count_days_since_the_epoch() {
+    assert_eq!(parse_date("1970-01-01"), Some(0));
+    assert_eq!(parse_date("2000-03-01"), Some(11_017));
+    assert_eq!(parse_date("2024-02-29"), Some(19_782));
+    for bad in [
+        "2023-02-29",
+        "2026-13-01",
+        "2026-1-1",
+        "26-01-01",
+        "2026-01-01T00:00",
+    ] {
+        assert_eq!(parse_date(bad), None, "{bad}");
+    }
+    assert!(today() > parse_date("2025-01-01").unwrap());
+}
+
+/// Just enough of JSON Schema (type, const, enum, required, properties, additionalProperties,
+/// items, minItems, minimum, pattern as a fixed-width date) to hold the schema and the parser
+/// to the same document: the example must validate, and every field the parser refuses as
+/// unknown must be refused by the schema too.
+fn schema_errors(schema: &Value, value: &Value, at: &str, errors: &mut Vec<String>) {
+    if let Some(expected) = schema.get("const")
+        && value != expected
+    {
+        errors.push(format!("{at}: {value} is not {expected}"));
+    }
+    if let Some(options) = schema.get("enum").and_then(Value::as_array)
+        && !options.contains(value)
+    {
+        errors.push(format!("{at}: {value} is not one of {options:?}"));
+    }
+    let type_ok = match schema.get("type").and_then(Value::as_str) {
+        Some("object") => value.is_object(),
+        Some("array") => value.is_array(),
+        Some("string") => value.is_string(),
+        Some("integer") => value.is_i64() || value.is_u64(),
+        Some("boolean") => value.is_boolean(),
+        _ => true,
+    };
+    if !type_ok {
+        errors.push(format!("{at}: {value} is not a {}", schema["type"]));
+        return;
+    }
+    if let (Some(minimum), Some(number)) = (
+        schema.get("minimum").and_then(Value::as_i64),
+        value.as_i64(),
+    ) && number < minimum
+    {
+        errors.push(format!("{at}: {number} < {minimum}"));
+    }
+    if let Value::Object(map) = value {
+        let properties = schema.get("properties").and_then(Value::as_object);
+        for key in schema
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            if !map.contains_key(key) {
+                errors.push(format!("{at}: {key} is required"));
+            }
+        }
+        for (key, child) in map {
+            match properties.and_then(|p| p.get(key)) {
+                Some(child_schema) => {
+                    schema_errors(child_schema, child, &format!("{at}.{key}"), errors);
+                }
+                None if schema.get("additionalProperties") == Some(&Value::Bool(false)) => {
+                    errors.push(format!("{at}: unknown field {key}"));
+                }
+                None => {}
+            }
+        }
+    }
+    if let Value::Array(items) = value {
+        if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+            && (items.len() as u64) < min
+        {
+            errors.push(format!("{at}: fewer than {min} items"));
+        }
+        if let Some(item_schema) = schema.get("items") {
+            for (i, item) in items.iter().enumerate() {
+                schema_errors(item_schema, item, &format!("{at}[{i}]"), errors);
+            }
+        }
+    }
+}
+
+fn validate(document: &str) -> Vec<String> {
+    let schema: Value = serde_json::from_str(SCHEMA).expect("the schema is JSON");
+    let value: Value = serde_yaml_ng::from_str(document).expect("YAML");
+    let mut errors = Vec::new();
+    schema_errors(&schema, &value, "", &mut errors);
+    errors
+}
+
+#[test]
+fn the_schema_accepts_what_the_parser_accepts() {
+    let schema: Value = serde_json::from_str(SCHEMA).unwrap();
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    assert_eq!(
+        schema["required"],
+        json!(["apiVersion", "kind", "metadata", "spec"])
+    );
+    assert_eq!(
+        schema["properties"]["spec"]["required"],
+        json!(["generation"])
+    );
+    assert_eq!(validate(FULL), Vec::<String>::new());
+    assert_eq!(validate(MINIMAL), Vec::<String>::new());
+    // Serializing a parsed policy fills in defaults (warnDays, optional requirements): still
+    // valid.
+    assert_eq!(validate(&policy(FULL).to_yaml()), Vec::<String>::new());
+}
+
+#[test]
+fn the_schema_refuses_what_the_parser_refuses() {
+    let cases = [
+        ("  generation: 7\n", "  generation: 7\n  color: blue\n"),
+        (
+            "    allowPatches: false\n",
+            "    allowPatches: false\n    extra: 1\n",
+        ),
+        ("kind: Policy", "kind: Polcy"),
+        ("generation: 7", "generation: 0"),
+        ("multitenant: required", "multitenant: sometimes"),
+        ("      - source-watcher\n", "      - source-watchers\n"),
+        ("sizes: [small, medium]", "sizes: []"),
+        (
+            "      warnDays: 30\n",
+            "      warnDays: 30\n      grace: 3\n",
+        ),
+    ];
+    for (from, to) in cases {
+        assert!(FULL.contains(from), "fixture lacks {from:?}");
+        let text = FULL.replacen(from, to, 1);
+        assert!(Policy::parse(&text).is_err(), "parser accepts {to:?}");
+        assert!(!validate(&text).is_empty(), "schema accepts {to:?}");
+    }
+}

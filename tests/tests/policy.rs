@@ -1,0 +1,371 @@
+//! Signed policy against the real control plane: keys and signatures made by the plugin, the
+//! agent (as its ServiceAccount, with deploy/'s RBAC) verifying pushes, storing the accepted
+//! policy, keeping it across a restart, and undoing an edit of the stored copy. The cluster is
+//! the test's own: the agent runs with a policy key there.
+
+use std::{path::Path, process::Output, time::Duration};
+
+use serde_json::Value;
+use tenantflux_tests::{TestCluster, repo_root, wait_for};
+
+const AGENT_NAMESPACE: &str = "tenantflux-system";
+const STORE: &str = "tenantflux-policy";
+
+fn run(cluster: &TestCluster, args: &[&str]) -> Output {
+    run_as(cluster, None, args)
+}
+
+fn run_as(cluster: &TestCluster, kubeconfig: Option<&Path>, args: &[&str]) -> Output {
+    cluster
+        .kubectl_tenantflux(kubeconfig, args)
+        .unwrap_or_else(|err| panic!("kubectl tenantflux {args:?}: {err}"))
+}
+
+fn ok(cluster: &TestCluster, args: &[&str]) -> String {
+    let output = run(cluster, args);
+    assert!(
+        output.status.success(),
+        "kubectl tenantflux {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Runs a command that must fail with exit code 1; returns its stderr.
+fn refused(cluster: &TestCluster, args: &[&str]) -> String {
+    let output = run(cluster, args);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "kubectl tenantflux {args:?} should fail: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 temp path")
+}
+
+fn show(cluster: &TestCluster) -> Value {
+    serde_json::from_str(&ok(cluster, &["policy", "show", "-o", "json"])).expect("JSON")
+}
+
+fn stored(cluster: &TestCluster) -> String {
+    let output = cluster
+        .kubectl(&[
+            "-n",
+            AGENT_NAMESPACE,
+            "get",
+            "configmap",
+            STORE,
+            "-o",
+            "jsonpath={.data.signed-policy\\.yaml}",
+        ])
+        .expect("kubectl get");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn signed_policy_is_verified_stored_kept_and_guarded() {
+    let cluster = TestCluster::start(&format!("po-sign-{}", std::process::id()))
+        .expect("starting the cluster");
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    let other = dir.path().join("other");
+
+    // Keys, signing and verification need no cluster.
+    let out = ok(&cluster, &["policy", "keygen", "--out", path(&keys)]);
+    assert!(out.starts_with("key "), "{out}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(keys.join("ed25519.key"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let err = refused(&cluster, &["policy", "keygen", "--out", path(&keys)]);
+    assert!(err.contains("never overwrites a key"), "{err}");
+    ok(&cluster, &["policy", "keygen", "--out", path(&other)]);
+
+    let example = std::fs::read_to_string(repo_root().join("deploy/policy/example.yaml")).unwrap();
+    let write = |name: &str, text: &str| {
+        let file = dir.path().join(name);
+        std::fs::write(&file, text).unwrap();
+        file
+    };
+    let key = keys.join("ed25519.key");
+    let public = keys.join("ed25519.pub");
+    let sign = |policy: &Path, key: &Path, out: &Path| {
+        ok(
+            &cluster,
+            &[
+                "policy",
+                "sign",
+                "-f",
+                path(policy),
+                "--key",
+                path(key),
+                "--out",
+                path(out),
+            ],
+        );
+    };
+    let gen7 = dir.path().join("signed-7.yaml");
+    sign(&write("policy-7.yaml", &example), &key, &gen7);
+    let gen6 = dir.path().join("signed-6.yaml");
+    sign(
+        &write(
+            "policy-6.yaml",
+            &example.replace("generation: 7", "generation: 6"),
+        ),
+        &key,
+        &gen6,
+    );
+    let gen8_other_key = dir.path().join("signed-8-other.yaml");
+    sign(
+        &write(
+            "policy-8.yaml",
+            &example.replace("generation: 7", "generation: 8"),
+        ),
+        &other.join("ed25519.key"),
+        &gen8_other_key,
+    );
+    let forged = write(
+        "forged.yaml",
+        &std::fs::read_to_string(&gen7)
+            .unwrap()
+            .replace("generation: 7", "generation: 9"),
+    );
+
+    let verified = ok(
+        &cluster,
+        &[
+            "policy",
+            "verify",
+            "-f",
+            path(&gen7),
+            "--public-key",
+            path(&public),
+        ],
+    );
+    assert!(verified.contains("generation 7"), "{verified}");
+    let err = refused(
+        &cluster,
+        &[
+            "policy",
+            "verify",
+            "-f",
+            path(&forged),
+            "--public-key",
+            path(&public),
+        ],
+    );
+    assert!(err.contains("bad signature"), "{err}");
+    let err = refused(
+        &cluster,
+        &[
+            "policy",
+            "verify",
+            "-f",
+            path(&gen8_other_key),
+            "--public-key",
+            path(&public),
+        ],
+    );
+    assert!(err.contains("unknown key"), "{err}");
+
+    // A malformed policy is refused at signing, and nothing is written.
+    let unknown_field = write(
+        "unknown-field.yaml",
+        &example.replace("  generation: 7\n", "  generation: 7\n  colour: blue\n"),
+    );
+    let not_written = dir.path().join("never.yaml");
+    let err = refused(
+        &cluster,
+        &[
+            "policy",
+            "sign",
+            "-f",
+            path(&unknown_field),
+            "--key",
+            path(&key),
+            "--out",
+            path(&not_written),
+        ],
+    );
+    assert!(err.contains("unknown field `colour`"), "{err}");
+    assert!(!not_written.exists());
+    let bad_semver = write(
+        "bad-semver.yaml",
+        &example.replace(">=2.7.0 <2.10.0", "2.7 or later"),
+    );
+    let err = refused(
+        &cluster,
+        &[
+            "policy",
+            "sign",
+            "-f",
+            path(&bad_semver),
+            "--key",
+            path(&key),
+        ],
+    );
+    assert!(
+        err.contains("spec.distribution.versions") && err.contains("\"2.7 or later\""),
+        "{err}"
+    );
+
+    // The agent, installed with the public key.
+    let key_env = [("TENANTFLUX_POLICY_PUBLIC_KEY", path(&public))];
+    cluster.restart_agent_with(&key_env).expect("agent");
+    assert_eq!(show(&cluster)["present"], false);
+
+    // A tenant user (tenantflux-user) may read the policy but not push one.
+    let err = refused(&cluster, &["policy", "push", "-f", path(&gen7)]);
+    assert!(
+        err.contains("may not update policies.tenantflux.io in namespace \"tenantflux-system\""),
+        "{err}"
+    );
+    // The management side's account: tenantflux-user plus update on policies.
+    let platform = cluster
+        .token_kubeconfig(AGENT_NAMESPACE, "platform")
+        .expect("platform account");
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
+             metadata: {{name: policy-pusher, namespace: {AGENT_NAMESPACE}}}\n\
+             rules: [{{apiGroups: [tenantflux.io], resources: [policies], verbs: [update]}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: policy-pusher, namespace: {AGENT_NAMESPACE}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: policy-pusher}}\n\
+             subjects: [{{kind: ServiceAccount, name: platform, namespace: {AGENT_NAMESPACE}}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: platform-user, namespace: {AGENT_NAMESPACE}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
+             subjects: [{{kind: ServiceAccount, name: platform, namespace: {AGENT_NAMESPACE}}}]\n"
+        ))
+        .expect("RBAC of the platform account");
+    let push = |file: &Path| {
+        run_as(
+            &cluster,
+            Some(&platform),
+            &["policy", "push", "-f", path(file)],
+        )
+    };
+    let pushed = |file: &Path| {
+        let output = push(file);
+        assert!(
+            output.status.success(),
+            "push {}: {}",
+            file.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let push_refused = |file: &Path| {
+        let output = push(file);
+        assert_eq!(
+            output.status.code(),
+            Some(1),
+            "push {} should fail",
+            file.display()
+        );
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+
+    let out = pushed(&gen7);
+    assert_eq!(out, "policy \"platform\" generation 7 accepted (was 0)\n");
+    let out = pushed(&gen7);
+    assert!(out.contains("generation 7 unchanged"), "{out}");
+
+    let err = push_refused(&forged);
+    assert!(err.contains("bad signature"), "{err}");
+    let err = push_refused(&gen8_other_key);
+    assert!(err.contains("unknown key"), "{err}");
+    let err = push_refused(&gen6);
+    assert!(err.contains("stale generation 6 ≤ 7"), "{err}");
+    let err = push_refused(&example_file(&dir, &example));
+    assert!(err.contains("is not a signed policy"), "{err}");
+
+    let held = show(&cluster);
+    assert_eq!(held["generation"], 7);
+    assert_eq!(held["name"], "platform");
+    assert_eq!(held["problems"], serde_json::json!([]));
+    let signed_text = std::fs::read_to_string(&gen7).unwrap();
+    assert_eq!(stored(&cluster), signed_text);
+    let status: Value =
+        serde_json::from_str(&ok(&cluster, &["status", "-o", "json"])).expect("JSON");
+    assert_eq!(status["policy"]["generation"], 7);
+    assert_eq!(status["policy"]["compliant"], true, "no FluxInstance yet");
+
+    // A restart re-reads and re-verifies the stored copy.
+    cluster.restart_agent_with(&key_env).expect("agent restart");
+    let held = wait_for(
+        "the policy after a restart",
+        Duration::from_secs(30),
+        || {
+            let held = show(&cluster);
+            async move { (held["generation"] == 7).then_some(held) }
+        },
+    )
+    .await
+    .expect("policy kept");
+    assert_eq!(held["problems"], serde_json::json!([]));
+
+    // Someone with access to the cluster edits the stored copy: detected, reported, undone.
+    let tampered = signed_text.replace("generation: 7", "generation: 70");
+    let patch = serde_json::json!({"data": {"signed-policy.yaml": tampered}}).to_string();
+    let output = cluster
+        .kubectl(&[
+            "-n",
+            AGENT_NAMESPACE,
+            "patch",
+            "configmap",
+            STORE,
+            "--type=merge",
+            "-p",
+            &patch,
+        ])
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let held = wait_for("the edit to be reported", Duration::from_secs(30), || {
+        let held = show(&cluster);
+        async move {
+            held["problems"]
+                .as_array()
+                .is_some_and(|p| !p.is_empty())
+                .then_some(held)
+        }
+    })
+    .await
+    .expect("edit reported");
+    assert_eq!(held["generation"], 7, "{held:#}");
+    let problem = held["problems"][0].as_str().unwrap();
+    assert!(
+        problem.contains("ConfigMap tenantflux-system/tenantflux-policy was edited (bad signature"),
+        "{problem}"
+    );
+    assert!(
+        problem.contains("keeps generation 7 and restored it"),
+        "{problem}"
+    );
+    let restored = wait_for("the stored copy restored", Duration::from_secs(30), || {
+        let text = stored(&cluster);
+        let want = signed_text.clone();
+        async move { (text == want).then_some(()) }
+    })
+    .await;
+    assert!(restored.is_ok(), "stored copy not restored");
+    let status: Value =
+        serde_json::from_str(&ok(&cluster, &["status", "-o", "json"])).expect("JSON");
+    assert_eq!(status["agent"]["health"], "degraded", "{status:#}");
+}
+
+fn example_file(dir: &tempfile::TempDir, example: &str) -> std::path::PathBuf {
+    let file = dir.path().join("unsigned.yaml");
+    std::fs::write(&file, example).unwrap();
+    file
+}
