@@ -33,7 +33,6 @@ use crate::{
 pub const STORE_NAME: &str = "tenantflux-policy";
 /// Its key: the SignedPolicy envelope, exactly as pushed.
 pub const STORE_KEY: &str = "signed-policy.yaml";
-const MANAGER: &str = "tenantflux-agent";
 
 /// The policy in force, and what is wrong with its stored copy.
 #[derive(Clone, Debug, Default)]
@@ -177,14 +176,14 @@ impl PolicyStore {
             "kind": "ConfigMap",
             "metadata": {
                 "name": STORE_NAME,
-                "labels": {"app.kubernetes.io/managed-by": MANAGER},
+                "labels": {"app.kubernetes.io/managed-by": crate::FIELD_MANAGER},
             },
             "data": {STORE_KEY: signed.to_yaml()},
         });
         self.configmaps
             .patch(
                 STORE_NAME,
-                &PatchParams::apply(MANAGER).force(),
+                &PatchParams::apply(crate::FIELD_MANAGER).force(),
                 &Patch::Apply(&body),
             )
             .await

@@ -256,9 +256,14 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
         if rule.verbs.iter().any(|v| v == "patch") {
             for group in rule.api_groups.iter().flatten() {
                 for resource in rule.resources.iter().flatten() {
-                    let flux_kind = catalog::KINDS
-                        .iter()
-                        .any(|k| k.group == group && k.plural == resource);
+                    // FluxReport: only its refresh annotation, only the one named flux.
+                    let report_refresh = group == "fluxcd.controlplane.io"
+                        && resource == "fluxreports"
+                        && rule.resource_names.as_deref() == Some(&[INSTANCE_NAME.to_string()][..]);
+                    let flux_kind = report_refresh
+                        || catalog::KINDS
+                            .iter()
+                            .any(|k| k.group == group && k.plural == resource);
                     assert!(
                         flux_kind
                             || bundle_resources.contains(&(group.as_str(), resource.as_str())),

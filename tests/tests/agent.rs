@@ -120,7 +120,9 @@ async fn status_with_client_certificates_goes_through_kubectl_and_the_port_forwa
     // TokenRequest API for an audience-bound token of the tenantflux-client ServiceAccount.
     let status = wait_for(
         "kubectl tenantflux status to report a Ready FluxInstance",
-        Duration::from_secs(180),
+        // Well under flux-operator's 5-minute report interval: the agent asks for a fresh
+        // FluxReport when it lags the instance.
+        Duration::from_secs(90),
         || async {
             let status = status_json(cluster, None);
             // FluxReport, where component readiness comes from, may trail the instance.

@@ -302,6 +302,30 @@ fn ready_condition(data: &Value) -> Option<Condition> {
     })
 }
 
+/// Whether the FluxReport lags its instance: the instance is Ready, yet the report still has a
+/// component that is not. flux-operator writes the report when the instance reconciles, which
+/// can be before the controllers' rollouts are seen as done, and then only every few minutes
+/// unless asked (annotation `reconcile.fluxcd.io/requestedAt`).
+pub fn report_lags(observed: &Observed) -> bool {
+    let instance_ready = observed
+        .instance
+        .object
+        .as_ref()
+        .and_then(|i| ready_condition(&i.data))
+        .is_some_and(|c| c.status == "True");
+    let component_not_ready = observed
+        .report
+        .object
+        .as_ref()
+        .and_then(|r| r.data.pointer("/spec/components"))
+        .and_then(Value::as_array)
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.get("ready").and_then(Value::as_bool) != Some(true))
+        });
+    instance_ready && component_not_ready
+}
+
 /// Components with their readiness from the FluxReport when there is one; otherwise the images
 /// the instance last applied, whose readiness the agent does not know.
 fn components(instance: &Value, report: Option<&Value>) -> Vec<Component> {
@@ -392,6 +416,40 @@ mod tests {
     const INSTANCE_READY: &str = include_str!("fixtures/instance-ready.yaml");
     const INSTANCE_NOT_READY: &str = include_str!("fixtures/instance-not-ready.yaml");
     const REPORT: &str = include_str!("fixtures/report.yaml");
+
+    #[test]
+    fn a_report_lags_while_the_instance_is_ready_and_a_component_is_not() {
+        let lagging = Observed {
+            instance: dynamic(INSTANCE_READY),
+            report: dynamic(REPORT),
+            ..Observed::default()
+        };
+        assert!(report_lags(&lagging));
+
+        // The instance itself is not Ready: the report may well be right.
+        let not_ready = Observed {
+            instance: dynamic(INSTANCE_NOT_READY),
+            report: dynamic(REPORT),
+            ..Observed::default()
+        };
+        assert!(!report_lags(&not_ready));
+
+        // Every component ready: nothing to refresh.
+        let all_ready = REPORT.replace("ready: false", "ready: true");
+        let caught_up = Observed {
+            instance: dynamic(INSTANCE_READY),
+            report: dynamic(&all_ready),
+            ..Observed::default()
+        };
+        assert!(!report_lags(&caught_up));
+
+        // No report yet: the operator writes one on its own.
+        let no_report = Observed {
+            instance: dynamic(INSTANCE_READY),
+            ..Observed::default()
+        };
+        assert!(!report_lags(&no_report));
+    }
 
     #[test]
     fn nothing_observed_yet_waits_for_the_api() {

@@ -13,7 +13,7 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::{
     Api, Client,
-    api::{ApiResource, DynamicObject},
+    api::{ApiResource, DynamicObject, Patch, PatchParams},
     runtime::{
         WatchStreamExt,
         watcher::{self, Event},
@@ -24,6 +24,7 @@ use tokio::sync::watch;
 
 pub use derive::{
     AgentFacts, INSTANCE_NAME, OPERATOR_DEPLOYMENT, Observed, Source, Tracked, derive, image_tag,
+    report_lags,
 };
 
 use crate::{admin::Readiness, operator::InstallState, policy_service::Held, shutdown::Shutdown};
@@ -32,6 +33,8 @@ use crate::{admin::Readiness, operator::InstallState, policy_service::Held, shut
 const FLUX_OPERATOR_GROUP: &str = "fluxcd.controlplane.io";
 /// How often the Kubernetes version is asked again once known (it changes on upgrades only).
 const VERSION_REFRESH: Duration = Duration::from_secs(60);
+/// How often a lagging FluxReport is asked to catch up (see [`report_lags`]).
+const REPORT_REFRESH: Duration = Duration::from_secs(10);
 /// How soon the Kubernetes version is asked again while the API has not answered.
 const VERSION_RETRY: Duration = Duration::from_secs(2);
 
@@ -118,6 +121,8 @@ pub async fn run(
     }
     state.observed.policy = policy.borrow_and_update().clone();
     let mut next_version_check = tokio::time::Instant::now();
+    let mut report_check = tokio::time::interval(REPORT_REFRESH);
+    report_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             () = shutdown.wait() => return,
@@ -150,12 +155,48 @@ pub async fn run(
             Ok(()) = policy.changed() => {
                 state.observed.policy = policy.borrow_and_update().clone();
             }
+            _ = report_check.tick() => {
+                if report_lags(&state.observed) {
+                    request_report_refresh(&client, &ns).await;
+                }
+                continue;
+            }
             Some((source, update)) = updates.next() => match update {
                 Ok(event) => state.apply(source, event),
                 Err(err) => state.failed(source, &facts.operator_namespace, &err),
             },
         }
         publish(&tx, derive(&facts, &state.observed));
+    }
+}
+
+/// Asks flux-operator to write its FluxReport again (what it does itself after reconciling the
+/// instance), so component readiness does not lag for minutes. Best effort: a failure only
+/// leaves the report as it was, and the next check asks again.
+async fn request_report_refresh(client: &Client, namespace: &str) {
+    let reports =
+        Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &flux_report_resource());
+    let requested_at = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    let patch = serde_json::json!({
+        "apiVersion": format!("{FLUX_OPERATOR_GROUP}/v1"),
+        "kind": "FluxReport",
+        "metadata": {
+            "name": INSTANCE_NAME,
+            "annotations": {"reconcile.fluxcd.io/requestedAt": requested_at.to_string()},
+        },
+    });
+    let params = PatchParams::apply(crate::FIELD_MANAGER).force();
+    match reports
+        .patch(INSTANCE_NAME, &params, &Patch::Apply(&patch))
+        .await
+    {
+        Ok(_) => tracing::debug!(namespace, "asked flux-operator to refresh FluxReport flux"),
+        Err(err) => {
+            tracing::debug!(namespace, error = %err, "could not ask for a FluxReport refresh")
+        }
     }
 }
 
