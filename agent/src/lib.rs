@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod admission;
 pub mod auth;
 pub mod bundle;
 pub mod bundle_source;

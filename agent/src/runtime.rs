@@ -9,7 +9,7 @@ use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 use tenantflux_proto::v1::Status;
 
 use crate::{
-    VERSION, admin,
+    VERSION, admin, admission,
     auth::Authorizer,
     bundle_source::Fetcher,
     cli::{Args, LogFormat},
@@ -212,6 +212,11 @@ async fn run(args: Args) -> Result<(), Error> {
     };
     let policy_store = PolicyStore::new(client.clone(), &args.namespace, policy_key);
     let policy_watch = tokio::spawn(policy_store.clone().run(shutdown.clone()));
+    let enforcement = tokio::spawn(admission::run(
+        client.clone(),
+        policy_store.subscribe(),
+        shutdown.clone(),
+    ));
 
     let (status_tx, status_rx) = watch::channel(status::initial(&facts));
     let watchers = tokio::spawn(status::run(
@@ -254,6 +259,7 @@ async fn run(args: Args) -> Result<(), Error> {
     let _ = watchers.await;
     let _ = reflectors.await;
     let _ = policy_watch.await;
+    let _ = enforcement.await;
     let _ = phase_metric.await;
     if let Some(install) = install {
         let _ = install.await;
