@@ -13,6 +13,7 @@ use crate::{
     auth::Authorizer,
     bundle_source::Fetcher,
     cli::{Args, LogFormat},
+    instance::InstanceService,
     metrics::Metrics,
     operator::{self, InstallConfig, InstallState},
     policy::signing,
@@ -250,9 +251,23 @@ async fn run(args: Args) -> Result<(), Error> {
         metrics.clone(),
         shutdown.clone(),
     );
+    let instance = InstanceService::new(
+        client.clone(),
+        &args.operator_namespace,
+        policy_store.subscribe(),
+        authorizer.clone(),
+    );
     let policy = PolicyService::new(policy_store, authorizer.clone());
     let workloads = WorkloadsService::new(caches, client, authorizer, metrics, shutdown.clone());
-    let grpc = server::serve(grpc_listener, service, workloads, policy, shutdown.clone()).await;
+    let grpc = server::serve(
+        grpc_listener,
+        service,
+        workloads,
+        policy,
+        instance,
+        shutdown.clone(),
+    )
+    .await;
     // However gRPC ended, stop the rest too.
     shutdown.trigger();
     let admin = admin.await;
