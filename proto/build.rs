@@ -9,6 +9,7 @@ const PROTOS: &[&str] = &[
     "tenantflux/v1/agent.proto",
     "tenantflux/v1/workloads.proto",
     "tenantflux/v1/policy.proto",
+    "tenantflux/v1/instance.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

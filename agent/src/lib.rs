@@ -4,10 +4,12 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod admission;
 pub mod auth;
 pub mod bundle;
 pub mod bundle_source;
 pub mod cli;
+pub mod instance;
 pub mod metrics;
 pub mod operator;
 pub mod policy;

@@ -304,7 +304,7 @@ impl PolicyStore {
 }
 
 /// `err: cause: cause`, as one line for a gRPC message or a status problem.
-fn chain(err: &dyn std::error::Error) -> String {
+pub(crate) fn chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {

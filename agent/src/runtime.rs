@@ -9,10 +9,11 @@ use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 use tenantflux_proto::v1::Status;
 
 use crate::{
-    VERSION, admin,
+    VERSION, admin, admission,
     auth::Authorizer,
     bundle_source::Fetcher,
     cli::{Args, LogFormat},
+    instance::InstanceService,
     metrics::Metrics,
     operator::{self, InstallConfig, InstallState},
     policy::signing,
@@ -212,6 +213,11 @@ async fn run(args: Args) -> Result<(), Error> {
     };
     let policy_store = PolicyStore::new(client.clone(), &args.namespace, policy_key);
     let policy_watch = tokio::spawn(policy_store.clone().run(shutdown.clone()));
+    let enforcement = tokio::spawn(admission::run(
+        client.clone(),
+        policy_store.subscribe(),
+        shutdown.clone(),
+    ));
 
     let (status_tx, status_rx) = watch::channel(status::initial(&facts));
     let watchers = tokio::spawn(status::run(
@@ -245,15 +251,30 @@ async fn run(args: Args) -> Result<(), Error> {
         metrics.clone(),
         shutdown.clone(),
     );
+    let instance = InstanceService::new(
+        client.clone(),
+        &args.operator_namespace,
+        policy_store.subscribe(),
+        authorizer.clone(),
+    );
     let policy = PolicyService::new(policy_store, authorizer.clone());
     let workloads = WorkloadsService::new(caches, client, authorizer, metrics, shutdown.clone());
-    let grpc = server::serve(grpc_listener, service, workloads, policy, shutdown.clone()).await;
+    let grpc = server::serve(
+        grpc_listener,
+        service,
+        workloads,
+        policy,
+        instance,
+        shutdown.clone(),
+    )
+    .await;
     // However gRPC ended, stop the rest too.
     shutdown.trigger();
     let admin = admin.await;
     let _ = watchers.await;
     let _ = reflectors.await;
     let _ = policy_watch.await;
+    let _ = enforcement.await;
     let _ = phase_metric.await;
     if let Some(install) = install {
         let _ = install.await;

@@ -12,6 +12,7 @@ use tokio::{net::TcpListener, sync::watch};
 use tokio_stream::wrappers::{TcpListenerStream, WatchStream};
 use tonic::{Code, Request, Response};
 
+use crate::instance::InstanceService;
 use crate::policy_service::PolicyService;
 use crate::{
     auth::{Authorizer, Permission, UserInfo},
@@ -19,7 +20,9 @@ use crate::{
     shutdown::Shutdown,
     workloads::WorkloadsService,
 };
-use tenantflux_proto::v1::{policy_server::PolicyServer, workloads_server::WorkloadsServer};
+use tenantflux_proto::v1::{
+    instance_server::InstanceServer, policy_server::PolicyServer, workloads_server::WorkloadsServer,
+};
 
 /// Why the gRPC server could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -148,6 +151,7 @@ pub async fn serve(
     service: AgentService,
     workloads: WorkloadsService,
     policy: PolicyService,
+    instance: InstanceService,
     shutdown: Shutdown,
 ) -> Result<(), ServeError> {
     let address = listener
@@ -159,6 +163,9 @@ pub async fn serve(
         .set_serving::<WorkloadsServer<WorkloadsService>>()
         .await;
     health.set_serving::<PolicyServer<PolicyService>>().await;
+    health
+        .set_serving::<InstanceServer<InstanceService>>()
+        .await;
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(tenantflux_proto::FILE_DESCRIPTOR_SET)
@@ -174,6 +181,7 @@ pub async fn serve(
         .add_service(AgentServer::new(service))
         .add_service(WorkloadsServer::new(workloads))
         .add_service(PolicyServer::new(policy))
+        .add_service(InstanceServer::new(instance))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
             shutdown.wait().await;
             health.set_not_serving::<AgentServer<AgentService>>().await;
@@ -182,6 +190,9 @@ pub async fn serve(
                 .await;
             health
                 .set_not_serving::<PolicyServer<PolicyService>>()
+                .await;
+            health
+                .set_not_serving::<InstanceServer<InstanceService>>()
                 .await;
         })
         .await
@@ -255,10 +266,15 @@ mod tests {
             metrics.clone(),
             shutdown.clone(),
         );
-        let policy = PolicyService::new(
-            crate::policy_service::PolicyStore::new(offline_client(), "tenantflux-system", None),
-            authorizer,
+        let store =
+            crate::policy_service::PolicyStore::new(offline_client(), "tenantflux-system", None);
+        let instance = InstanceService::new(
+            offline_client(),
+            "flux-system",
+            store.subscribe(),
+            authorizer.clone(),
         );
+        let policy = PolicyService::new(store, authorizer);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let server = tokio::spawn(serve(
@@ -266,6 +282,7 @@ mod tests {
             service,
             workloads,
             policy,
+            instance,
             shutdown.clone(),
         ));
 

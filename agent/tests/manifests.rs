@@ -252,7 +252,8 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
                 .any(|v| v == "deletecollection" || v == "update"),
             "server-side apply needs neither update nor deletecollection"
         );
-        // Patches go to Flux objects (local control) or to what a bundle holds (the install).
+        // Patches go to Flux objects (local control), to what a bundle holds (the install), or to
+        // the admission policy.
         if rule.verbs.iter().any(|v| v == "patch") {
             for group in rule.api_groups.iter().flatten() {
                 for resource in rule.resources.iter().flatten() {
@@ -260,7 +261,12 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
                     let report_refresh = group == "fluxcd.controlplane.io"
                         && resource == "fluxreports"
                         && rule.resource_names.as_deref() == Some(&[INSTANCE_NAME.to_string()][..]);
+                    // The admission policy rendered from the held policy, only by its name.
+                    let admission = group == "admissionregistration.k8s.io"
+                        && rule.resource_names.as_deref()
+                            == Some(&[tenantflux_agent::policy::admission::NAME.to_string()][..]);
                     let flux_kind = report_refresh
+                        || admission
                         || catalog::KINDS
                             .iter()
                             .any(|k| k.group == group && k.plural == resource);
@@ -291,6 +297,35 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
             Some("tenantflux-system")
         )
     );
+}
+
+#[test]
+fn agent_cluster_role_may_keep_only_its_own_admission_policy() {
+    let objects = load();
+    let role = objects
+        .cluster_roles
+        .iter()
+        .find(|r| r.metadata.name.as_deref() == Some("tenantflux-agent"))
+        .expect("ClusterRole tenantflux-agent");
+    let rules = role.rules.as_deref().unwrap();
+    let group = "admissionregistration.k8s.io";
+    let name = tenantflux_agent::policy::admission::NAME;
+    for resource in [
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicybindings",
+    ] {
+        for verb in ["get", "create", "patch"] {
+            assert!(
+                allows(rules, group, resource, verb, Some(name)),
+                "{verb} {resource} {name}"
+            );
+            assert!(
+                !allows(rules, group, resource, verb, Some("other")),
+                "{verb} {resource} other"
+            );
+        }
+        assert!(!allows(rules, group, resource, "delete", Some(name)));
+    }
 }
 
 #[test]

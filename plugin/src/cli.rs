@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueHint};
 use crate::{
     complete,
     connect::{ConnectOptions, Token},
+    instance::{self, InstanceCommand},
     output::{ColorMode, OutputFormat, Printer},
     policy::{self, PolicyCommand},
     status, version,
@@ -126,6 +127,10 @@ pub enum Command {
     /// The platform's policy: keygen, sign and verify (local), push and show (the agent).
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// The tenant's FluxInstance: get, and apply or diff a manifest, checked against the
+    /// policy.
+    #[command(subcommand)]
+    Instance(InstanceCommand),
     /// Show the plugin, agent and Flux versions, and whether the flux CLI on PATH matches.
     Version {
         /// Only print the plugin's own version; contacts no cluster.
@@ -173,6 +178,7 @@ impl Cli {
                 Command::Resume(target) => workloads::resume(&options, &printer, target).await,
                 Command::Reconcile(args) => workloads::reconcile(&options, &printer, args).await,
                 Command::Policy(command) => policy::run_remote(command, &options, &printer).await,
+                Command::Instance(command) => instance::run(command, &options, &printer).await,
                 Command::Completion { .. } => unreachable!("answered before connecting"),
             }
         })

@@ -24,7 +24,8 @@ use kube::{
 use secrecy::ExposeSecret as _;
 use tenantflux_proto::v1::{
     GetStatusRequest, Status, WatchStatusRequest, agent_client::AgentClient,
-    policy_client::PolicyClient, workloads_client::WorkloadsClient,
+    instance_client::InstanceClient, policy_client::PolicyClient,
+    workloads_client::WorkloadsClient,
 };
 use thiserror::Error;
 use tonic::{
@@ -429,6 +430,7 @@ pub struct Agent {
     client: AgentClient<InterceptedService<Channel, BearerAuth>>,
     workloads: WorkloadsClient<InterceptedService<Channel, BearerAuth>>,
     policy: PolicyClient<InterceptedService<Channel, BearerAuth>>,
+    instance: InstanceClient<InterceptedService<Channel, BearerAuth>>,
     target: AgentTarget,
     forward_error: ForwardError,
     namespace: String,
@@ -470,7 +472,8 @@ impl Agent {
         Ok(Self {
             client: AgentClient::with_interceptor(channel.clone(), auth.clone()),
             workloads: WorkloadsClient::with_interceptor(channel.clone(), auth.clone()),
-            policy: PolicyClient::with_interceptor(channel, auth),
+            policy: PolicyClient::with_interceptor(channel.clone(), auth.clone()),
+            instance: InstanceClient::with_interceptor(channel, auth),
             target,
             forward_error,
             namespace,
@@ -504,6 +507,11 @@ impl Agent {
     /// A client of the agent's Policy service on the same connection.
     pub fn policy(&self) -> PolicyClient<InterceptedService<Channel, BearerAuth>> {
         self.policy.clone()
+    }
+
+    /// A client of the agent's Instance service on the same connection.
+    pub fn instance(&self) -> InstanceClient<InterceptedService<Channel, BearerAuth>> {
+        self.instance.clone()
     }
 
     /// The namespace commands act in: -n, else the kubeconfig context's.

@@ -62,7 +62,7 @@ pub struct FileArg {
 }
 
 impl FileArg {
-    fn read(&self) -> anyhow::Result<String> {
+    pub(crate) fn read(&self) -> anyhow::Result<String> {
         if self.path == Path::new("-") {
             return std::io::read_to_string(std::io::stdin()).context("reading stdin");
         }

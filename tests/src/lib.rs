@@ -214,6 +214,37 @@ impl TestCluster {
         run_cluster_script_with(&args, &[("TENANTFLUX_AGENT_BIN", bin.as_os_str())]).map(drop)
     }
 
+    /// Stops the agent process (SIGTERM, as when its pod stops); what it wrote to the cluster
+    /// stays. A later `ensure_agent`/`restart_agent*` starts it again.
+    pub fn stop_agent(&self) -> Result<()> {
+        let pidfile = self.dir().join("agent.pid");
+        let Ok(pid) = std::fs::read_to_string(&pidfile) else {
+            return Ok(());
+        };
+        let pid = pid.trim().to_owned();
+        let signal = |args: &[&str]| {
+            Command::new("kill")
+                .args(args)
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        signal(&[&pid]);
+        let timeout = Duration::from_secs(10);
+        let deadline = std::time::Instant::now() + timeout;
+        while signal(&["-0", &pid]) {
+            if std::time::Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    what: format!("the agent (pid {pid}) to stop"),
+                    after: timeout,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = std::fs::remove_file(&pidfile);
+        Ok(())
+    }
+
     /// (Re)starts the agent with extra environment (its flags' env twins, e.g.
     /// `TENANTFLUX_OPERATOR_BUNDLE`), replacing an agent already running.
     pub fn restart_agent_with(&self, envs: &[(&str, &str)]) -> Result<()> {

@@ -11,6 +11,10 @@ use tenantflux_tests::{TestCluster, repo_root, wait_for};
 const AGENT_NAMESPACE: &str = "tenantflux-system";
 const STORE: &str = "tenantflux-policy";
 
+/// Each test starts a cluster of its own; one at a time, since several control planes
+/// starting at once on a small machine time out.
+static ONE_CLUSTER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn run(cluster: &TestCluster, args: &[&str]) -> Output {
     run_as(cluster, None, args)
 }
@@ -68,6 +72,7 @@ fn stored(cluster: &TestCluster) -> String {
 
 #[tokio::test]
 async fn signed_policy_is_verified_stored_kept_and_guarded() {
+    let _serial = ONE_CLUSTER_AT_A_TIME.lock().await;
     let cluster = TestCluster::start(&format!("po-sign-{}", std::process::id()))
         .expect("starting the cluster");
     let dir = tempfile::tempdir().unwrap();
@@ -229,25 +234,7 @@ async fn signed_policy_is_verified_stored_kept_and_guarded() {
         err.contains("may not update policies.tenantflux.io in namespace \"tenantflux-system\""),
         "{err}"
     );
-    // The management side's account: tenantflux-user plus update on policies.
-    let platform = cluster
-        .token_kubeconfig(AGENT_NAMESPACE, "platform")
-        .expect("platform account");
-    cluster
-        .apply_yaml(&format!(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
-             metadata: {{name: policy-pusher, namespace: {AGENT_NAMESPACE}}}\n\
-             rules: [{{apiGroups: [tenantflux.io], resources: [policies], verbs: [update]}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: policy-pusher, namespace: {AGENT_NAMESPACE}}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: policy-pusher}}\n\
-             subjects: [{{kind: ServiceAccount, name: platform, namespace: {AGENT_NAMESPACE}}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: platform-user, namespace: {AGENT_NAMESPACE}}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
-             subjects: [{{kind: ServiceAccount, name: platform, namespace: {AGENT_NAMESPACE}}}]\n"
-        ))
-        .expect("RBAC of the platform account");
+    let platform = platform_account(&cluster);
     let push = |file: &Path| {
         run_as(
             &cluster,
@@ -368,4 +355,418 @@ fn example_file(dir: &tempfile::TempDir, example: &str) -> std::path::PathBuf {
     let file = dir.path().join("unsigned.yaml");
     std::fs::write(&file, example).unwrap();
     file
+}
+
+/// The management side's account: tenantflux-user plus update on policies; returns its
+/// kubeconfig.
+fn platform_account(cluster: &TestCluster) -> std::path::PathBuf {
+    let platform = cluster
+        .token_kubeconfig(AGENT_NAMESPACE, "platform")
+        .expect("platform account");
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
+             metadata: {{name: policy-pusher, namespace: {AGENT_NAMESPACE}}}\n\
+             rules: [{{apiGroups: [tenantflux.io], resources: [policies], verbs: [update]}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: policy-pusher, namespace: {AGENT_NAMESPACE}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: policy-pusher}}\n\
+             subjects: [{{kind: ServiceAccount, name: platform, namespace: {AGENT_NAMESPACE}}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: platform-user, namespace: {AGENT_NAMESPACE}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
+             subjects: [{{kind: ServiceAccount, name: platform, namespace: {AGENT_NAMESPACE}}}]\n"
+        ))
+        .expect("RBAC of the platform account");
+    platform
+}
+
+/// A FluxInstance complying with deploy/policy/example.yaml.
+fn compliant_instance() -> Value {
+    serde_json::json!({
+        "apiVersion": "fluxcd.controlplane.io/v1",
+        "kind": "FluxInstance",
+        "metadata": {"name": "flux", "namespace": "flux-system"},
+        "spec": {
+            "distribution": {"version": "2.9.x", "registry": "ghcr.io/fluxcd"},
+            "components": ["source-controller", "kustomize-controller", "helm-controller", "notification-controller"],
+            "cluster": {"type": "kubernetes", "multitenant": true, "networkPolicy": true, "size": "small"},
+        }
+    })
+}
+
+#[tokio::test]
+async fn the_api_server_refuses_a_non_compliant_instance_while_the_agent_is_down() {
+    let _serial = ONE_CLUSTER_AT_A_TIME.lock().await;
+    let cluster = TestCluster::start(&format!("po-vap-{}", std::process::id()))
+        .expect("starting the cluster");
+    cluster.ensure_flux_operator().expect("flux-operator");
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    ok(&cluster, &["policy", "keygen", "--out", path(&keys)]);
+    let unsigned = dir.path().join("policy.yaml");
+    std::fs::copy(repo_root().join("deploy/policy/example.yaml"), &unsigned).unwrap();
+    let signed = dir.path().join("signed.yaml");
+    let key = keys.join("ed25519.key");
+    ok(
+        &cluster,
+        &[
+            "policy",
+            "sign",
+            "-f",
+            path(&unsigned),
+            "--key",
+            path(&key),
+            "--out",
+            path(&signed),
+        ],
+    );
+    let public = keys.join("ed25519.pub");
+    cluster
+        .restart_agent_with(&[("TENANTFLUX_POLICY_PUBLIC_KEY", path(&public))])
+        .expect("agent");
+    let platform = platform_account(&cluster);
+    let output = run_as(
+        &cluster,
+        Some(&platform),
+        &["policy", "push", "-f", path(&signed)],
+    );
+    assert!(output.status.success(), "{output:?}");
+
+    // The agent renders the policy into the API server, as its ServiceAccount (deploy/ RBAC).
+    for kind in [
+        "validatingadmissionpolicy",
+        "validatingadmissionpolicybinding",
+    ] {
+        wait_for(kind, Duration::from_secs(30), || {
+            let generation = cluster.kubectl(&[
+                "get",
+                kind,
+                "tenantflux-policy",
+                "-o",
+                "jsonpath={.metadata.annotations.tenantflux\\.io/policy-generation}",
+            ]);
+            async move { generation.ok().filter(|o| o.stdout == b"7").map(drop) }
+        })
+        .await
+        .unwrap_or_else(|err| panic!("{err}"));
+    }
+    let typing = cluster
+        .kubectl_ok(&[
+            "get",
+            "validatingadmissionpolicy",
+            "tenantflux-policy",
+            "-o",
+            "jsonpath={.status.typeChecking}",
+        ])
+        .unwrap();
+    assert!(!typing.contains("warning"), "CEL type warnings: {typing}");
+
+    cluster.stop_agent().expect("stopping the agent");
+
+    let apply = |instance: &Value| cluster.apply_yaml(&instance.to_string());
+    let mut probe = compliant_instance();
+    probe["spec"]["distribution"]["registry"] = "docker.io/evil".into();
+    // The API server picks up a new admission policy within seconds.
+    wait_for(
+        "the API server to enforce the policy",
+        Duration::from_secs(30),
+        || {
+            let refused = apply_dry_run(&cluster, &probe);
+            async move { refused.then_some(()) }
+        },
+    )
+    .await
+    .expect("policy enforced");
+
+    let by = "allowed by policy generation 7";
+    type Change = fn(&mut Value);
+    let cases: [(Change, String); 12] = [
+        (
+            |s| s["distribution"]["version"] = "2.6.x".into(),
+            format!("spec.distribution.version \"2.6.x\" is outside \">=2.7.0 <2.10.0\" {by}"),
+        ),
+        (
+            |s| s["distribution"]["version"] = "latest".into(),
+            "spec.distribution.version \"latest\" is neither a version (2.8.0) nor a semver range (2.8.x, >=2.7.0 <2.10.0)".into(),
+        ),
+        (
+            |s| s["distribution"]["version"] = "2.7.x".into(),
+            "spec.distribution.version \"2.7.x\" allows versions below 2.8.0, which policy generation 7 requires since 2026-09-01".into(),
+        ),
+        (
+            |s| s["distribution"]["registry"] = "docker.io/evil".into(),
+            format!("spec.distribution.registry \"docker.io/evil\" is not one of \"ghcr.io/fluxcd\", \"registry.example.com/fluxcd\" {by}"),
+        ),
+        (
+            |s| s["distribution"]["artifact"] = "oci://evil.io/manifests".into(),
+            format!("spec.distribution.artifact \"oci://evil.io/manifests\" is not one of \"oci://ghcr.io/controlplaneio-fluxcd/flux-operator-manifests*\" {by}"),
+        ),
+        (
+            |s| s["components"] = serde_json::json!(["source-controller", "kustomize-controller", "image-reflector-controller"]),
+            format!("spec.components \"image-reflector-controller\" is not one of \"source-controller\", \"kustomize-controller\", \"helm-controller\", \"notification-controller\", \"source-watcher\" {by}"),
+        ),
+        (
+            |s| s["components"] = serde_json::json!(["source-controller", "helm-controller"]),
+            "spec.components lacks \"kustomize-controller\", required by policy generation 7".into(),
+        ),
+        (
+            |s| s["cluster"]["multitenant"] = false.into(),
+            "spec.cluster.multitenant false must be true, as policy generation 7 requires".into(),
+        ),
+        (
+            |s| s["cluster"]["networkPolicy"] = false.into(),
+            "spec.cluster.networkPolicy false must be true, as policy generation 7 requires".into(),
+        ),
+        (
+            |s| s["cluster"]["size"] = "large".into(),
+            format!("spec.cluster.size \"large\" is not one of \"small\", \"medium\" {by}"),
+        ),
+        (
+            |s| {
+                s["sync"] = serde_json::json!({"kind": "GitRepository", "url": "https://github.com/evil/fleet", "ref": "refs/heads/main", "path": "clusters/tenant"});
+            },
+            format!("spec.sync.url \"https://github.com/evil/fleet\" is not one of \"https://github.com/acme/*\", \"oci://ghcr.io/acme/*\" {by}"),
+        ),
+        (
+            |s| s["kustomize"] = serde_json::json!({"patches": [{"patch": "- op: remove\n  path: /spec/replicas", "target": {"kind": "Deployment"}}]}),
+            "spec.kustomize.patches is set; policy generation 7 allows no kustomize patches".into(),
+        ),
+    ];
+    for (change, message) in &cases {
+        let mut instance = compliant_instance();
+        change(&mut instance["spec"]);
+        let err = apply(&instance).expect_err(message).to_string();
+        assert!(
+            err.contains(&format!(
+                "ValidatingAdmissionPolicy 'tenantflux-policy' with binding 'tenantflux-policy' denied request: {message}"
+            )),
+            "{err}"
+        );
+    }
+    let missing = cluster
+        .kubectl(&["-n", "flux-system", "get", "fluxinstance", "flux"])
+        .unwrap();
+    assert!(!missing.status.success(), "a refused instance was stored");
+
+    // A compliant instance is accepted and flux-operator makes it Ready.
+    apply(&compliant_instance()).expect("compliant instance");
+    let client = cluster.client().await.unwrap();
+    wait_for("the instance Ready", Duration::from_secs(120), || {
+        let instances = tenantflux_tests::flux_instances(&client);
+        async move {
+            let instance = instances.get("flux").await.ok()?;
+            let value = serde_json::to_value(instance).ok()?;
+            (tenantflux_tests::condition_status(&value, "Ready") == Some("True")).then_some(())
+        }
+    })
+    .await
+    .expect("instance Ready");
+
+    // Changing its spec is judged too; metadata alone is not (finalizers, annotations).
+    let mut instance = compliant_instance();
+    (cases[9].0)(&mut instance["spec"]);
+    let err = apply(&instance).expect_err("update refused").to_string();
+    assert!(err.contains(&cases[9].1), "{err}");
+    cluster
+        .kubectl_ok(&[
+            "-n",
+            "flux-system",
+            "annotate",
+            "fluxinstance",
+            "flux",
+            "example.com/note=kept",
+        ])
+        .expect("metadata-only update");
+}
+
+/// Whether the API server refuses `instance` (server-side dry run, nothing stored).
+fn apply_dry_run(cluster: &TestCluster, instance: &Value) -> bool {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), instance.to_string()).unwrap();
+    let output = cluster
+        .kubectl(&["apply", "--dry-run=server", "-f", path(file.path())])
+        .unwrap();
+    !output.status.success()
+}
+
+/// A tenant account: tenantflux-user plus get/patch on the FluxInstance; returns its
+/// kubeconfig.
+fn tenant_account(cluster: &TestCluster) -> std::path::PathBuf {
+    let tenant = cluster
+        .token_kubeconfig(AGENT_NAMESPACE, "tenant")
+        .expect("tenant account");
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
+             metadata: {{name: instance-editor, namespace: flux-system}}\n\
+             rules: [{{apiGroups: [fluxcd.controlplane.io], resources: [fluxinstances], verbs: [get, patch]}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: instance-editor, namespace: flux-system}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: instance-editor}}\n\
+             subjects: [{{kind: ServiceAccount, name: tenant, namespace: {AGENT_NAMESPACE}}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: tenant-user, namespace: {AGENT_NAMESPACE}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
+             subjects: [{{kind: ServiceAccount, name: tenant, namespace: {AGENT_NAMESPACE}}}]\n"
+        ))
+        .expect("RBAC of the tenant account");
+    tenant
+}
+
+#[tokio::test]
+async fn instance_commands_check_the_policy_and_change_nothing_on_a_violation() {
+    let _serial = ONE_CLUSTER_AT_A_TIME.lock().await;
+    let cluster = TestCluster::start(&format!("po-inst-{}", std::process::id()))
+        .expect("starting the cluster");
+    cluster.ensure_flux_operator().expect("flux-operator");
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    ok(&cluster, &["policy", "keygen", "--out", path(&keys)]);
+    let unsigned = dir.path().join("policy.yaml");
+    std::fs::copy(repo_root().join("deploy/policy/example.yaml"), &unsigned).unwrap();
+    let signed = dir.path().join("signed.yaml");
+    let key = keys.join("ed25519.key");
+    ok(
+        &cluster,
+        &[
+            "policy",
+            "sign",
+            "-f",
+            path(&unsigned),
+            "--key",
+            path(&key),
+            "--out",
+            path(&signed),
+        ],
+    );
+    let public = keys.join("ed25519.pub");
+    cluster
+        .restart_agent_with(&[("TENANTFLUX_POLICY_PUBLIC_KEY", path(&public))])
+        .expect("agent");
+    let platform = platform_account(&cluster);
+    let output = run_as(
+        &cluster,
+        Some(&platform),
+        &["policy", "push", "-f", path(&signed)],
+    );
+    assert!(output.status.success(), "{output:?}");
+    let tenant = tenant_account(&cluster);
+    let as_tenant = |args: &[&str]| run_as(&cluster, Some(&tenant), args);
+    let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let stdout = |o: &Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    let write = |name: &str, instance: &Value| {
+        let file = dir.path().join(name);
+        std::fs::write(&file, serde_yaml_ng::to_string(instance).unwrap()).unwrap();
+        file
+    };
+    let absent = || {
+        !cluster
+            .kubectl(&["-n", "flux-system", "get", "fluxinstance", "flux"])
+            .unwrap()
+            .status
+            .success()
+    };
+
+    let output = as_tenant(&["instance", "get"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("has no FluxInstance"),
+        "{output:?}"
+    );
+
+    // Two violated fields: one message each, nothing created.
+    let mut bad = compliant_instance();
+    bad["spec"]["distribution"]["registry"] = "docker.io/evil".into();
+    bad["spec"]["cluster"]["size"] = "large".into();
+    let bad_file = write("bad.yaml", &bad);
+    let output = as_tenant(&["instance", "apply", "-f", path(&bad_file)]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let err = stderr(&output);
+    assert!(
+        err.contains("breaks policy \"platform\" generation 7; nothing was changed"),
+        "{err}"
+    );
+    assert!(err.contains("spec.distribution.registry \"docker.io/evil\" is not one of \"ghcr.io/fluxcd\", \"registry.example.com/fluxcd\" allowed by policy generation 7"), "{err}");
+    assert!(err.contains("spec.cluster.size \"large\" is not one of \"small\", \"medium\" allowed by policy generation 7"), "{err}");
+    assert!(absent());
+
+    // Malformed manifests: a clear error, exit 1, nothing changed.
+    let mut wrong_name = compliant_instance();
+    wrong_name["metadata"]["name"] = "other".into();
+    let mut unknown_field = compliant_instance();
+    unknown_field["spec"]["colour"] = "blue".into();
+    let bad_yaml = dir.path().join("bad-yaml.yaml");
+    std::fs::write(&bad_yaml, "spec: [\n").unwrap();
+    for (file, want) in [
+        (bad_yaml, "not valid YAML"),
+        (
+            write("name.yaml", &wrong_name),
+            "metadata.name is \"other\"",
+        ),
+        (
+            write("unknown.yaml", &unknown_field),
+            ".spec.colour: field not declared in schema",
+        ),
+    ] {
+        let output = as_tenant(&["instance", "apply", "-f", path(&file)]);
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        assert!(
+            stderr(&output).contains(want),
+            "{want}: {}",
+            stderr(&output)
+        );
+        assert!(absent());
+    }
+
+    // A dry run checks everything and stores nothing; then the real apply.
+    let good = write("good.yaml", &compliant_instance());
+    let output = as_tenant(&["instance", "apply", "-f", path(&good), "--dry-run"]);
+    assert_eq!(
+        stdout(&output),
+        "fluxinstance/flux created (dry run)\n",
+        "{output:?}"
+    );
+    assert!(absent());
+    let output = as_tenant(&["instance", "apply", "-f", path(&good)]);
+    assert_eq!(stdout(&output), "fluxinstance/flux created\n", "{output:?}");
+    let client = cluster.client().await.unwrap();
+    wait_for("the instance Ready", Duration::from_secs(120), || {
+        let instances = tenantflux_tests::flux_instances(&client);
+        async move {
+            let instance = instances.get("flux").await.ok()?;
+            let value = serde_json::to_value(instance).ok()?;
+            (tenantflux_tests::condition_status(&value, "Ready") == Some("True")).then_some(())
+        }
+    })
+    .await
+    .expect("instance Ready");
+    let output = as_tenant(&["instance", "apply", "-f", path(&good)]);
+    assert_eq!(
+        stdout(&output),
+        "fluxinstance/flux unchanged\n",
+        "{output:?}"
+    );
+
+    // diff shows the change a manifest would make, and makes none.
+    let mut older = compliant_instance();
+    older["spec"]["distribution"]["version"] = "2.8.x".into();
+    let older = write("older.yaml", &older);
+    let output = as_tenant(&["instance", "diff", "-f", path(&older)]);
+    let diff = stdout(&output);
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        diff.lines()
+            .any(|l| l.starts_with("- ") && l.ends_with("version: 2.9.x")),
+        "{diff}"
+    );
+    assert!(
+        diff.lines()
+            .any(|l| l.starts_with("+ ") && l.ends_with("version: 2.8.x")),
+        "{diff}"
+    );
+    let output = as_tenant(&["instance", "get", "-o", "json"]);
+    let live: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(live["spec"]["distribution"]["version"], "2.9.x");
+    assert!(live["metadata"].get("managedFields").is_none());
 }

@@ -5,6 +5,7 @@
 //! `spec.generation` (not `metadata.generation`, which the API server owns on stored objects):
 //! the agent accepts only a higher one than it holds.
 
+pub mod admission;
 mod evaluate;
 pub mod glob;
 pub mod range;

@@ -117,6 +117,11 @@ impl Range {
         self.low
     }
 
+    /// The first version above the range (`None`: no upper bound).
+    pub fn high(&self) -> Option<Release> {
+        self.high
+    }
+
     pub fn contains(&self, version: Release) -> bool {
         version >= self.low && self.high.is_none_or(|high| version < high)
     }
