@@ -24,7 +24,7 @@ use tonic::metadata::MetadataMap;
 
 /// How long a successful TokenReview is trusted without asking the API server again.
 const TOKEN_TTL: Duration = Duration::from_secs(30);
-/// How long an authorization decision is reused; short, so RBAC changes apply quickly.
+/// How long a granted permission is reused; short, so a revoked Role applies quickly.
 const DECISION_TTL: Duration = Duration::from_secs(10);
 /// Upper bound of each cache, so a flood of distinct tokens cannot grow memory without bound.
 const CACHE_CAPACITY: usize = 1024;
@@ -325,7 +325,11 @@ impl Authorizer {
             Some(decision) => decision,
             None => {
                 let decision = self.access_review(user, permission).await?;
-                self.decisions.insert(key, decision.clone());
+                // Only grants are reused: a caller who was just given a Role must not be
+                // turned away for the rest of the TTL.
+                if decision.allowed {
+                    self.decisions.insert(key, decision.clone());
+                }
                 decision
             }
         };

@@ -228,6 +228,13 @@ impl instance_server::Instance for InstanceService {
         self.authorizer
             .authorize(request.metadata(), &self.permission("patch"))
             .await?;
+        // Applying where there is no instance yet creates one: the caller must be allowed that
+        // too, as `kubectl apply` would need.
+        if !request.get_ref().dry_run && self.live().await?.is_none() {
+            self.authorizer
+                .authorize(request.metadata(), &self.permission("create"))
+                .await?;
+        }
         let message = request.into_inner();
         let (live, applied, warnings) = self.apply(&message.manifest, message.dry_run).await?;
         let after = clean(&applied);

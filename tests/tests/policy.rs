@@ -590,18 +590,27 @@ fn apply_dry_run(cluster: &TestCluster, instance: &Value) -> bool {
     !output.status.success()
 }
 
+/// Sets the verbs the tenant account has on FluxInstances (Role instance-editor).
+fn allow_instance_verbs(cluster: &TestCluster, verbs: &str) {
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
+             metadata: {{name: instance-editor, namespace: flux-system}}\n\
+             rules: [{{apiGroups: [fluxcd.controlplane.io], resources: [fluxinstances], verbs: [{verbs}]}}]\n"
+        ))
+        .expect("Role instance-editor");
+}
+
 /// A tenant account: tenantflux-user plus get/patch on the FluxInstance; returns its
 /// kubeconfig.
 fn tenant_account(cluster: &TestCluster) -> std::path::PathBuf {
     let tenant = cluster
         .token_kubeconfig(AGENT_NAMESPACE, "tenant")
         .expect("tenant account");
+    allow_instance_verbs(cluster, "get, patch");
     cluster
         .apply_yaml(&format!(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
-             metadata: {{name: instance-editor, namespace: flux-system}}\n\
-             rules: [{{apiGroups: [fluxcd.controlplane.io], resources: [fluxinstances], verbs: [get, patch]}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
              metadata: {{name: instance-editor, namespace: flux-system}}\n\
              roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: instance-editor}}\n\
              subjects: [{{kind: ServiceAccount, name: tenant, namespace: {AGENT_NAMESPACE}}}]\n---\n\
@@ -675,6 +684,18 @@ async fn instance_commands_check_the_policy_and_change_nothing_on_a_violation() 
         "{output:?}"
     );
 
+    // Creating needs create, as it would through kubectl: patch alone is not enough.
+    let good = write("good.yaml", &compliant_instance());
+    let output = as_tenant(&["instance", "apply", "-f", path(&good)]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr(&output).contains("may not create fluxinstances.fluxcd.controlplane.io"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(absent());
+    allow_instance_verbs(&cluster, "get, patch, create");
+
     // Two violated fields: one message each, nothing created.
     let mut bad = compliant_instance();
     bad["spec"]["distribution"]["registry"] = "docker.io/evil".into();
@@ -720,7 +741,6 @@ async fn instance_commands_check_the_policy_and_change_nothing_on_a_violation() 
     }
 
     // A dry run checks everything and stores nothing; then the real apply.
-    let good = write("good.yaml", &compliant_instance());
     let output = as_tenant(&["instance", "apply", "-f", path(&good), "--dry-run"]);
     assert_eq!(
         stdout(&output),
