@@ -789,4 +789,60 @@ async fn instance_commands_check_the_policy_and_change_nothing_on_a_violation() 
     let live: Value = serde_json::from_slice(&output.stdout).expect("JSON");
     assert_eq!(live["spec"]["distribution"]["version"], "2.9.x");
     assert!(live["metadata"].get("managedFields").is_none());
+
+    // edit, as kubectl edit: an editor that breaks the policy gets the reasons back in the
+    // file; saving it unchanged ends with them, the edit kept, the instance untouched.
+    let edit_with = |editor: &str| {
+        cluster
+            .plugin_command(Some(&tenant), &["instance", "edit"])
+            .env("EDITOR", editor)
+            .env_remove("KUBE_EDITOR")
+            .output()
+            .expect("kubectl tenantflux instance edit")
+    };
+    let output = edit_with(r"sed -i -e 's/^\( *size:\).*/\1 large/'");
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let err = stderr(&output);
+    assert!(err.contains("fluxinstance/flux was not applied"), "{err}");
+    assert!(err.contains("spec.cluster.size \"large\""), "{err}");
+    let kept = err
+        .lines()
+        .find_map(|l| l.strip_prefix("your edit is in "))
+        .expect("the path of the kept edit");
+    let kept_text = std::fs::read_to_string(kept).expect("the kept edit");
+    assert!(
+        kept_text.contains("# * spec.cluster.size \"large\""),
+        "{kept_text}"
+    );
+    let _ = std::fs::remove_file(kept);
+    let size = |cluster: &TestCluster| {
+        cluster
+            .kubectl_ok(&[
+                "-n",
+                "flux-system",
+                "get",
+                "fluxinstance",
+                "flux",
+                "-o",
+                "jsonpath={.spec.cluster.size}",
+            ])
+            .expect("live size")
+    };
+    assert_eq!(size(&cluster), "small");
+    // A compliant edit is applied.
+    let output = edit_with("sed -i -e 's/2.9.x/2.8.x/'");
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(stdout(&output), "fluxinstance/flux edited\n");
+    let version = cluster
+        .kubectl_ok(&[
+            "-n",
+            "flux-system",
+            "get",
+            "fluxinstance",
+            "flux",
+            "-o",
+            "jsonpath={.spec.distribution.version}",
+        ])
+        .expect("live version");
+    assert_eq!(version, "2.8.x");
 }
