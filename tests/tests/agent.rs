@@ -37,73 +37,26 @@ fn status_json(cluster: &TestCluster, kubeconfig: Option<&Path>) -> Value {
         .unwrap_or_else(|err| panic!("status -o json is not JSON ({err}): {}", stdout(&output)))
 }
 
-/// A kubeconfig for `cluster` whose user is ServiceAccount `namespace/name` (a token with the
-/// API server's audience, as `kubectl create token` gives), optionally bound to a Role in the
-/// agent's namespace.
+/// A kubeconfig whose user is ServiceAccount `namespace/name` (a token with the API server's
+/// audience, as `kubectl create token` gives), bound to `role` in the agent's namespace.
 fn service_account_kubeconfig(
     cluster: &TestCluster,
     namespace: &str,
     name: &str,
-    role: Option<&str>,
+    role: &str,
 ) -> PathBuf {
+    let kubeconfig = cluster
+        .token_kubeconfig(namespace, name)
+        .expect("service account kubeconfig");
     cluster
-        .kubectl_ok(&[
-            "create",
-            "namespace",
-            namespace,
-            "--dry-run=client",
-            "-o",
-            "yaml",
-        ])
-        .and_then(|yaml| cluster.apply_yaml(&yaml))
-        .expect("namespace");
-    let mut objects = format!(
-        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {name}, namespace: {namespace}}}\n"
-    );
-    if let Some(role) = role {
-        objects.push_str(&format!(
-            "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+        .apply_yaml(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
              metadata: {{name: {namespace}-{name}, namespace: {AGENT_NAMESPACE}}}\n\
              roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {role}}}\n\
              subjects: [{{kind: ServiceAccount, name: {name}, namespace: {namespace}}}]\n"
-        ));
-    }
-    cluster.apply_yaml(&objects).expect("service account");
-    let token = cluster
-        .kubectl_ok(&["-n", namespace, "create", "token", name, "--duration=1h"])
-        .expect("create token");
-    let server = cluster
-        .kubectl_ok(&[
-            "config",
-            "view",
-            "--minify",
-            "-o",
-            "jsonpath={.clusters[0].cluster.server}",
-        ])
-        .expect("server");
-    let ca = cluster
-        .kubectl_ok(&[
-            "config",
-            "view",
-            "--minify",
-            "--raw",
-            "-o",
-            "jsonpath={.clusters[0].cluster.certificate-authority}",
-        ])
-        .expect("certificate authority");
-    let path = cluster
-        .dir()
-        .join(format!("kubeconfig-{namespace}-{name}.yaml"));
-    let kubeconfig = format!(
-        "apiVersion: v1\nkind: Config\n\
-         clusters: [{{name: test, cluster: {{server: \"{server}\", certificate-authority: \"{ca}\"}}}}]\n\
-         users: [{{name: {name}, user: {{token: \"{token}\"}}}}]\n\
-         contexts: [{{name: test, context: {{cluster: test, user: {name}}}}}]\n\
-         current-context: test\n",
-        token = token.trim()
-    );
-    std::fs::write(&path, kubeconfig).expect("write kubeconfig");
-    path
+        ))
+        .expect("role binding");
+    kubeconfig
 }
 
 #[tokio::test]
@@ -177,8 +130,7 @@ async fn status_with_client_certificates_goes_through_kubectl_and_the_port_forwa
 async fn status_with_a_service_account_token_from_the_kubeconfig() {
     let cluster = TestCluster::shared();
     cluster.ensure_agent().expect("agent");
-    let kubeconfig =
-        service_account_kubeconfig(cluster, "tf-callers", "viewer", Some("tenantflux-user"));
+    let kubeconfig = service_account_kubeconfig(cluster, "tf-callers", "viewer", "tenantflux-user");
     let status = status_json(cluster, Some(&kubeconfig));
     assert_eq!(status["agent"]["namespace"], AGENT_NAMESPACE);
     assert!(status["operator"]["phase"].is_string(), "{status:#}");
@@ -219,7 +171,7 @@ fn a_caller_without_the_permission_is_told_which_one_is_missing() {
         ))
         .expect("role");
     let kubeconfig =
-        service_account_kubeconfig(cluster, "tf-callers", "outsider", Some("port-forward-only"));
+        service_account_kubeconfig(cluster, "tf-callers", "outsider", "port-forward-only");
     let output = cluster
         .kubectl_tenantflux(Some(&kubeconfig), &["status"])
         .expect("status");
