@@ -93,25 +93,30 @@ fn run_editor(path: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn edit(options: &ConnectOptions) -> anyhow::Result<()> {
-    let agent = Agent::connect(options).await?;
+/// The live FluxInstance's manifest, or an error saying how to create one.
+async fn live_manifest(agent: &Agent) -> anyhow::Result<String> {
     let state = agent
         .instance()
         .get_instance(GetInstanceRequest {})
         .await
         .map_err(|status| agent.error(&status))?
         .into_inner();
-    if !state.present {
-        anyhow::bail!(
-            "the cluster has no FluxInstance to edit (write one and run `kubectl tenantflux instance apply -f FILE`)"
-        );
-    }
+    anyhow::ensure!(
+        state.present,
+        "the cluster has no FluxInstance (write one and run `kubectl tenantflux instance apply -f FILE`)"
+    );
+    Ok(state.manifest)
+}
+
+async fn edit(options: &ConnectOptions) -> anyhow::Result<()> {
+    let agent = Agent::connect(options).await?;
+    let manifest = live_manifest(&agent).await?;
     let file = tempfile::Builder::new()
         .prefix("flux-system-flux-")
         .suffix(".yaml")
         .tempfile()
         .context("cannot create a file to edit")?;
-    let mut last = strip_comments(&state.manifest);
+    let mut last = strip_comments(&manifest);
     let mut refusal: Option<String> = None;
     loop {
         std::fs::write(file.path(), edit_buffer(&last, refusal.as_deref()))
@@ -171,20 +176,9 @@ pub async fn run(
     match command {
         InstanceCommand::Get => {
             let agent = Agent::connect(options).await?;
-            let state = agent
-                .instance()
-                .get_instance(GetInstanceRequest {})
-                .await
-                .map_err(|status| agent.error(&status))?
-                .into_inner();
-            if !state.present {
-                anyhow::bail!(
-                    "the cluster has no FluxInstance (write one and run `kubectl tenantflux instance apply -f FILE`)"
-                );
-            }
-            let object: Value =
-                serde_yaml_ng::from_str(&state.manifest).context("the agent's answer")?;
-            printer.print(&object, |_, _| state.manifest.clone())
+            let manifest = live_manifest(&agent).await?;
+            let object: Value = serde_yaml_ng::from_str(&manifest).context("the agent's answer")?;
+            printer.print(&object, |_, _| manifest.clone())
         }
         InstanceCommand::Apply { file, dry_run } => {
             let manifest = file.read()?;
