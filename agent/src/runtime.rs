@@ -13,6 +13,7 @@ use crate::{
     auth::Authorizer,
     bundle_source::Fetcher,
     cli::{Args, LogFormat},
+    defaults,
     instance::InstanceService,
     metrics::Metrics,
     operator::{self, InstallConfig, InstallState},
@@ -213,6 +214,11 @@ async fn run(args: Args) -> Result<(), Error> {
     };
     let policy_store = PolicyStore::new(client.clone(), &args.namespace, policy_key);
     let policy_watch = tokio::spawn(policy_store.clone().run(shutdown.clone()));
+    let defaults = tokio::spawn({
+        let (client, held, shutdown) = (client.clone(), policy_store.subscribe(), shutdown.clone());
+        let (agent, operator) = (args.namespace.clone(), args.operator_namespace.clone());
+        async move { defaults::run(client, &agent, &operator, held, shutdown).await }
+    });
     let enforcement = tokio::spawn(admission::run(
         client.clone(),
         policy_store.subscribe(),
@@ -275,6 +281,7 @@ async fn run(args: Args) -> Result<(), Error> {
     let _ = reflectors.await;
     let _ = policy_watch.await;
     let _ = enforcement.await;
+    let _ = defaults.await;
     let _ = phase_metric.await;
     if let Some(install) = install {
         let _ = install.await;
