@@ -376,7 +376,7 @@ async fn configmap_bundle_installs_upgrades_restores_and_refuses_bad_bundles() {
     put_bundle(&cluster, &too_new);
     wait_operator(&cluster, "FAILED for a version not allowed", "failed", |o| {
         o["reason"].as_str().is_some_and(|r| {
-            r.contains("flux-operator v0.99.0 is not allowed: --operator-version allows \">=0.58.0 <0.59.0\"")
+            r.contains("flux-operator v0.99.0 is outside \">=0.58.0 <0.59.0\" allowed by --operator-version")
         })
     })
     .await;
