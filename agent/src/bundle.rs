@@ -247,15 +247,15 @@ pub enum BundleError {
         source: semver::Error,
     },
 
-    #[error("flux-operator {version} is not allowed: {allowed}")]
+    #[error("flux-operator {version} is outside {allowed}")]
     VersionNotAllowed {
         version: String,
         allowed: AllowedVersions,
     },
 }
 
-/// The flux-operator versions the agent may install, and who said so. Today the agent's
-/// `--operator-version`; the platform's policy supplies it once policy exists.
+/// The flux-operator versions the agent may install, and who said so: the held policy's
+/// `spec.operator.versions`, else the agent's `--operator-version`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AllowedVersions {
     requirement: semver::VersionReq,
@@ -265,7 +265,7 @@ pub struct AllowedVersions {
 
 impl fmt::Display for AllowedVersions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} allows {:?}", self.by, self.text)
+        write!(f, "{:?} allowed by {}", self.text, self.by)
     }
 }
 
@@ -738,7 +738,7 @@ mod tests {
         let old = AllowedVersions::parse("v0.57.0", "--operator-version").unwrap();
         assert_eq!(
             bundle.check_version(&old).unwrap_err().to_string(),
-            "flux-operator v0.58.1 is not allowed: --operator-version allows \"v0.57.0\""
+            "flux-operator v0.58.1 is outside \"v0.57.0\" allowed by --operator-version"
         );
     }
 

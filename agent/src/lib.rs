@@ -9,6 +9,7 @@ pub mod auth;
 pub mod bundle;
 pub mod bundle_source;
 pub mod cli;
+pub mod defaults;
 pub mod instance;
 pub mod metrics;
 pub mod operator;

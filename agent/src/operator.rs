@@ -47,6 +47,8 @@ use crate::{
         kind_of, to_prune,
     },
     bundle_source::{BundleSource, Fetcher, SourceError},
+    policy::Policy,
+    policy_service::Held,
     shutdown::Shutdown,
     status::OPERATOR_DEPLOYMENT,
 };
@@ -141,6 +143,47 @@ impl Record {
     }
 }
 
+/// Why the held policy refuses the configured bundle source.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the bundle source {source_name} is not one of {patterns} allowed by policy generation {generation}"
+)]
+pub struct SourceNotAllowed {
+    source_name: String,
+    patterns: String,
+    generation: u64,
+}
+
+/// The flux-operator versions one install attempt may apply: the held policy's
+/// `spec.operator.versions` when it sets them, else `--operator-version` (`flag`). A policy
+/// that sets `spec.operator.bundles` must also allow `source`.
+pub fn install_rules<'a>(
+    policy: Option<&'a Policy>,
+    flag: &'a AllowedVersions,
+    source: &str,
+) -> Result<&'a AllowedVersions, SourceNotAllowed> {
+    let Some(policy) = policy else {
+        return Ok(flag);
+    };
+    if !policy.allows_bundle(source) {
+        let patterns = policy
+            .document()
+            .spec
+            .operator
+            .iter()
+            .flat_map(|o| o.bundles.iter().flatten())
+            .map(|p| format!("{p:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(SourceNotAllowed {
+            source_name: source.to_owned(),
+            patterns,
+            generation: policy.generation(),
+        });
+    }
+    Ok(policy.operator_versions().unwrap_or(flag))
+}
+
 /// Why one install attempt failed.
 #[derive(Debug, thiserror::Error)]
 enum InstallError {
@@ -155,6 +198,9 @@ enum InstallError {
         source_name: String,
         error: BundleError,
     },
+
+    #[error("{0}; nothing was applied")]
+    SourceNotAllowed(#[from] SourceNotAllowed),
 
     #[error("applying {object} failed: {message}")]
     Apply { object: ObjectRef, message: String },
@@ -171,7 +217,7 @@ impl InstallError {
     fn event_reason(&self) -> &'static str {
         match self {
             Self::Source { .. } => "BundleUnavailable",
-            Self::Rejected { .. } => "BundleRejected",
+            Self::Rejected { .. } | Self::SourceNotAllowed(_) => "BundleRejected",
             Self::Apply { .. } | Self::Kube { .. } | Self::CrdNotEstablished { .. } => {
                 "InstallFailed"
             }
@@ -192,6 +238,7 @@ enum Trigger {
     Start,
     Resync,
     SourceChanged,
+    PolicyChanged,
     Retry,
     DeploymentDeleted,
     DeploymentEdited { generation: i64 },
@@ -202,6 +249,8 @@ struct Installer {
     client: Client,
     fetcher: Fetcher,
     config: InstallConfig,
+    /// The policy held now: its operator rules replace `config.allowed`.
+    policy: watch::Receiver<Held>,
     tx: watch::Sender<InstallState>,
     recorder: Recorder,
     record_ref: ObjectReference,
@@ -218,9 +267,11 @@ pub async fn run(
     client: Client,
     fetcher: Fetcher,
     config: InstallConfig,
+    policy: watch::Receiver<Held>,
     tx: watch::Sender<InstallState>,
     shutdown: Shutdown,
 ) {
+    let mut policy_changes = policy.clone();
     let record_ref = ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("ConfigMap".into()),
@@ -239,6 +290,7 @@ pub async fn run(
         client: client.clone(),
         fetcher,
         config,
+        policy,
         tx,
         recorder,
         record_ref,
@@ -266,9 +318,11 @@ pub async fn run(
             Trigger::DeploymentDeleted | Trigger::DeploymentEdited { .. } => {
                 installer.restore(&trigger).await
             }
-            Trigger::Start | Trigger::Resync | Trigger::SourceChanged | Trigger::Retry => {
-                installer.reconcile().await
-            }
+            Trigger::Start
+            | Trigger::Resync
+            | Trigger::SourceChanged
+            | Trigger::PolicyChanged
+            | Trigger::Retry => installer.reconcile().await,
         };
         let next_try = match attempt {
             Ok(()) => {
@@ -292,6 +346,8 @@ pub async fn run(
                 Some(changed) = sources.next() => if changed {
                     break Trigger::SourceChanged;
                 },
+                // Any new policy: its operator rules may now allow or refuse the bundle.
+                Ok(()) = policy_changes.changed() => break Trigger::PolicyChanged,
                 Some(event) = deployments.next() => match event {
                     Ok(event) => if let Some(trigger) = installer.observe(event) {
                         break trigger;
@@ -430,6 +486,13 @@ impl Installer {
     /// One install attempt: read, check, apply in order, remember, prune.
     async fn reconcile(&mut self) -> Result<(), InstallError> {
         let source_name = self.config.source.to_string();
+        let policy = self
+            .policy
+            .borrow()
+            .accepted
+            .as_ref()
+            .map(|a| a.policy.clone());
+        let allowed = install_rules(policy.as_deref(), &self.config.allowed, &source_name)?.clone();
         let fetched =
             self.fetcher
                 .fetch(&self.config.source)
@@ -443,7 +506,7 @@ impl Installer {
             fetched.digest,
             &self.config.operator_namespace,
         )
-        .and_then(|b| b.check_version(&self.config.allowed).map(|()| b))
+        .and_then(|b| b.check_version(&allowed).map(|()| b))
         .map_err(|error| InstallError::Rejected {
             source_name: source_name.clone(),
             error,
@@ -909,5 +972,71 @@ mod tests {
         );
         assert_eq!(Record::from_config_map(&map), Some(record));
         assert_eq!(Record::from_config_map(&ConfigMap::default()), None);
+    }
+}
+
+#[cfg(test)]
+mod policy_rules {
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../../deploy/policy/example.yaml");
+
+    fn policy(text: &str) -> Policy {
+        Policy::parse(text).unwrap()
+    }
+
+    #[test]
+    fn the_held_policy_decides_versions_and_sources_else_the_flag() {
+        let flag = AllowedVersions::parse("v0.57.0", "--operator-version").unwrap();
+        let example = policy(EXAMPLE);
+        let oci = "oci://ghcr.io/controlplaneio-fluxcd/flux-operator-manifests:v0.58.1";
+
+        assert_eq!(install_rules(None, &flag, oci).unwrap(), &flag);
+        let allowed = install_rules(Some(&example), &flag, oci).unwrap();
+        assert_eq!(
+            allowed.to_string(),
+            "\">=0.58.0 <0.59.0\" allowed by policy generation 7"
+        );
+        assert_eq!(
+            install_rules(Some(&example), &flag, "configmap:flux-operator")
+                .unwrap()
+                .to_string(),
+            allowed.to_string()
+        );
+
+        let err = install_rules(Some(&example), &flag, "oci://docker.io/evil/operator:v1")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "the bundle source oci://docker.io/evil/operator:v1 is not one of \
+             \"oci://ghcr.io/controlplaneio-fluxcd/flux-operator-manifests*\", \"configmap:*\" \
+             allowed by policy generation 7"
+        );
+
+        // A policy without operator rules leaves the flag in force and any source allowed.
+        let (head, _) = EXAMPLE.split_once("  operator:\n").unwrap();
+        let (_, tail) = EXAMPLE.split_once("  distribution:\n").unwrap();
+        let without = policy(&format!("{head}  distribution:\n{tail}"));
+        assert_eq!(
+            install_rules(Some(&without), &flag, "oci://docker.io/any:v1").unwrap(),
+            &flag
+        );
+    }
+
+    #[test]
+    fn a_bundle_outside_the_policy_range_names_the_policy_generation() {
+        let example = policy(EXAMPLE);
+        let flag = AllowedVersions::parse("v0.99.0", "--operator-version").unwrap();
+        let allowed = install_rules(Some(&example), &flag, "configmap:x").unwrap();
+        // What `Bundle::check_version` returns for a bundle outside the range.
+        let refused = BundleError::VersionNotAllowed {
+            version: "v0.99.0".into(),
+            allowed: allowed.clone(),
+        };
+        assert_eq!(
+            refused.to_string(),
+            "flux-operator v0.99.0 is outside \">=0.58.0 <0.59.0\" allowed by policy generation 7"
+        );
     }
 }

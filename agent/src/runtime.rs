@@ -13,6 +13,7 @@ use crate::{
     auth::Authorizer,
     bundle_source::Fetcher,
     cli::{Args, LogFormat},
+    defaults,
     instance::InstanceService,
     metrics::Metrics,
     operator::{self, InstallConfig, InstallState},
@@ -166,6 +167,22 @@ async fn run(args: Args) -> Result<(), Error> {
         operator_namespace: args.operator_namespace.clone(),
         started_at: SystemTime::now(),
     };
+    let policy_key = match &args.policy_public_key {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| Error::PolicyKeyFile {
+                path: path.clone(),
+                source,
+            })?;
+            let key = signing::read_public_key(&text).map_err(|source| Error::PolicyKey {
+                path: path.clone(),
+                source,
+            })?;
+            tracing::info!(key_id = signing::key_id(&key), "policy key loaded");
+            Some(key)
+        }
+        None => None,
+    };
+    let policy_store = PolicyStore::new(client.clone(), &args.namespace, policy_key);
     let (install, install_rx) = match args.operator_bundle.clone() {
         Some(source) => {
             let (tx, rx) = watch::channel(InstallState::initial(&source));
@@ -189,6 +206,7 @@ async fn run(args: Args) -> Result<(), Error> {
                 client.clone(),
                 fetcher,
                 config,
+                policy_store.subscribe(),
                 tx,
                 shutdown.clone(),
             ));
@@ -196,23 +214,12 @@ async fn run(args: Args) -> Result<(), Error> {
         }
         None => (None, None),
     };
-    let policy_key = match &args.policy_public_key {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| Error::PolicyKeyFile {
-                path: path.clone(),
-                source,
-            })?;
-            let key = signing::read_public_key(&text).map_err(|source| Error::PolicyKey {
-                path: path.clone(),
-                source,
-            })?;
-            tracing::info!(key_id = signing::key_id(&key), "policy key loaded");
-            Some(key)
-        }
-        None => None,
-    };
-    let policy_store = PolicyStore::new(client.clone(), &args.namespace, policy_key);
     let policy_watch = tokio::spawn(policy_store.clone().run(shutdown.clone()));
+    let defaults = tokio::spawn({
+        let (client, held, shutdown) = (client.clone(), policy_store.subscribe(), shutdown.clone());
+        let (agent, operator) = (args.namespace.clone(), args.operator_namespace.clone());
+        async move { defaults::run(client, &agent, &operator, held, shutdown).await }
+    });
     let enforcement = tokio::spawn(admission::run(
         client.clone(),
         policy_store.subscribe(),
@@ -275,6 +282,7 @@ async fn run(args: Args) -> Result<(), Error> {
     let _ = reflectors.await;
     let _ = policy_watch.await;
     let _ = enforcement.await;
+    let _ = defaults.await;
     let _ = phase_metric.await;
     if let Some(install) = install {
         let _ = install.await;

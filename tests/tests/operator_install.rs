@@ -376,7 +376,7 @@ async fn configmap_bundle_installs_upgrades_restores_and_refuses_bad_bundles() {
     put_bundle(&cluster, &too_new);
     wait_operator(&cluster, "FAILED for a version not allowed", "failed", |o| {
         o["reason"].as_str().is_some_and(|r| {
-            r.contains("flux-operator v0.99.0 is not allowed: --operator-version allows \">=0.58.0 <0.59.0\"")
+            r.contains("flux-operator v0.99.0 is outside \">=0.58.0 <0.59.0\" allowed by --operator-version")
         })
     })
     .await;
@@ -617,4 +617,138 @@ async fn oci_bundle_installs_and_wrong_digest_or_registry_fail_without_touching_
     )
     .await;
     still_running(&cluster);
+}
+
+/// Signs `text` (a Policy) with `keys/ed25519.key` and pushes it as a ServiceAccount allowed to
+/// update policies (client-certificate users act as tenantflux-client, which may only read).
+fn push_policy(cluster: &TestCluster, dir: &std::path::Path, name: &str, text: &str) {
+    let plugin = |kubeconfig: Option<&std::path::Path>, args: &[&str]| {
+        let output = cluster
+            .kubectl_tenantflux(kubeconfig, args)
+            .expect("kubectl tenantflux");
+        assert!(output.status.success(), "{args:?}: {output:?}");
+    };
+    let unsigned = dir.join(format!("{name}.yaml"));
+    let signed = dir.join(format!("{name}-signed.yaml"));
+    std::fs::write(&unsigned, text).unwrap();
+    let key = dir.join("keys/ed25519.key");
+    plugin(
+        None,
+        &[
+            "policy",
+            "sign",
+            "-f",
+            unsigned.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+            "--out",
+            signed.to_str().unwrap(),
+        ],
+    );
+    let platform = cluster
+        .token_kubeconfig(AGENT_NAMESPACE, "platform")
+        .expect("platform account");
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
+             metadata: {{name: policy-pusher, namespace: {AGENT_NAMESPACE}}}\n\
+             rules: [{{apiGroups: [tenantflux.io], resources: [policies], verbs: [update]}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: policy-pusher, namespace: {AGENT_NAMESPACE}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: policy-pusher}}\n\
+             subjects: [{{kind: ServiceAccount, name: platform, namespace: {AGENT_NAMESPACE}}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: platform-user, namespace: {AGENT_NAMESPACE}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
+             subjects: [{{kind: ServiceAccount, name: platform, namespace: {AGENT_NAMESPACE}}}]\n"
+        ))
+        .expect("RBAC of the platform account");
+    plugin(
+        Some(&platform),
+        &["policy", "push", "-f", signed.to_str().unwrap()],
+    );
+}
+
+fn operator_policy(generation: u64, operator: &str) -> String {
+    format!(
+        "apiVersion: tenantflux.io/v1alpha1\nkind: Policy\nmetadata: {{name: platform}}\n\
+         spec:\n  generation: {generation}\n  operator: {operator}\n"
+    )
+}
+
+#[tokio::test]
+async fn the_held_policy_decides_which_operator_versions_and_sources_install() {
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster("policy");
+    let current = current_version();
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    let output = cluster
+        .kubectl_tenantflux(None, &["policy", "keygen", "--out", keys.to_str().unwrap()])
+        .expect("keygen");
+    assert!(output.status.success(), "{output:?}");
+    let public = keys.join("ed25519.pub");
+    let envs = [
+        (
+            "TENANTFLUX_OPERATOR_BUNDLE",
+            "configmap:flux-operator-bundle",
+        ),
+        ("TENANTFLUX_OPERATOR_VERSION", ">=0.58.0 <0.59.0"),
+        ("TENANTFLUX_OPERATOR_RESYNC_INTERVAL", "1h"),
+        ("TENANTFLUX_POLICY_PUBLIC_KEY", public.to_str().unwrap()),
+    ];
+    cluster.restart_agent_with(&envs).expect("agent");
+    put_bundle(&cluster, &bundle_text(&current));
+    wait_operator(&cluster, "READY under --operator-version", "ready", |o| {
+        o["version"] == current.as_str()
+    })
+    .await;
+
+    // A policy whose range leaves the installed version out replaces --operator-version.
+    push_policy(
+        &cluster,
+        dir.path(),
+        "policy-1",
+        &operator_policy(1, "{versions: \">=0.99.0\"}"),
+    );
+    let outside =
+        format!("flux-operator {current} is outside \">=0.99.0\" allowed by policy generation 1");
+    wait_operator(&cluster, "FAILED for the policy's range", "failed", |o| {
+        o["reason"].as_str().is_some_and(|r| r.contains(&outside))
+    })
+    .await;
+    assert_eq!(
+        image(&operator_deployment(&cluster).expect("still installed")),
+        format!("ghcr.io/controlplaneio-fluxcd/flux-operator:{current}")
+    );
+
+    // A source the policy's patterns leave out is refused before it is read.
+    push_policy(
+        &cluster,
+        dir.path(),
+        "policy-2",
+        &operator_policy(
+            2,
+            "{versions: \">=0.58.0\", bundles: [\"oci://registry.example.com/*\"]}",
+        ),
+    );
+    wait_operator(&cluster, "FAILED for the policy's sources", "failed", |o| {
+        o["reason"].as_str().is_some_and(|r| {
+            r.contains("the bundle source configmap:flux-operator-bundle is not one of \"oci://registry.example.com/*\" allowed by policy generation 2; nothing was applied")
+        })
+    })
+    .await;
+    wait_event(&cluster, "BundleRejected").await;
+
+    // A policy allowing both: installed and READY again.
+    push_policy(
+        &cluster,
+        dir.path(),
+        "policy-3",
+        &operator_policy(3, "{versions: \">=0.58.0\", bundles: [\"configmap:*\"]}"),
+    );
+    wait_operator(&cluster, "READY under the policy", "ready", |o| {
+        o["version"] == current.as_str()
+    })
+    .await;
 }

@@ -357,6 +357,15 @@ fn example_file(dir: &tempfile::TempDir, example: &str) -> std::path::PathBuf {
     file
 }
 
+/// deploy/policy/example.yaml without `spec.defaults` (its last field).
+fn example_without_defaults() -> String {
+    let example = std::fs::read_to_string(repo_root().join("deploy/policy/example.yaml")).unwrap();
+    let (head, _) = example
+        .split_once("  defaults:\n")
+        .expect("the example ends with spec.defaults");
+    head.to_owned()
+}
+
 /// The management side's account: tenantflux-user plus update on policies; returns its
 /// kubeconfig.
 fn platform_account(cluster: &TestCluster) -> std::path::PathBuf {
@@ -405,7 +414,8 @@ async fn the_api_server_refuses_a_non_compliant_instance_while_the_agent_is_down
     let keys = dir.path().join("keys");
     ok(&cluster, &["policy", "keygen", "--out", path(&keys)]);
     let unsigned = dir.path().join("policy.yaml");
-    std::fs::copy(repo_root().join("deploy/policy/example.yaml"), &unsigned).unwrap();
+    // Without defaults: they would create the instance this test creates itself.
+    std::fs::write(&unsigned, example_without_defaults()).unwrap();
     let signed = dir.path().join("signed.yaml");
     let key = keys.join("ed25519.key");
     ok(
@@ -633,7 +643,8 @@ async fn instance_commands_check_the_policy_and_change_nothing_on_a_violation() 
     let keys = dir.path().join("keys");
     ok(&cluster, &["policy", "keygen", "--out", path(&keys)]);
     let unsigned = dir.path().join("policy.yaml");
-    std::fs::copy(repo_root().join("deploy/policy/example.yaml"), &unsigned).unwrap();
+    // Without defaults: they would create the instance this test creates itself.
+    std::fs::write(&unsigned, example_without_defaults()).unwrap();
     let signed = dir.path().join("signed.yaml");
     let key = keys.join("ed25519.key");
     ok(
@@ -845,4 +856,177 @@ async fn instance_commands_check_the_policy_and_change_nothing_on_a_violation() 
         ])
         .expect("live version");
     assert_eq!(version, "2.8.x");
+}
+
+/// Keys, the agent restarted with the public one, and a signer: `sign_and_push(text)` signs the
+/// policy text with the private key and pushes it as the platform account.
+struct Platform<'a> {
+    cluster: &'a TestCluster,
+    dir: tempfile::TempDir,
+    key: std::path::PathBuf,
+    account: std::path::PathBuf,
+}
+
+impl<'a> Platform<'a> {
+    fn new(cluster: &'a TestCluster) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = dir.path().join("keys");
+        ok(cluster, &["policy", "keygen", "--out", path(&keys)]);
+        cluster
+            .restart_agent_with(&[(
+                "TENANTFLUX_POLICY_PUBLIC_KEY",
+                path(&keys.join("ed25519.pub")),
+            )])
+            .expect("agent");
+        Self {
+            cluster,
+            key: keys.join("ed25519.key"),
+            account: platform_account(cluster),
+            dir,
+        }
+    }
+
+    fn sign_and_push(&self, name: &str, text: &str) {
+        let unsigned = self.dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&unsigned, text).unwrap();
+        let signed = self.dir.path().join(format!("{name}-signed.yaml"));
+        ok(
+            self.cluster,
+            &[
+                "policy",
+                "sign",
+                "-f",
+                path(&unsigned),
+                "--key",
+                path(&self.key),
+                "--out",
+                path(&signed),
+            ],
+        );
+        let output = run_as(
+            self.cluster,
+            Some(&self.account),
+            &["policy", "push", "-f", path(&signed)],
+        );
+        assert!(output.status.success(), "{output:?}");
+    }
+}
+
+fn instance_json(cluster: &TestCluster) -> Option<Value> {
+    let output = cluster
+        .kubectl(&[
+            "-n",
+            "flux-system",
+            "get",
+            "fluxinstance",
+            "flux",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+    output
+        .status
+        .success()
+        .then(|| serde_json::from_slice(&output.stdout).expect("JSON"))
+}
+
+fn defaults_record(cluster: &TestCluster) -> String {
+    cluster
+        .kubectl_ok(&[
+            "-n",
+            AGENT_NAMESPACE,
+            "get",
+            "configmap",
+            "tenantflux-defaults",
+            "-o",
+            "jsonpath={.data.outcome}/{.data.policyGeneration}",
+        ])
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn defaults_create_the_instance_once_and_then_the_tenant_owns_it() {
+    let _serial = ONE_CLUSTER_AT_A_TIME.lock().await;
+    let cluster = TestCluster::start(&format!("po-def-{}", std::process::id()))
+        .expect("starting the cluster");
+    cluster.ensure_flux_operator().expect("flux-operator");
+    let platform = Platform::new(&cluster);
+    let example = std::fs::read_to_string(repo_root().join("deploy/policy/example.yaml")).unwrap();
+
+    // No instance: the defaults of generation 7 create it, and flux-operator makes it Ready.
+    assert!(instance_json(&cluster).is_none());
+    platform.sign_and_push("policy-7", &example);
+    let instance = wait_for("the instance Ready", Duration::from_secs(120), || {
+        let instance = instance_json(&cluster);
+        async move {
+            instance.filter(|v| tenantflux_tests::condition_status(v, "Ready") == Some("True"))
+        }
+    })
+    .await
+    .expect("instance from the defaults Ready");
+    assert_eq!(instance["spec"]["distribution"]["version"], "2.9.x");
+    assert_eq!(instance["spec"]["cluster"]["size"], "small");
+    assert_eq!(
+        instance["spec"]["components"],
+        serde_json::json!([
+            "source-controller",
+            "kustomize-controller",
+            "helm-controller",
+            "notification-controller"
+        ])
+    );
+    assert_eq!(defaults_record(&cluster), "created/7");
+
+    // The tenant edits a field; generation 8 with other defaults overwrites nothing.
+    cluster
+        .kubectl_ok(&[
+            "-n",
+            "flux-system",
+            "patch",
+            "fluxinstance",
+            "flux",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"cluster":{"size":"medium"}}}"#,
+        ])
+        .expect("tenant edit");
+    let gen8 = example
+        .replace("generation: 7", "generation: 8")
+        .replace("version: \"2.9.x\"", "version: \"2.8.x\"")
+        .replace("size: small", "size: large")
+        .replace("sizes: [small, medium]", "sizes: [small, medium, large]");
+    assert!(gen8.contains("version: \"2.8.x\""), "{gen8}");
+    platform.sign_and_push("policy-8", &gen8);
+    assert_eq!(show(&cluster)["generation"], 8);
+    // The agent acts on a new policy within milliseconds; give it ample time to do wrong.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let instance = instance_json(&cluster).expect("instance kept");
+    assert_eq!(instance["spec"]["distribution"]["version"], "2.9.x");
+    assert_eq!(instance["spec"]["cluster"]["size"], "medium");
+    assert_eq!(defaults_record(&cluster), "created/7");
+
+    // The tenant deletes it: neither a new policy nor an agent restart brings it back.
+    cluster
+        .kubectl_ok(&[
+            "-n",
+            "flux-system",
+            "delete",
+            "fluxinstance",
+            "flux",
+            "--wait=true",
+            "--timeout=120s",
+        ])
+        .expect("tenant delete");
+    platform.sign_and_push("policy-9", &gen8.replace("generation: 8", "generation: 9"));
+    assert_eq!(show(&cluster)["generation"], 9);
+    cluster
+        .restart_agent_with(&[(
+            "TENANTFLUX_POLICY_PUBLIC_KEY",
+            path(&platform.dir.path().join("keys/ed25519.pub")),
+        )])
+        .expect("agent restart");
+    assert_eq!(show(&cluster)["generation"], 9);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(instance_json(&cluster).is_none(), "the instance came back");
+    assert_eq!(defaults_record(&cluster), "created/7");
 }
