@@ -12,7 +12,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::status::{OPERATOR_DEPLOYMENT, image_tag};
+use crate::{
+    policy::range,
+    status::{OPERATOR_DEPLOYMENT, image_tag},
+};
 
 /// The label every object the agent applies carries, so pruning touches only its own objects;
 /// its value is [`crate::FIELD_MANAGER`].
@@ -282,7 +285,7 @@ impl AllowedVersions {
     /// notation Flux uses (`>=0.58.0 <0.59.0`, `0.58.x`; a `v` before numbers is ignored).
     /// `by` names who allows it, for messages (`--operator-version`).
     pub fn parse(text: &str, by: impl Into<String>) -> Result<Self, BadRequirement> {
-        let requirement = match semver::Version::parse(strip_v(text.trim())) {
+        let requirement = match semver::Version::parse(range::strip_v(text.trim())) {
             Ok(exact) => Ok(semver::VersionReq {
                 comparators: vec![semver::Comparator {
                     op: semver::Op::Exact,
@@ -292,7 +295,7 @@ impl AllowedVersions {
                     pre: exact.pre,
                 }],
             }),
-            Err(_) => semver::VersionReq::parse(&normalize_range(text)),
+            Err(_) => semver::VersionReq::parse(&range::normalize(text)),
         }
         .map_err(|source| BadRequirement {
             text: text.to_owned(),
@@ -308,33 +311,6 @@ impl AllowedVersions {
     pub fn allows(&self, version: &semver::Version) -> bool {
         self.requirement.matches(version)
     }
-}
-
-fn strip_v(version: &str) -> &str {
-    version.strip_prefix('v').unwrap_or(version)
-}
-
-/// `>=v0.58.0 <0.59.0` (Flux's space-separated notation) → `>=0.58.0, <0.59.0` (the semver
-/// crate's), keeping an operator written apart from its version (`>= 0.58.0`) with it.
-fn normalize_range(text: &str) -> String {
-    let mut comparators = Vec::new();
-    let mut pending_op = String::new();
-    for token in text.split(|c: char| c == ',' || c.is_whitespace()) {
-        if token.is_empty() {
-            continue;
-        }
-        let split = token
-            .find(|c: char| !matches!(c, '<' | '>' | '=' | '~' | '^'))
-            .unwrap_or(token.len());
-        let (op, version) = token.split_at(split);
-        if version.is_empty() {
-            pending_op.push_str(op);
-            continue;
-        }
-        comparators.push(format!("{pending_op}{op}{}", strip_v(version)));
-        pending_op.clear();
-    }
-    comparators.join(", ")
 }
 
 /// `sha256:<hex>` of `bytes`.
@@ -401,7 +377,7 @@ impl Bundle {
             });
         }
         let version = deployment_version(&deployment.manifest).ok_or(BundleError::NoVersion)?;
-        let semver = semver::Version::parse(strip_v(&version)).map_err(|source| {
+        let semver = semver::Version::parse(range::strip_v(&version)).map_err(|source| {
             BundleError::BadVersion {
                 version: version.clone(),
                 source,

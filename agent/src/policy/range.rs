@@ -169,13 +169,14 @@ fn bounds(c: &semver::Comparator) -> (Release, Option<Release>) {
     }
 }
 
-fn strip_v(version: &str) -> &str {
+pub(crate) fn strip_v(version: &str) -> &str {
     version.strip_prefix('v').unwrap_or(version)
 }
 
 /// `>=v2.7.0 <2.10.0` (Flux's space-separated notation) → `>=2.7.0, <2.10.0` (the semver
-/// crate's), keeping an operator written apart from its version (`>= 2.7.0`) with it.
-fn normalize(text: &str) -> String {
+/// crate's), keeping an operator written apart from its version (`>= 2.7.0`) with it. Also
+/// reads flux-operator version ranges (`bundle::AllowedVersions`).
+pub(crate) fn normalize(text: &str) -> String {
     let mut comparators = Vec::new();
     let mut pending_op = String::new();
     for token in text.split(|c: char| c == ',' || c.is_whitespace()) {
