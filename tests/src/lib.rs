@@ -401,6 +401,28 @@ impl TestCluster {
 }
 
 impl TestCluster {
+    /// The management side's account: ServiceAccount `tenantflux-system/platform`, which may
+    /// push policies (update policies.tenantflux.io) and reach the agent (Role
+    /// tenantflux-user). Client-certificate users act as tenantflux-client, which may only read.
+    pub fn policy_pusher_kubeconfig(&self) -> Result<PathBuf> {
+        const NS: &str = "tenantflux-system";
+        let platform = self.token_kubeconfig(NS, "platform")?;
+        self.apply_yaml(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
+             metadata: {{name: policy-pusher, namespace: {NS}}}\n\
+             rules: [{{apiGroups: [tenantflux.io], resources: [policies], verbs: [update]}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: policy-pusher, namespace: {NS}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: policy-pusher}}\n\
+             subjects: [{{kind: ServiceAccount, name: platform, namespace: {NS}}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: platform-user, namespace: {NS}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
+             subjects: [{{kind: ServiceAccount, name: platform, namespace: {NS}}}]\n"
+        ))?;
+        Ok(platform)
+    }
+
     /// A kubeconfig whose user is ServiceAccount `namespace/name` (created here, with the
     /// namespace), authenticating with a token of the API server's audience as
     /// `kubectl create token` gives. What the account may do is the caller's to bind.

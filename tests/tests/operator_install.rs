@@ -646,23 +646,8 @@ fn push_policy(cluster: &TestCluster, dir: &std::path::Path, name: &str, text: &
         ],
     );
     let platform = cluster
-        .token_kubeconfig(AGENT_NAMESPACE, "platform")
+        .policy_pusher_kubeconfig()
         .expect("platform account");
-    cluster
-        .apply_yaml(&format!(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
-             metadata: {{name: policy-pusher, namespace: {AGENT_NAMESPACE}}}\n\
-             rules: [{{apiGroups: [tenantflux.io], resources: [policies], verbs: [update]}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: policy-pusher, namespace: {AGENT_NAMESPACE}}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: policy-pusher}}\n\
-             subjects: [{{kind: ServiceAccount, name: platform, namespace: {AGENT_NAMESPACE}}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: platform-user, namespace: {AGENT_NAMESPACE}}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
-             subjects: [{{kind: ServiceAccount, name: platform, namespace: {AGENT_NAMESPACE}}}]\n"
-        ))
-        .expect("RBAC of the platform account");
     plugin(
         Some(&platform),
         &["policy", "push", "-f", signed.to_str().unwrap()],

@@ -234,7 +234,9 @@ async fn signed_policy_is_verified_stored_kept_and_guarded() {
         err.contains("may not update policies.tenantflux.io in namespace \"tenantflux-system\""),
         "{err}"
     );
-    let platform = platform_account(&cluster);
+    let platform = cluster
+        .policy_pusher_kubeconfig()
+        .expect("platform account");
     let push = |file: &Path| {
         run_as(
             &cluster,
@@ -366,28 +368,42 @@ fn example_without_defaults() -> String {
     head.to_owned()
 }
 
-/// The management side's account: tenantflux-user plus update on policies; returns its
-/// kubeconfig.
-fn platform_account(cluster: &TestCluster) -> std::path::PathBuf {
-    let platform = cluster
-        .token_kubeconfig(AGENT_NAMESPACE, "platform")
-        .expect("platform account");
+/// Makes keys, restarts the agent with the public one, and pushes the example policy without
+/// its defaults (they would create the instance these tests create themselves) as the
+/// platform account.
+fn push_example_without_defaults(cluster: &TestCluster, dir: &Path) {
+    let keys = dir.join("keys");
+    ok(cluster, &["policy", "keygen", "--out", path(&keys)]);
+    let unsigned = dir.join("policy.yaml");
+    std::fs::write(&unsigned, example_without_defaults()).unwrap();
+    let signed = dir.join("signed.yaml");
+    let key = keys.join("ed25519.key");
+    ok(
+        cluster,
+        &[
+            "policy",
+            "sign",
+            "-f",
+            path(&unsigned),
+            "--key",
+            path(&key),
+            "--out",
+            path(&signed),
+        ],
+    );
+    let public = keys.join("ed25519.pub");
     cluster
-        .apply_yaml(&format!(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
-             metadata: {{name: policy-pusher, namespace: {AGENT_NAMESPACE}}}\n\
-             rules: [{{apiGroups: [tenantflux.io], resources: [policies], verbs: [update]}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: policy-pusher, namespace: {AGENT_NAMESPACE}}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: policy-pusher}}\n\
-             subjects: [{{kind: ServiceAccount, name: platform, namespace: {AGENT_NAMESPACE}}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: platform-user, namespace: {AGENT_NAMESPACE}}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
-             subjects: [{{kind: ServiceAccount, name: platform, namespace: {AGENT_NAMESPACE}}}]\n"
-        ))
-        .expect("RBAC of the platform account");
-    platform
+        .restart_agent_with(&[("TENANTFLUX_POLICY_PUBLIC_KEY", path(&public))])
+        .expect("agent");
+    let platform = cluster
+        .policy_pusher_kubeconfig()
+        .expect("platform account");
+    let output = run_as(
+        cluster,
+        Some(&platform),
+        &["policy", "push", "-f", path(&signed)],
+    );
+    assert!(output.status.success(), "{output:?}");
 }
 
 /// A FluxInstance complying with deploy/policy/example.yaml.
@@ -411,37 +427,7 @@ async fn the_api_server_refuses_a_non_compliant_instance_while_the_agent_is_down
         .expect("starting the cluster");
     cluster.ensure_flux_operator().expect("flux-operator");
     let dir = tempfile::tempdir().unwrap();
-    let keys = dir.path().join("keys");
-    ok(&cluster, &["policy", "keygen", "--out", path(&keys)]);
-    let unsigned = dir.path().join("policy.yaml");
-    // Without defaults: they would create the instance this test creates itself.
-    std::fs::write(&unsigned, example_without_defaults()).unwrap();
-    let signed = dir.path().join("signed.yaml");
-    let key = keys.join("ed25519.key");
-    ok(
-        &cluster,
-        &[
-            "policy",
-            "sign",
-            "-f",
-            path(&unsigned),
-            "--key",
-            path(&key),
-            "--out",
-            path(&signed),
-        ],
-    );
-    let public = keys.join("ed25519.pub");
-    cluster
-        .restart_agent_with(&[("TENANTFLUX_POLICY_PUBLIC_KEY", path(&public))])
-        .expect("agent");
-    let platform = platform_account(&cluster);
-    let output = run_as(
-        &cluster,
-        Some(&platform),
-        &["policy", "push", "-f", path(&signed)],
-    );
-    assert!(output.status.success(), "{output:?}");
+    push_example_without_defaults(&cluster, dir.path());
 
     // The agent renders the policy into the API server, as its ServiceAccount (deploy/ RBAC).
     for kind in [
@@ -640,37 +626,7 @@ async fn instance_commands_check_the_policy_and_change_nothing_on_a_violation() 
         .expect("starting the cluster");
     cluster.ensure_flux_operator().expect("flux-operator");
     let dir = tempfile::tempdir().unwrap();
-    let keys = dir.path().join("keys");
-    ok(&cluster, &["policy", "keygen", "--out", path(&keys)]);
-    let unsigned = dir.path().join("policy.yaml");
-    // Without defaults: they would create the instance this test creates itself.
-    std::fs::write(&unsigned, example_without_defaults()).unwrap();
-    let signed = dir.path().join("signed.yaml");
-    let key = keys.join("ed25519.key");
-    ok(
-        &cluster,
-        &[
-            "policy",
-            "sign",
-            "-f",
-            path(&unsigned),
-            "--key",
-            path(&key),
-            "--out",
-            path(&signed),
-        ],
-    );
-    let public = keys.join("ed25519.pub");
-    cluster
-        .restart_agent_with(&[("TENANTFLUX_POLICY_PUBLIC_KEY", path(&public))])
-        .expect("agent");
-    let platform = platform_account(&cluster);
-    let output = run_as(
-        &cluster,
-        Some(&platform),
-        &["policy", "push", "-f", path(&signed)],
-    );
-    assert!(output.status.success(), "{output:?}");
+    push_example_without_defaults(&cluster, dir.path());
     let tenant = tenant_account(&cluster);
     let as_tenant = |args: &[&str]| run_as(&cluster, Some(&tenant), args);
     let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
@@ -881,7 +837,9 @@ impl<'a> Platform<'a> {
         Self {
             cluster,
             key: keys.join("ed25519.key"),
-            account: platform_account(cluster),
+            account: cluster
+                .policy_pusher_kubeconfig()
+                .expect("platform account"),
             dir,
         }
     }
