@@ -400,6 +400,26 @@ fn non_empty(value: &str) -> Option<&str> {
 }
 
 /// The filters of a list or watch.
+/// The objects of `cache` that pass `filter`, ordered by namespace and name.
+fn matching(cache: &KindCache, filter: &Filter) -> Vec<FluxObject> {
+    let mut found: Vec<FluxObject> = cache
+        .store
+        .state()
+        .iter()
+        .filter_map(|o| {
+            let json = filter.pass(o)?;
+            Some(flux_object_from_json(
+                cache.kind,
+                &cache.resource.api_version,
+                o,
+                &json,
+            ))
+        })
+        .collect();
+    found.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    found
+}
+
 struct Filter {
     namespace: Option<String>,
     name: Option<String>,
@@ -563,22 +583,7 @@ impl Workloads for WorkloadsService {
             let mut objects = Vec::new();
             for cache in caches {
                 self.ready_store(&cache).await?;
-                let mut found: Vec<FluxObject> = cache
-                    .store
-                    .state()
-                    .iter()
-                    .filter_map(|o| {
-                        let json = filter.pass(o)?;
-                        Some(flux_object_from_json(
-                            cache.kind,
-                            &cache.resource.api_version,
-                            o,
-                            &json,
-                        ))
-                    })
-                    .collect();
-                found.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-                objects.extend(found);
+                objects.extend(matching(&cache, &filter));
             }
             Ok(ListObjectsResponse { objects, skipped })
         })
@@ -634,23 +639,8 @@ impl Workloads for WorkloadsService {
             let mut snapshot = Vec::new();
             for cache in &caches {
                 self.ready_store(cache).await?;
-                let mut found: Vec<FluxObject> = cache
-                    .store
-                    .state()
-                    .iter()
-                    .filter_map(|o| {
-                        let json = filter.pass(o)?;
-                        Some(flux_object_from_json(
-                            cache.kind,
-                            &cache.resource.api_version,
-                            o,
-                            &json,
-                        ))
-                    })
-                    .collect();
-                found.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
                 snapshot.extend(
-                    found
+                    matching(cache, &filter)
                         .into_iter()
                         .map(|o| event(object_event::Type::Added, Some(o))),
                 );
