@@ -389,6 +389,14 @@ impl Policy {
             .is_none_or(|patterns| patterns.iter().any(|p| glob::matches(p, source)))
     }
 
+    /// The upgrade deadline, when the policy sets one: the minimum version (as written,
+    /// without a leading `v`) and its date (`YYYY-MM-DD`, UTC).
+    pub fn upgrade_deadline(&self) -> Option<(&str, &str)> {
+        self.deadline
+            .as_ref()
+            .map(|d| (d.minimum_text.as_str(), d.date.as_str()))
+    }
+
     /// The FluxInstance spec to create when the cluster has none.
     pub fn defaults(&self) -> Option<&Value> {
         self.document.spec.defaults.as_ref()

@@ -7,7 +7,7 @@ use kube::api::DynamicObject;
 use serde_json::Value;
 use tenantflux_proto::v1::{
     AgentInfo, Component, Condition, Health, InstanceStatus, OperatorPhase, OperatorStatus,
-    PolicyStatus, Status,
+    PolicyStatus, Status, UpgradeDeadline,
 };
 
 use crate::{operator::InstallState, policy::Policy, policy_service::Held};
@@ -137,6 +137,12 @@ fn policy_status(policy: &Policy, instance: Option<&DynamicObject>) -> PolicySta
             .map(|v| v.message)
             .collect(),
         warnings: evaluation.warnings,
+        upgrade_deadline: policy
+            .upgrade_deadline()
+            .map(|(minimum, date)| UpgradeDeadline {
+                minimum_version: minimum.to_owned(),
+                date: date.to_owned(),
+            }),
     }
 }
 
@@ -663,6 +669,28 @@ mod tests {
                 "FluxInstance API is not served"
             ]
         );
+    }
+
+    #[test]
+    fn policy_status_carries_the_upgrade_deadline_for_the_fleet_view() {
+        let policy = Policy::parse(
+            "apiVersion: tenantflux.io/v1alpha1\nkind: Policy\nmetadata: {name: p}\n\
+             spec:\n  generation: 3\n  distribution:\n    upgradeDeadline:\n      \
+             minimumVersion: v2.8.0\n      date: \"2000-01-01\"\n",
+        )
+        .unwrap();
+        let instance: DynamicObject = fixture(INSTANCE_READY);
+        let status = policy_status(&policy, Some(&instance));
+        assert_eq!(
+            status.upgrade_deadline,
+            Some(UpgradeDeadline {
+                minimum_version: "2.8.0".into(),
+                date: "2000-01-01".into(),
+            })
+        );
+        let without =
+            Policy::parse(include_str!("../policy/fixtures/policy-minimal.yaml")).unwrap();
+        assert_eq!(policy_status(&without, None).upgrade_deadline, None);
     }
 
     #[test]
