@@ -428,10 +428,44 @@ fn user_role_grants_the_permission_the_agent_checks() {
         .iter()
         .filter_map(|s| s.metadata.name.as_deref())
         .collect();
-    assert_eq!(names, ["tenantflux-agent", "tenantflux-client"]);
+    assert_eq!(
+        names,
+        [
+            "tenantflux-agent",
+            "tenantflux-client",
+            "tenantflux-platform"
+        ]
+    );
     assert_eq!(
         objects.namespaces[0].metadata.name.as_deref(),
         Some("tenantflux-system")
+    );
+}
+
+#[test]
+fn platform_role_may_read_status_and_push_policies_only() {
+    let objects = load();
+    let role = objects
+        .roles
+        .iter()
+        .find(|r| r.metadata.name.as_deref() == Some("tenantflux-platform"))
+        .expect("Role tenantflux-platform");
+    let rules = role.rules.as_deref().unwrap();
+    assert!(allows(rules, "tenantflux.io", "agents/status", "get", None));
+    assert!(allows(rules, "tenantflux.io", "policies", "update", None));
+    assert!(allows(rules, "tenantflux.io", "policies", "get", None));
+    // The kubeconfig's own credentials find the pod and port-forward; the token only calls.
+    assert!(!allows(rules, "", "pods", "list", None));
+    assert!(!allows(rules, "", "serviceaccounts/token", "create", None));
+    let binding = objects
+        .role_bindings
+        .iter()
+        .find(|b| b.role_ref.name == "tenantflux-platform")
+        .expect("RoleBinding of tenantflux-platform");
+    let subject = &binding.subjects.as_ref().unwrap()[0];
+    assert_eq!(
+        (subject.kind.as_str(), subject.name.as_str()),
+        ("ServiceAccount", "tenantflux-platform")
     );
 }
 

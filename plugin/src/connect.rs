@@ -87,12 +87,18 @@ impl FromStr for Token {
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
     pub kubeconfig: Option<OsString>,
+    /// A kubeconfig held in memory (e.g. read from a tenant cluster's Secret by `fleet`);
+    /// used instead of `kubeconfig` and KUBECONFIG when set.
+    pub inline_kubeconfig: Option<Kubeconfig>,
     pub context: Option<String>,
     pub namespace: Option<String>,
     pub agent_namespace: String,
     pub agent_address: Option<http::Uri>,
     pub audience: String,
     pub token: Option<Token>,
+    /// The ServiceAccount (in `agent_namespace`) whose token is requested for a kubeconfig
+    /// user without one.
+    pub token_account: String,
     pub timeout: Option<Duration>,
 }
 
@@ -100,12 +106,14 @@ impl From<&GlobalArgs> for ConnectOptions {
     fn from(args: &GlobalArgs) -> Self {
         Self {
             kubeconfig: args.kubeconfig.clone(),
+            inline_kubeconfig: None,
             context: args.context.clone(),
             namespace: args.namespace.clone(),
             agent_namespace: args.agent_namespace.clone(),
             agent_address: args.agent_address.clone(),
             audience: args.agent_audience.clone(),
             token: args.token.clone(),
+            token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
             timeout: args.request_timeout.get(),
         }
     }
@@ -162,22 +170,30 @@ pub enum ConnectError {
     TokenFile { path: String, cause: String },
 
     #[error(
-        "not allowed to request a token for ServiceAccount {CLIENT_SERVICE_ACCOUNT} in namespace {namespace}: {message}; \
-         the kubeconfig user needs `create serviceaccounts/token` on {CLIENT_SERVICE_ACCOUNT} in {namespace}, \
+        "not allowed to request a token for ServiceAccount {account} in namespace {namespace}: {message}; \
+         the kubeconfig user needs `create serviceaccounts/token` on {account} in {namespace}, \
          or use a kubeconfig user with a token (or --token)"
     )]
-    TokenRequestForbidden { namespace: String, message: String },
+    TokenRequestForbidden {
+        account: String,
+        namespace: String,
+        message: String,
+    },
 
     #[error(
-        "ServiceAccount {CLIENT_SERVICE_ACCOUNT} not found in namespace {namespace}, so no token can be requested for it; \
+        "ServiceAccount {account} not found in namespace {namespace}, so no token can be requested for it; \
          is the agent installed (`kubectl apply -k deploy/manifests`), or does it run in another namespace (--agent-namespace)?"
     )]
-    ClientAccountMissing { namespace: String },
+    ClientAccountMissing { account: String, namespace: String },
 
     #[error(
-        "cannot request a token for ServiceAccount {CLIENT_SERVICE_ACCOUNT} in namespace {namespace}: {cause}"
+        "cannot request a token for ServiceAccount {account} in namespace {namespace}: {cause}"
     )]
-    TokenRequest { namespace: String, cause: String },
+    TokenRequest {
+        account: String,
+        namespace: String,
+        cause: String,
+    },
 
     #[error("the bearer token contains characters not allowed in gRPC metadata; check --token")]
     InvalidToken,
@@ -605,15 +621,17 @@ pub async fn kube_client(options: &ConnectOptions) -> Result<(Client, AuthInfo),
         context: options.context.clone(),
         ..KubeConfigOptions::default()
     };
-    let mut config = match options.kubeconfig.as_ref().filter(|p| !p.is_empty()) {
-        Some(paths) => {
-            let kubeconfig = read_kubeconfigs(paths)?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &kube_options)
-                .await
-                .map_err(|err| ConnectError::Kubeconfig {
-                    cause: describe(&err),
-                })?
-        }
+    let given = match (&options.inline_kubeconfig, &options.kubeconfig) {
+        (Some(inline), _) => Some(inline.clone()),
+        (None, Some(paths)) if !paths.is_empty() => Some(read_kubeconfigs(paths)?),
+        (None, _) => None,
+    };
+    let mut config = match given {
+        Some(kubeconfig) => kube::Config::from_custom_kubeconfig(kubeconfig, &kube_options)
+            .await
+            .map_err(|err| ConnectError::Kubeconfig {
+                cause: describe(&err),
+            })?,
         None => match kube::Config::from_kubeconfig(&kube_options).await {
             Ok(config) => config,
             // Like kubectl: with no kubeconfig at all, a pod uses its ServiceAccount.
@@ -671,10 +689,15 @@ async fn resolve_token(
             }),
         TokenSource::TokenRequest => {
             let namespace = &options.agent_namespace;
+            let account = &options.token_account;
             bounded(
                 options.timeout,
-                || format!("requesting a token for ServiceAccount {CLIENT_SERVICE_ACCOUNT} in namespace {namespace}"),
-                request_token(client, namespace, &options.audience),
+                || {
+                    format!(
+                        "requesting a token for ServiceAccount {account} in namespace {namespace}"
+                    )
+                },
+                request_token(client, namespace, account, &options.audience),
             )
             .await?
         }
@@ -684,6 +707,7 @@ async fn resolve_token(
 async fn request_token(
     client: Client,
     namespace: &str,
+    account: &str,
     audience: &str,
 ) -> Result<Token, ConnectError> {
     let accounts: Api<ServiceAccount> = Api::namespaced(client, namespace);
@@ -696,26 +720,24 @@ async fn request_token(
         ..TokenRequest::default()
     };
     let response: TokenRequest = accounts
-        .create_subresource(
-            "token",
-            CLIENT_SERVICE_ACCOUNT,
-            &PostParams::default(),
-            &request,
-        )
+        .create_subresource("token", account, &PostParams::default(), &request)
         .await
         .map_err(|err| match err {
             kube::Error::Api(status) if status.is_forbidden() => {
                 ConnectError::TokenRequestForbidden {
+                    account: account.to_owned(),
                     namespace: namespace.to_owned(),
                     message: status.message.clone(),
                 }
             }
             kube::Error::Api(status) if status.is_not_found() => {
                 ConnectError::ClientAccountMissing {
+                    account: account.to_owned(),
                     namespace: namespace.to_owned(),
                 }
             }
             err => ConnectError::TokenRequest {
+                account: account.to_owned(),
                 namespace: namespace.to_owned(),
                 cause: describe(&err),
             },
@@ -725,6 +747,7 @@ async fn request_token(
         .map(|status| Token::new(status.token))
         .filter(|token| !token.expose().is_empty())
         .ok_or_else(|| ConnectError::TokenRequest {
+            account: account.to_owned(),
             namespace: namespace.to_owned(),
             cause: "the API server returned no token".to_owned(),
         })
@@ -935,12 +958,14 @@ mod tests {
         assert!(!format!("{:?}", auth.0).contains("s3cr3t"));
         let options = ConnectOptions {
             kubeconfig: None,
+            inline_kubeconfig: None,
             context: None,
             namespace: None,
             agent_namespace: "tenantflux-system".to_owned(),
             agent_address: None,
             audience: "tenantflux-agent".to_owned(),
             token: Some(token),
+            token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
             timeout: None,
         };
         assert!(!format!("{options:?}").contains("s3cr3t"));
@@ -1103,6 +1128,7 @@ mod tests {
                 cause: cause(),
             },
             ConnectError::TokenRequest {
+                account: CLIENT_SERVICE_ACCOUNT.to_owned(),
                 namespace: namespace(),
                 cause: cause(),
             },
@@ -1121,10 +1147,12 @@ mod tests {
                 cause: cause(),
             },
             ConnectError::TokenRequestForbidden {
+                account: CLIENT_SERVICE_ACCOUNT.to_owned(),
                 namespace: namespace(),
                 message: "forbidden".to_owned(),
             },
             ConnectError::ClientAccountMissing {
+                account: CLIENT_SERVICE_ACCOUNT.to_owned(),
                 namespace: namespace(),
             },
             ConnectError::InvalidToken,
@@ -1136,12 +1164,14 @@ mod tests {
     fn direct(address: &http::Uri, token: &str) -> ConnectOptions {
         ConnectOptions {
             kubeconfig: None,
+            inline_kubeconfig: None,
             context: None,
             namespace: None,
             agent_namespace: "tenantflux-system".to_owned(),
             agent_address: Some(address.clone()),
             audience: "tenantflux-agent".to_owned(),
             token: Some(Token::new(token)),
+            token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
             timeout: Some(Duration::from_secs(5)),
         }
     }
