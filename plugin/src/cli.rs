@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueHint};
 use crate::{
     complete,
     connect::{ConnectOptions, Token},
+    fleet::{self, FleetCommand},
     instance::{self, InstanceCommand},
     output::{ColorMode, OutputFormat, Printer},
     policy::{self, PolicyCommand},
@@ -131,6 +132,10 @@ pub enum Command {
     /// policy.
     #[command(subcommand)]
     Instance(InstanceCommand),
+    /// The management side: find the tenant clusters, read every agent's status, push a
+    /// signed policy to all of them.
+    #[command(subcommand)]
+    Fleet(FleetCommand),
     /// Show the plugin, agent and Flux versions, and whether the flux CLI on PATH matches.
     Version {
         /// Only print the plugin's own version; contacts no cluster.
@@ -179,6 +184,7 @@ impl Cli {
                 Command::Reconcile(args) => workloads::reconcile(&options, &printer, args).await,
                 Command::Policy(command) => policy::run_remote(command, &options, &printer).await,
                 Command::Instance(command) => instance::run(command, &options, &printer).await,
+                Command::Fleet(command) => fleet::run(command, &options, &printer).await,
                 Command::Completion { .. } => unreachable!("answered before connecting"),
             }
         })

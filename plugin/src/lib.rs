@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod complete;
 pub mod connect;
+pub mod fleet;
 pub mod instance;
 pub mod output;
 pub mod policy;

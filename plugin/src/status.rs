@@ -186,6 +186,16 @@ pub struct PolicyView {
     pub violations: Vec<String>,
     /// Upgrade deadlines coming up.
     pub warnings: Vec<String>,
+    pub upgrade_deadline: Option<DeadlineView>,
+}
+
+/// The policy's upgrade deadline: from `date` (UTC) on, Flux must be at least
+/// `minimum_version`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadlineView {
+    pub minimum_version: String,
+    pub date: String,
 }
 
 fn timestamp(ts: Option<prost_types::Timestamp>) -> Option<String> {
@@ -276,6 +286,10 @@ impl From<pb::Status> for StatusView {
                 compliant: p.compliant,
                 violations: p.violations,
                 warnings: p.warnings,
+                upgrade_deadline: p.upgrade_deadline.map(|d| DeadlineView {
+                    minimum_version: d.minimum_version,
+                    date: d.date,
+                }),
             }),
             observed_at: timestamp(status.observed_at),
         }
@@ -424,6 +438,10 @@ pub fn render_table(view: &StatusView, style: Style) -> String {
                 style.paint("no", Tone::Bad)
             };
             field(&mut out, "Compliant", &compliant);
+            if let Some(deadline) = &policy.upgrade_deadline {
+                let text = format!("Flux {} from {}", deadline.minimum_version, deadline.date);
+                field(&mut out, "Deadline", &text);
+            }
             for violation in &policy.violations {
                 field(&mut out, "Violation", violation);
             }
@@ -505,6 +523,10 @@ mod tests {
                     r#"spec.distribution.version "2.x" is outside ">=2.7.0 <2.10.0" allowed by policy generation 3"#.to_owned(),
                 ],
                 warnings: Vec::new(),
+                upgrade_deadline: Some(pb::UpgradeDeadline {
+                    minimum_version: "2.8.0".to_owned(),
+                    date: "2026-09-01".to_owned(),
+                }),
             }),
             observed_at: Some(prost_types::Timestamp {
                 seconds: 1_767_225_660,
@@ -549,6 +571,7 @@ Policy
   Name:        platform
   Generation:  3
   Compliant:   no
+  Deadline:    Flux 2.8.0 from 2026-09-01
   Violation:   spec.distribution.version \"2.x\" is outside \">=2.7.0 <2.10.0\" allowed by policy generation 3
 "
         );

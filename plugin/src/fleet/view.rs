@@ -1,0 +1,608 @@
+//! What the fleet commands print: one row per cluster, for `-o table|json|yaml`. Pure: built
+//! from what each agent answered (or why it could not be asked) and the day.
+
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+use tenantflux_agent::policy::{Range, parse_date};
+
+use super::discover::Member;
+use crate::{
+    output::{Cell, Style, Tone, table},
+    status::StatusView,
+};
+
+/// How far the plugin got with a cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reach {
+    /// The agent answered.
+    Ok,
+    /// The cluster's API server or the agent did not answer (in time).
+    Unreachable,
+    /// The cluster answered but runs no agent (or not its ServiceAccounts).
+    NoAgent,
+    /// Anything else: an unreadable kubeconfig, a permission, an agent error.
+    Error,
+}
+
+impl Reach {
+    fn shown(self) -> &'static str {
+        match self {
+            Self::Ok => "Ok",
+            Self::Unreachable => "Unreachable",
+            Self::NoAgent => "NoAgent",
+            Self::Error => "Error",
+        }
+    }
+}
+
+/// Why a cluster could not be asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub reach: Reach,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetStatus {
+    pub clusters: Vec<StatusRow>,
+}
+
+impl FleetStatus {
+    pub fn failed(&self) -> usize {
+        self.clusters
+            .iter()
+            .filter(|c| c.state != Reach::Ok)
+            .count()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusRow {
+    pub tenant: String,
+    pub cluster: String,
+    pub state: Reach,
+    /// Why the cluster could not be asked (state other than ok).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub agent_version: Option<String>,
+    pub operator_version: Option<String>,
+    /// The Flux version installed (the FluxInstance's distribution).
+    pub flux_version: Option<String>,
+    /// The FluxInstance's Ready condition: `True`, `False`, `Unknown`; none without one.
+    pub ready: Option<String>,
+    pub policy_name: Option<String>,
+    pub policy_generation: Option<u64>,
+    /// Whether the cluster complies with the policy it holds; none without a policy.
+    pub compliant: Option<bool>,
+    pub violations: Vec<String>,
+    pub deadline: Option<DeadlineRow>,
+    /// When the agent last saw anything change.
+    pub last_change: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadlineRow {
+    pub minimum_version: String,
+    pub date: String,
+    /// Whether the date has come (UTC, by this machine's clock).
+    pub passed: bool,
+}
+
+impl StatusRow {
+    fn empty(member: &Member, state: Reach, reason: Option<String>) -> Self {
+        Self {
+            tenant: member.tenant.clone(),
+            cluster: member.cluster.clone(),
+            state,
+            reason,
+            agent_version: None,
+            operator_version: None,
+            flux_version: None,
+            ready: None,
+            policy_name: None,
+            policy_generation: None,
+            compliant: None,
+            violations: Vec::new(),
+            deadline: None,
+            last_change: None,
+        }
+    }
+
+    pub fn failed(member: &Member, failure: Failure) -> Self {
+        Self::empty(member, failure.reach, Some(failure.reason))
+    }
+
+    /// The row of an agent's status on `today` (days since 1970-01-01, UTC). Past the
+    /// policy's upgrade deadline, a cluster whose installed Flux is below the minimum does
+    /// not comply, whatever its FluxInstance asks for: the management view sees what runs.
+    pub fn answered(member: &Member, status: StatusView, today: i64) -> Self {
+        let non_empty = |s: String| (!s.is_empty()).then_some(s);
+        let mut row = Self::empty(member, Reach::Ok, None);
+        row.agent_version = non_empty(status.agent.version);
+        row.operator_version = non_empty(status.operator.version);
+        let instance = status.instance;
+        if instance.present {
+            row.flux_version = non_empty(instance.distribution_version);
+            row.ready = Some(
+                instance
+                    .ready
+                    .map_or_else(|| "Unknown".to_owned(), |c| c.status),
+            );
+        }
+        row.last_change = status.observed_at;
+        let Some(policy) = status.policy else {
+            return row;
+        };
+        row.policy_name = Some(policy.name);
+        row.policy_generation = Some(policy.generation);
+        row.violations = policy.violations;
+        let mut compliant = policy.compliant;
+        if let Some(deadline) = policy.upgrade_deadline {
+            let passed = parse_date(&deadline.date).is_some_and(|day| day <= today);
+            let below = |installed: &str| {
+                let release = |text: &str| Range::parse(text).ok().map(|r| r.low());
+                matches!((release(installed), release(&deadline.minimum_version)),
+                    (Some(installed), Some(minimum)) if installed < minimum)
+            };
+            if let Some(installed) = row.flux_version.as_deref()
+                && passed
+                && below(installed)
+            {
+                compliant = false;
+                row.violations.push(format!(
+                    "Flux {installed} is below {}, required since {}",
+                    deadline.minimum_version, deadline.date
+                ));
+            }
+            row.deadline = Some(DeadlineRow {
+                minimum_version: deadline.minimum_version,
+                date: deadline.date,
+                passed,
+            });
+        }
+        row.compliant = Some(compliant);
+        row
+    }
+}
+
+/// kubectl's AGE: the largest unit or two (`45s`, `12m`, `3h4m`, `5d`).
+pub fn age(since: &str, now: Timestamp) -> String {
+    let Ok(since) = since.parse::<Timestamp>() else {
+        return "-".to_owned();
+    };
+    let seconds = (now.as_second() - since.as_second()).max(0);
+    match seconds {
+        s if s < 120 => format!("{s}s"),
+        s if s < 600 => format!("{}m{}s", s / 60, s % 60),
+        s if s < 3 * 3600 => format!("{}m", s / 60),
+        s if s < 8 * 3600 => format!("{}h{}m", s / 3600, (s % 3600) / 60),
+        s if s < 2 * 86_400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+fn dash(value: Option<&str>) -> String {
+    value.unwrap_or("-").to_owned()
+}
+
+pub fn render_status(view: &FleetStatus, style: Style, now: Timestamp) -> String {
+    if view.clusters.is_empty() {
+        return "No tenant clusters found.\n".to_owned();
+    }
+    let rows: Vec<Vec<Cell>> = view
+        .clusters
+        .iter()
+        .map(|row| {
+            let ready = match (row.state, row.ready.as_deref()) {
+                (Reach::Ok, Some("True")) => Cell::toned("True", Tone::Good),
+                (Reach::Ok, Some(other)) => Cell::toned(other, Tone::Bad),
+                (Reach::Ok, None) => Cell::plain("-"),
+                (state, _) => Cell::toned(state.shown(), Tone::Bad),
+            };
+            let compliant = match row.compliant {
+                Some(true) => Cell::toned("yes", Tone::Good),
+                Some(false) => Cell::toned("no", Tone::Bad),
+                None => Cell::plain("-"),
+            };
+            let deadline = match &row.deadline {
+                Some(d) if d.passed => format!("{} since {}", d.minimum_version, d.date),
+                Some(d) => format!("{} from {}", d.minimum_version, d.date),
+                None => "-".to_owned(),
+            };
+            let message = match (&row.reason, row.violations.as_slice()) {
+                (Some(reason), _) => reason.clone(),
+                (None, []) => String::new(),
+                (None, violations) => violations.join("; "),
+            };
+            vec![
+                Cell::plain(&row.tenant),
+                Cell::plain(&row.cluster),
+                Cell::plain(dash(row.agent_version.as_deref())),
+                Cell::plain(dash(row.operator_version.as_deref())),
+                Cell::plain(dash(row.flux_version.as_deref())),
+                ready,
+                Cell::plain(
+                    row.policy_generation
+                        .map_or_else(|| "-".to_owned(), |g| g.to_string()),
+                ),
+                compliant,
+                Cell::plain(deadline),
+                Cell::plain(
+                    row.last_change
+                        .as_deref()
+                        .map_or_else(|| "-".to_owned(), |t| age(t, now)),
+                ),
+                Cell::plain(message),
+            ]
+        })
+        .collect();
+    table(
+        "",
+        &[
+            "TENANT",
+            "CLUSTER",
+            "AGENT",
+            "OPERATOR",
+            "FLUX",
+            "READY",
+            "POLICY",
+            "COMPLIANT",
+            "DEADLINE",
+            "LAST CHANGE",
+            "MESSAGE",
+        ],
+        &rows,
+        style,
+    )
+}
+
+/// What became of a policy pushed to one cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PushResult {
+    Accepted,
+    /// The agent already held this generation with this content: nothing to do.
+    Unchanged,
+    /// The agent refused it (stale generation, signature, no key), with its reason.
+    Rejected,
+    Unreachable,
+    NoAgent,
+    Error,
+}
+
+impl PushResult {
+    pub fn succeeded(self) -> bool {
+        matches!(self, Self::Accepted | Self::Unchanged)
+    }
+
+    fn shown(self) -> &'static str {
+        match self {
+            Self::Accepted => "accepted",
+            Self::Unchanged => "unchanged",
+            Self::Rejected => "rejected",
+            Self::Unreachable => "unreachable",
+            Self::NoAgent => "no agent",
+            Self::Error => "error",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetPush {
+    pub policy: String,
+    pub generation: u64,
+    pub clusters: Vec<PushRow>,
+}
+
+impl FleetPush {
+    pub fn failed(&self) -> usize {
+        self.clusters
+            .iter()
+            .filter(|c| !c.result.succeeded())
+            .count()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PushRow {
+    pub tenant: String,
+    pub cluster: String,
+    pub result: PushResult,
+    /// The generation held before the push (0: none), when the agent accepted it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous_generation: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl PushRow {
+    pub fn new(member: &Member, result: PushResult, reason: Option<String>) -> Self {
+        Self {
+            tenant: member.tenant.clone(),
+            cluster: member.cluster.clone(),
+            result,
+            previous_generation: None,
+            reason,
+        }
+    }
+
+    pub fn failed(member: &Member, failure: Failure) -> Self {
+        let result = match failure.reach {
+            Reach::Ok | Reach::Error => PushResult::Error,
+            Reach::Unreachable => PushResult::Unreachable,
+            Reach::NoAgent => PushResult::NoAgent,
+        };
+        Self::new(member, result, Some(failure.reason))
+    }
+}
+
+pub fn render_push(view: &FleetPush, style: Style) -> String {
+    let mut out = format!(
+        "policy {:?} generation {} to {} cluster(s)\n",
+        view.policy,
+        view.generation,
+        view.clusters.len()
+    );
+    if view.clusters.is_empty() {
+        return out;
+    }
+    let rows: Vec<Vec<Cell>> = view
+        .clusters
+        .iter()
+        .map(|row| {
+            let tone = if row.result.succeeded() {
+                Tone::Good
+            } else {
+                Tone::Bad
+            };
+            let message = match (row.result, &row.reason, row.previous_generation) {
+                (_, Some(reason), _) => reason.clone(),
+                (PushResult::Accepted, None, Some(0)) => "held no policy before".to_owned(),
+                (PushResult::Accepted, None, Some(previous)) => {
+                    format!("held generation {previous} before")
+                }
+                (PushResult::Unchanged, None, _) => "already held".to_owned(),
+                _ => String::new(),
+            };
+            vec![
+                Cell::plain(&row.tenant),
+                Cell::plain(&row.cluster),
+                Cell::toned(row.result.shown(), tone),
+                Cell::plain(message),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        "",
+        &["TENANT", "CLUSTER", "RESULT", "MESSAGE"],
+        &rows,
+        style,
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::{
+        fleet::discover::Source,
+        status::{AgentView, ConditionView, DeadlineView, InstanceView, OperatorView, PolicyView},
+    };
+
+    fn member(tenant: &str, cluster: &str) -> Member {
+        Member {
+            tenant: tenant.to_owned(),
+            cluster: cluster.to_owned(),
+            labels: Default::default(),
+            source: Source::File {
+                kubeconfig: PathBuf::from("k.yaml"),
+                context: None,
+            },
+            agent_namespace: None,
+        }
+    }
+
+    fn status(flux: &str, policy: Option<PolicyView>) -> StatusView {
+        StatusView {
+            agent: AgentView {
+                version: "0.1.0".into(),
+                namespace: "tenantflux-system".into(),
+                health: "ok",
+                problems: vec![],
+                kubernetes_version: "v1.36.3".into(),
+                started_at: None,
+            },
+            operator: OperatorView {
+                phase: "ready",
+                reason: String::new(),
+                version: "v0.58.1".into(),
+                namespace: "flux-system".into(),
+                ready_replicas: 1,
+                desired_replicas: 1,
+                bundle_digest: String::new(),
+                source: String::new(),
+                last_transition: None,
+            },
+            instance: InstanceView {
+                present: true,
+                name: "flux".into(),
+                namespace: "flux-system".into(),
+                ready: Some(ConditionView {
+                    status: "True".into(),
+                    reason: "ReconciliationSucceeded".into(),
+                    message: String::new(),
+                    last_transition: None,
+                }),
+                requested_version: "2.x".into(),
+                distribution_version: flux.into(),
+                registry: "ghcr.io/fluxcd".into(),
+                last_applied_revision: String::new(),
+                suspended: false,
+                components: vec![],
+            },
+            policy,
+            observed_at: Some("2026-11-30T05:00:00Z".into()),
+        }
+    }
+
+    fn policy(deadline: Option<(&str, &str)>) -> PolicyView {
+        PolicyView {
+            generation: 7,
+            name: "platform".into(),
+            compliant: true,
+            violations: vec![],
+            warnings: vec![],
+            upgrade_deadline: deadline.map(|(minimum, date)| DeadlineView {
+                minimum_version: minimum.into(),
+                date: date.into(),
+            }),
+        }
+    }
+
+    fn day(date: &str) -> i64 {
+        parse_date(date).unwrap()
+    }
+
+    #[test]
+    fn a_cluster_past_its_deadline_below_the_minimum_is_non_compliant() {
+        let acme = member("tenant-acme", "kubernetes-acme");
+        let deadline = Some(("2.8.0", "2026-09-01"));
+        let before = StatusRow::answered(
+            &acme,
+            status("v2.7.3", Some(policy(deadline))),
+            day("2026-08-31"),
+        );
+        assert_eq!(before.compliant, Some(true));
+        assert!(!before.deadline.as_ref().unwrap().passed);
+        let on = StatusRow::answered(
+            &acme,
+            status("v2.7.3", Some(policy(deadline))),
+            day("2026-09-01"),
+        );
+        assert_eq!(on.compliant, Some(false));
+        assert!(on.deadline.as_ref().unwrap().passed);
+        assert_eq!(
+            on.violations,
+            ["Flux v2.7.3 is below 2.8.0, required since 2026-09-01"]
+        );
+        let upgraded = StatusRow::answered(
+            &acme,
+            status("v2.8.0", Some(policy(deadline))),
+            day("2026-12-01"),
+        );
+        assert_eq!(upgraded.compliant, Some(true));
+        assert!(upgraded.violations.is_empty());
+    }
+
+    #[test]
+    fn the_agents_own_verdict_stands_and_no_policy_is_no_verdict() {
+        let acme = member("tenant-acme", "kubernetes-acme");
+        let mut broken = policy(None);
+        broken.compliant = false;
+        broken.violations = vec!["spec.cluster.size \"large\" is not one of \"small\"".into()];
+        let row = StatusRow::answered(&acme, status("v2.9.4", Some(broken)), day("2026-01-01"));
+        assert_eq!(row.compliant, Some(false));
+        assert_eq!(row.policy_generation, Some(7));
+        let none = StatusRow::answered(&acme, status("v2.9.4", None), day("2026-01-01"));
+        assert_eq!(none.compliant, None);
+        assert_eq!(none.policy_generation, None);
+    }
+
+    #[test]
+    fn the_table_shows_answers_failures_and_deadlines() {
+        let now: Timestamp = "2026-11-30T05:12:00Z".parse().unwrap();
+        let view = FleetStatus {
+            clusters: vec![
+                StatusRow::answered(
+                    &member("tenant-a", "kubernetes-a"),
+                    status("v2.7.3", Some(policy(Some(("2.8.0", "2026-09-01"))))),
+                    day("2026-11-30"),
+                ),
+                StatusRow::failed(
+                    &member("tenant-b", "kubernetes-b"),
+                    Failure {
+                        reach: Reach::Unreachable,
+                        reason: "connection refused".into(),
+                    },
+                ),
+            ],
+        };
+        assert_eq!(view.failed(), 1);
+        let text = render_status(&view, Style::PLAIN, now);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("TENANT     CLUSTER        AGENT   OPERATOR"),
+            "{text}"
+        );
+        assert!(lines[1].contains("v2.7.3   True"), "{text}");
+        assert!(lines[1].contains("2.8.0 since 2026-09-01   12m"), "{text}");
+        assert!(lines[1].contains("   no   "), "{text}");
+        assert!(lines[2].contains("Unreachable"), "{text}");
+        assert!(lines[2].ends_with("connection refused"), "{text}");
+        let json = serde_json::to_value(&view).unwrap();
+        assert_eq!(json["clusters"][0]["deadline"]["passed"], true);
+        assert_eq!(json["clusters"][0]["compliant"], false);
+        assert_eq!(json["clusters"][1]["state"], "unreachable");
+        assert_eq!(json["clusters"][1]["reason"], "connection refused");
+    }
+
+    #[test]
+    fn ages_read_like_kubectl() {
+        let now: Timestamp = "2026-11-30T12:00:00Z".parse().unwrap();
+        let at = |s: &str| age(s, now);
+        assert_eq!(at("2026-11-30T11:59:15Z"), "45s");
+        assert_eq!(at("2026-11-30T11:55:30Z"), "4m30s");
+        assert_eq!(at("2026-11-30T11:00:00Z"), "60m");
+        assert_eq!(at("2026-11-30T07:30:00Z"), "4h30m");
+        assert_eq!(at("2026-11-29T12:00:00Z"), "24h");
+        assert_eq!(at("2026-11-20T12:00:00Z"), "10d");
+        assert_eq!(at("not a time"), "-");
+    }
+
+    #[test]
+    fn push_results_say_what_happened_per_cluster() {
+        let mut accepted = PushRow::new(&member("t", "a"), PushResult::Accepted, None);
+        accepted.previous_generation = Some(6);
+        let view = FleetPush {
+            policy: "platform".into(),
+            generation: 7,
+            clusters: vec![
+                accepted,
+                PushRow::new(&member("t", "b"), PushResult::Unchanged, None),
+                PushRow::new(
+                    &member("t", "c"),
+                    PushResult::Rejected,
+                    Some("stale generation 7 ≤ 8".into()),
+                ),
+                PushRow::failed(
+                    &member("t", "d"),
+                    Failure {
+                        reach: Reach::NoAgent,
+                        reason: "no agent pod".into(),
+                    },
+                ),
+            ],
+        };
+        assert_eq!(view.failed(), 2);
+        let text = render_push(&view, Style::PLAIN);
+        assert!(text.starts_with("policy \"platform\" generation 7 to 4 cluster(s)\n"));
+        assert!(
+            text.contains("accepted    held generation 6 before"),
+            "{text}"
+        );
+        assert!(text.contains("unchanged   already held"), "{text}");
+        assert!(
+            text.contains("rejected    stale generation 7 ≤ 8"),
+            "{text}"
+        );
+        assert!(text.contains("no agent    no agent pod"), "{text}");
+    }
+}
