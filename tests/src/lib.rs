@@ -179,6 +179,39 @@ impl TestCluster {
         &self.name
     }
 
+    /// Stops the cluster now (its API server, agent and operator), as a cluster that goes
+    /// away under a running test; dropping the value later is harmless.
+    pub fn down(&self) -> Result<()> {
+        run_cluster_script(&["down", &self.name]).map(drop)
+    }
+
+    /// A self-contained copy of this cluster's kubeconfig (certificates and keys embedded),
+    /// as a platform stores it in a Secret. `kubeconfig` defaults to the admin's (client
+    /// certificates, as Kamaji's admin kubeconfigs are).
+    pub fn flattened_kubeconfig(&self, kubeconfig: Option<&Path>) -> Result<String> {
+        let path = kubeconfig.unwrap_or(&self.kubeconfig);
+        let args = ["config", "view", "--raw", "--minify", "--flatten"];
+        let command = format!("kubectl --kubeconfig {} {}", path.display(), args.join(" "));
+        let output = Command::new(tool_path("KUBECTL"))
+            .arg("--kubeconfig")
+            .arg(path)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|source| Error::Spawn {
+                command: command.clone(),
+                source,
+            })?;
+        if !output.status.success() {
+            return Err(Error::Failed {
+                command,
+                status: output.status,
+                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
     }
