@@ -280,6 +280,57 @@ fn chart_values_reach_the_objects() {
     assert!(objects.contains_key(&key("Namespace", "", ns)));
 }
 
+/// The README's HelmRelease (the agent installed into a tenant cluster from the management
+/// side, as Cozystack installs add-ons): its values render with the chart, the policy key
+/// reaches the agent, and it uses the Secret and key `fleet` discovers clusters by.
+#[test]
+fn readme_helmrelease_example_renders_with_the_chart() {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README.md");
+    let example = readme
+        .split("```yaml\n")
+        .skip(1)
+        .filter_map(|block| block.split_once("```").map(|(yaml, _)| yaml))
+        .find(|yaml| yaml.contains("kind: HelmRelease"))
+        .expect("a HelmRelease example in README.md");
+    let release: Value = serde_yaml_ng::from_str(example).expect("the example is YAML");
+    let secret = &release["spec"]["kubeConfig"]["secretRef"];
+    assert!(
+        secret["name"]
+            .as_str()
+            .is_some_and(|n| n.ends_with("-admin-kubeconfig")),
+        "{secret}"
+    );
+    assert_eq!(secret["key"], "super-admin.svc");
+    let mut values = tempfile::NamedTempFile::new().expect("values file");
+    values
+        .write_all(
+            serde_yaml_ng::to_string(&release["spec"]["values"])
+                .expect("values as YAML")
+                .as_bytes(),
+        )
+        .expect("values written");
+    let objects = objects(&render(&[
+        "-f",
+        values.path().to_str().expect("UTF-8 path"),
+    ]));
+    let key = |kind: &str, name: &str| {
+        (
+            kind.to_owned(),
+            "tenantflux-system".to_owned(),
+            name.to_owned(),
+        )
+    };
+    assert_eq!(
+        objects[&key("ConfigMap", "tenantflux-policy-key")]["data"]["ed25519.pub"],
+        release["spec"]["values"]["policy"]["publicKey"]
+    );
+    let users = &objects[&key("RoleBinding", "tenantflux-users")];
+    assert_eq!(users["subjects"][0]["name"], "tenant-acme-developers");
+    // What `fleet` acts as with Kamaji's client-certificate kubeconfigs.
+    assert!(objects.contains_key(&key("ServiceAccount", "tenantflux-platform")));
+    assert!(objects.contains_key(&key("RoleBinding", "tenantflux-platform")));
+}
+
 /// Server-side applies the chart's output as a dry run: the real API server validates every
 /// object (schemas, RBAC escalation checks, Pod Security admission). The namespace is created
 /// for real first, since a dry run cannot create what the other objects go into. Conflicts are
