@@ -396,8 +396,48 @@ async fn the_fleet_is_discovered_pushed_to_and_read_across_a_stopped_cluster() {
     assert_eq!(rows["a"]["policyGeneration"], 5);
     assert_eq!(rows["c"]["policyGeneration"], 6);
 
-    // b stops mid-run: it is reported unreachable with the reason, the rest go on.
+    // b stops mid-run, under a watching `fleet status -w`: the watch prints the fleet again
+    // with b unreachable; a push afterwards reports it unreachable, the rest go on.
+    let mut watch = management
+        .plugin_command(
+            None,
+            &["fleet", "status", "-w", "--interval", "1s", "-o", "json"],
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("fleet status -w");
+    let (documents, received) = std::sync::mpsc::channel::<Value>();
+    let reader = watch.stdout.take().expect("piped stdout");
+    std::thread::spawn(move || {
+        for document in serde_json::Deserializer::from_reader(reader).into_iter::<Value>() {
+            if documents.send(document.expect("a JSON document")).is_err() {
+                break;
+            }
+        }
+    });
+    let next = || {
+        received
+            .recv_timeout(Duration::from_secs(90))
+            .expect("the watch prints the fleet")
+    };
+    let first = by_cluster(&next());
+    assert_eq!(first["kubernetes-b"]["state"], "ok");
     b.down().expect("stopping b");
+    // Only changes are printed; another agent's may come first.
+    let changed = loop {
+        let rows = by_cluster(&next());
+        if rows["kubernetes-b"]["state"] != "ok" {
+            break rows;
+        }
+    };
+    assert_eq!(
+        changed["kubernetes-b"]["state"], "unreachable",
+        "{changed:#?}"
+    );
+    assert_eq!(changed["kubernetes-a"]["state"], "ok");
+    watch.kill().expect("stopping the watch");
+    let _ = watch.wait();
     let gen7 = keys.sign(&management, 7);
     let out = fleet(
         &management,
