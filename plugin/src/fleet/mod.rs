@@ -59,8 +59,8 @@ pub enum FleetCommand {
         #[arg(short, long)]
         watch: bool,
         /// How often -w asks the fleet again.
-        #[arg(long, default_value = "10s", value_name = "DURATION")]
-        interval: RequestTimeout,
+        #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_interval)]
+        interval: Duration,
     },
     /// The platform's policy across the fleet.
     #[command(subcommand)]
@@ -220,7 +220,6 @@ pub async fn run(
             interval,
         } => {
             let fleet = Fleet::new(&discovery, options).await?;
-            let interval = interval.get().unwrap_or(Duration::from_secs(10));
             tokio::select! {
                 watched = fleet.watch(&fan_out, interval, printer) => watched,
                 interrupted = tokio::signal::ctrl_c() => interrupted.context("cannot listen for Ctrl-C"),
@@ -251,6 +250,12 @@ pub async fn run(
             }
         }
     }
+}
+
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    text.parse::<RequestTimeout>()?
+        .get()
+        .ok_or_else(|| "the interval must be longer than 0s".to_owned())
 }
 
 #[derive(serde::Serialize)]
@@ -574,6 +579,64 @@ mod tests {
             message: "unknown service".into(),
         });
         assert_eq!(old_agent.reach, Reach::NoAgent);
+    }
+
+    fn parse(args: &[&str]) -> Result<crate::cli::Cli, clap::Error> {
+        use clap::Parser as _;
+        crate::cli::Cli::try_parse_from(["kubectl-tenantflux", "fleet"].iter().chain(args.iter()))
+    }
+
+    #[test]
+    fn pushing_to_the_fleet_needs_all_or_a_selector_never_both() {
+        assert!(parse(&["policy", "push", "-f", "p.yaml", "--all"]).is_ok());
+        assert!(parse(&["policy", "push", "-f", "p.yaml", "-l", "tier=gold"]).is_ok());
+        assert!(parse(&["policy", "push", "-f", "p.yaml"]).is_err());
+        assert!(parse(&["policy", "push", "-f", "p.yaml", "--all", "-l", "tier=gold"]).is_err());
+    }
+
+    #[test]
+    fn discovery_flags_parse_and_exclude_each_other() {
+        let cli = parse(&[
+            "status",
+            "--secret-selector",
+            "platform.example/kubeconfig=true",
+            "--secret-key",
+            "value",
+            "-l",
+            "tenantflux.io/tenant in (tenant-a)",
+            "--concurrency",
+            "4",
+            "--cluster-timeout",
+            "5s",
+        ])
+        .unwrap();
+        let crate::cli::Command::Fleet(FleetCommand::Status {
+            discovery, fan_out, ..
+        }) = cli.command
+        else {
+            panic!("fleet status");
+        };
+        assert_eq!(
+            discovery.discovery(Some("platform")),
+            Discovery::SecretSelector {
+                selector: "platform.example/kubeconfig=true".into(),
+                namespace: Some("platform".into()),
+                key: "value".into(),
+            }
+        );
+        assert_eq!(fan_out.concurrency, 4);
+        assert_eq!(fan_out.cluster_timeout.get(), Some(Duration::from_secs(5)));
+        assert!(parse(&["status", "--fleet-file", "f.yaml", "--secret-key", "k"]).is_err());
+        assert!(parse(&["status", "--concurrency", "0"]).is_err());
+        assert!(parse(&["status", "-l", "tier in (gold"]).is_err());
+    }
+
+    #[test]
+    fn a_watch_interval_is_a_positive_duration() {
+        assert_eq!(parse_interval("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_interval("1m30s"), Ok(Duration::from_secs(90)));
+        assert!(parse_interval("0").is_err());
+        assert!(parse_interval("soon").is_err());
     }
 
     #[tokio::test]
