@@ -366,6 +366,29 @@ async fn the_fleet_is_discovered_pushed_to_and_read_across_a_stopped_cluster() {
     assert!(lines[1].contains("2.9.0 since 2026-01-01"), "{table}");
     assert!(lines[4].contains("NoAgent"), "{table}");
 
+    // A Secret without the key asked for fails its row, saying which keys it has.
+    let out = fleet(
+        &management,
+        &[
+            "fleet",
+            "status",
+            "-l",
+            "tenantflux.io/tenant=tenant-a",
+            "--secret-key",
+            "value",
+            "-o",
+            "json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let row = &by_cluster(&json(&out))["kubernetes-a"];
+    assert_eq!(row["state"], "error");
+    assert_eq!(
+        row["reason"],
+        "Secret tenant-a/kubernetes-a-admin-kubeconfig has no key value (it has admin.conf, \
+         super-admin.svc); choose the key with --secret-key"
+    );
+
     // The same fleet from a file (a and c by their kubeconfig files, as a non-Cozystack
     // platform keeps them).
     let fleet_file = keys.dir.path().join("fleet.yaml");

@@ -346,7 +346,14 @@ impl Fleet {
             token: None,
             ..self.base.clone()
         };
-        Agent::connect(&options).await.map_err(connect_failure)
+        Agent::connect(&options).await.map_err(|err| match err {
+            // Its own message names the command line's flags, which did not give this one.
+            ConnectError::Kubeconfig { cause } => Failure {
+                reach: Reach::Error,
+                reason: format!("the kubeconfig in {} does not load: {cause}", member.source),
+            },
+            err => connect_failure(err),
+        })
     }
 
     async fn status(&self, fan_out: &FanOutArgs) -> anyhow::Result<FleetStatus> {
