@@ -294,6 +294,13 @@ async fn the_fleet_is_discovered_pushed_to_and_read_across_a_stopped_cluster() {
         by_cluster(&json(&out)).keys().collect::<Vec<_>>(),
         ["kubernetes-a", "kubernetes-b"]
     );
+    let out = push(&gen5, &["-l", "tenantflux.io/tenant=tenant-nobody"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("no tenant cluster matched"),
+        "{}",
+        stderr(&out)
+    );
     let out = push(&gen5, &[]);
     assert_eq!(out.status.code(), Some(2), "clap refuses: {}", stderr(&out));
     assert!(stderr(&out).contains("--all"), "{}", stderr(&out));

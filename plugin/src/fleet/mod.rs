@@ -30,7 +30,7 @@ use self::{
 use crate::{
     cli::RequestTimeout,
     connect::{self, Agent, CallError, ConnectError, ConnectOptions},
-    output::Printer,
+    output::{Cell, Printer, Style, table},
     policy::FileArg,
     status::StatusView,
 };
@@ -263,22 +263,22 @@ struct ListView {
     clusters: Vec<Member>,
 }
 
-fn render_list(view: &ListView, style: crate::output::Style) -> String {
+fn render_list(view: &ListView, style: Style) -> String {
     if view.clusters.is_empty() {
         return "No tenant clusters found.\n".to_owned();
     }
-    let rows: Vec<Vec<crate::output::Cell>> = view
+    let rows: Vec<Vec<Cell>> = view
         .clusters
         .iter()
         .map(|m| {
             vec![
-                crate::output::Cell::plain(&m.tenant),
-                crate::output::Cell::plain(&m.cluster),
-                crate::output::Cell::plain(m.source.to_string()),
+                Cell::plain(&m.tenant),
+                Cell::plain(&m.cluster),
+                Cell::plain(m.source.to_string()),
             ]
         })
         .collect();
-    crate::output::table("", &["TENANT", "CLUSTER", "KUBECONFIG"], &rows, style)
+    table("", &["TENANT", "CLUSTER", "KUBECONFIG"], &rows, style)
 }
 
 /// The fleet as discovered, and what reaching each cluster needs.
@@ -409,6 +409,12 @@ impl Fleet {
         policy: &tenantflux_agent::policy::Policy,
     ) -> anyhow::Result<FleetPush> {
         let members = self.members().await?;
+        if members.is_empty() {
+            // Most likely a selector that matches nothing: say so rather than succeed.
+            bail!(
+                "no tenant cluster matched (check -l, --secret-selector or --fleet-file); nothing was pushed"
+            );
+        }
         let clusters = fan(members, fan_out, |member| async move {
             // Err: the cluster could not be asked; Ok(Err): its agent refused the policy.
             let result = async {
