@@ -325,7 +325,7 @@ pub async fn kubeconfig(
     let what = member.source.to_string();
     match &member.source {
         Source::File { kubeconfig, .. } => {
-            Kubeconfig::read_from(kubeconfig).map_err(|err| KubeconfigError::Parse {
+            Kubeconfig::read_from(kubeconfig).map_err(|err| KubeconfigError::Read {
                 what,
                 cause: describe(&err),
             })
