@@ -14,16 +14,16 @@ use tonic::{Code, Request, Response};
 
 use crate::instance::InstanceService;
 use crate::policy_service::PolicyService;
+use crate::upgrade::UpgradeService;
 use crate::{
     auth::{Authorizer, Permission, UserInfo},
     metrics::{Metrics, code_name},
     shutdown::Shutdown,
     workloads::WorkloadsService,
 };
-use crate::upgrade::UpgradeService;
 use tenantflux_proto::v1::{
-    instance_server::InstanceServer, policy_server::PolicyServer,
-    upgrade_server::UpgradeServer, workloads_server::WorkloadsServer,
+    instance_server::InstanceServer, policy_server::PolicyServer, upgrade_server::UpgradeServer,
+    workloads_server::WorkloadsServer,
 };
 
 /// Why the gRPC server could not be served.

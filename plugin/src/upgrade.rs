@@ -18,6 +18,9 @@ use crate::{
     version::{self, FluxCli, Skew},
 };
 
+/// How many uses outside Git the plan's table shows.
+const SHOWN_USES: usize = 10;
+
 /// How long `apply` and `status --wait` keep trying to reach a restarted agent.
 const RECONNECT_FOR: Duration = Duration::from_secs(180);
 
@@ -437,7 +440,11 @@ pub fn render_plan(view: &PlanView, style: Style) -> String {
             ),
         );
     }
-    line(&mut out, "Releases", &format!("as known from {}", view.known_releases));
+    line(
+        &mut out,
+        "Releases",
+        &format!("as known from {}", view.known_releases),
+    );
     if !view.flux_cli.is_empty() {
         line(&mut out, "flux CLI", &view.flux_cli);
     }
@@ -464,19 +471,40 @@ pub fn render_plan(view: &PlanView, style: Style) -> String {
         ));
     }
     if !view.removed_api_uses.is_empty() {
-        let _ = writeln!(out, "\nObjects using API versions Flux {} removes:", view.target);
-        let rows: Vec<Vec<Cell>> = view
+        let _ = writeln!(
+            out,
+            "\nObjects using API versions Flux {} removes:",
+            view.target
+        );
+        // Every blocking use; the others up to a screenful (-o json lists them all).
+        let shown: Vec<&RemovedUseView> = view
             .removed_api_uses
+            .iter()
+            .filter(|u| u.blocking)
+            .chain(
+                view.removed_api_uses
+                    .iter()
+                    .filter(|u| !u.blocking)
+                    .take(SHOWN_USES),
+            )
+            .collect();
+        let rows: Vec<Vec<Cell>> = shown
             .iter()
             .map(|u| {
                 let by = if u.kustomization.is_empty() {
                     format!("written by {}", u.manager)
                 } else {
-                    format!("Kustomization {} ({} {})", u.kustomization, u.source, u.path)
+                    format!(
+                        "Kustomization {} ({} {})",
+                        u.kustomization, u.source, u.path
+                    )
                 };
                 vec![
                     Cell::plain(format!("{} {}/{}", u.kind, u.namespace, u.name)),
-                    Cell::toned(&u.api_version, if u.blocking { Tone::Bad } else { Tone::Plain }),
+                    Cell::toned(
+                        &u.api_version,
+                        if u.blocking { Tone::Bad } else { Tone::Plain },
+                    ),
                     Cell::plain(&u.replacement),
                     Cell::plain(by),
                 ]
@@ -488,6 +516,13 @@ pub fn render_plan(view: &PlanView, style: Style) -> String {
             &rows,
             style,
         ));
+        let hidden = view.removed_api_uses.len() - shown.len();
+        if hidden > 0 {
+            let _ = writeln!(
+                out,
+                "  … and {hidden} more written outside Git (-o json lists them all)"
+            );
+        }
     }
     for (title, list, tone) in [
         ("Blockers", &view.blockers, Tone::Bad),
@@ -496,12 +531,21 @@ pub fn render_plan(view: &PlanView, style: Style) -> String {
         if !list.is_empty() {
             let _ = writeln!(out, "\n{title}:");
             for f in list {
-                let _ = writeln!(out, "  {} [{}] {}", style.paint("•", tone), f.code, f.message);
+                let _ = writeln!(
+                    out,
+                    "  {} [{}] {}",
+                    style.paint("•", tone),
+                    f.code,
+                    f.message
+                );
             }
         }
     }
     let verdict = if view.blocked {
-        style.paint("\nBlocked: fix the blockers above, then plan again.", Tone::Bad)
+        style.paint(
+            "\nBlocked: fix the blockers above, then plan again.",
+            Tone::Bad,
+        )
     } else {
         style.paint(
             &format!(
@@ -649,7 +693,7 @@ pub fn render_state(view: &StateView, style: Style) -> String {
             .crds
             .iter()
             .map(|c| {
-                let rate = if c.seconds > 0.0 {
+                let rate = if c.seconds > 0.0 && c.migrated > 0 {
                     format!("{:.0}/s", c.migrated as f64 / c.seconds)
                 } else {
                     "-".into()

@@ -170,18 +170,20 @@ fn inventory_entries(kustomization: &DynamicObject) -> Vec<InventoryEntry> {
             let id = entry.get("id")?.as_str()?;
             let version = entry.get("v")?.as_str()?;
             let (namespace, object, group, kind) = parse_inventory_id(id)?;
-            TOOLKIT_GROUPS.contains(&group.as_str()).then(|| InventoryEntry {
-                kustomization: name.clone(),
-                source: source.clone(),
-                path: path.clone(),
-                object: ObjectRef {
-                    group,
-                    kind,
-                    namespace,
-                    name: object,
-                    version: version.to_owned(),
-                },
-            })
+            TOOLKIT_GROUPS
+                .contains(&group.as_str())
+                .then(|| InventoryEntry {
+                    kustomization: name.clone(),
+                    source: source.clone(),
+                    path: path.clone(),
+                    object: ObjectRef {
+                        group,
+                        kind,
+                        namespace,
+                        name: object,
+                        version: version.to_owned(),
+                    },
+                })
         })
         .collect()
 }
@@ -250,7 +252,12 @@ impl Upgrader {
         let Some(text) = record else { return };
         match Record::parse(&text) {
             Ok(record) if !record.phase.finished() => {
-                tracing::info!(id = record.id, phase = record.phase.name(), target = record.target, "resuming the upgrade");
+                tracing::info!(
+                    id = record.id,
+                    phase = record.phase.name(),
+                    target = record.target,
+                    "resuming the upgrade"
+                );
                 self.state.send_replace(Some(record.clone()));
                 let guard = self.running.clone().lock_owned().await;
                 self.clone().execute(record, guard).await;
@@ -258,7 +265,9 @@ impl Upgrader {
             Ok(record) => {
                 self.state.send_replace(Some(record));
             }
-            Err(err) => tracing::warn!(error = %err, "the upgrade record {RECORD_NAME} is unreadable; ignored"),
+            Err(err) => {
+                tracing::warn!(error = %err, "the upgrade record {RECORD_NAME} is unreadable; ignored")
+            }
         }
     }
 
@@ -317,7 +326,9 @@ impl Upgrader {
             .instances()
             .get_opt(INSTANCE_NAME)
             .await
-            .map_err(kube_err(format!("reading FluxInstance {ns}/{INSTANCE_NAME}")))?
+            .map_err(kube_err(format!(
+                "reading FluxInstance {ns}/{INSTANCE_NAME}"
+            )))?
             .map(|o| serde_json::to_value(o).unwrap_or_default());
         let version = self
             .client
@@ -384,7 +395,9 @@ impl Upgrader {
                 }
             }
             if kind == "Kustomization" {
-                facts.inventory.extend(objects.iter().flat_map(inventory_entries));
+                facts
+                    .inventory
+                    .extend(objects.iter().flat_map(inventory_entries));
             }
             facts.crds.push(CrdFacts {
                 name,
@@ -417,7 +430,12 @@ impl Upgrader {
         let Ok(guard) = self.running.clone().try_lock_owned() else {
             return Err(self.busy());
         };
-        if self.state.borrow().as_ref().is_some_and(|r| !r.phase.finished()) {
+        if self
+            .state
+            .borrow()
+            .as_ref()
+            .is_some_and(|r| !r.phase.finished())
+        {
             return Err(self.busy());
         }
         let plan = self.plan(&request.to).await.map_err(unavailable)?;
@@ -455,7 +473,12 @@ impl Upgrader {
             ..Record::default()
         };
         self.store(&mut record).await.map_err(unavailable)?;
-        tracing::info!(id = record.id, target = record.target, user, "upgrade started");
+        tracing::info!(
+            id = record.id,
+            target = record.target,
+            user,
+            "upgrade started"
+        );
         let this = self.clone();
         let first = record.clone();
         tokio::spawn(async move { this.execute(record, guard).await });
@@ -496,7 +519,11 @@ impl Upgrader {
     }
 
     /// Runs `record` from its phase to the end (or until the agent stops).
-    async fn execute(self: Arc<Self>, mut record: Record, _running: tokio::sync::OwnedMutexGuard<()>) {
+    async fn execute(
+        self: Arc<Self>,
+        mut record: Record,
+        _running: tokio::sync::OwnedMutexGuard<()>,
+    ) {
         record.runs += 1;
         if !self.store_retrying(&mut record).await {
             return;
@@ -516,7 +543,11 @@ impl Upgrader {
                     if record.ready_by > 0 && Timestamp::now().as_second() > record.ready_by {
                         self.fail(&mut record, reason);
                     } else {
-                        tracing::warn!(error = reason, phase = record.phase.name(), "upgrade step failed; retrying");
+                        tracing::warn!(
+                            error = reason,
+                            phase = record.phase.name(),
+                            "upgrade step failed; retrying"
+                        );
                         record.message = format!("retrying: {reason}");
                         tokio::select! {
                             () = self.shutdown.wait() => return,
@@ -532,7 +563,12 @@ impl Upgrader {
                 return;
             }
         }
-        tracing::info!(id = record.id, phase = record.phase.name(), message = record.message, "upgrade finished");
+        tracing::info!(
+            id = record.id,
+            phase = record.phase.name(),
+            message = record.message,
+            "upgrade finished"
+        );
     }
 
     fn fail(&self, record: &mut Record, reason: String) {
@@ -557,11 +593,19 @@ impl Upgrader {
             let crd = &mut record.crds[index];
             crd.done = true;
             crd.seconds += started.elapsed().as_secs_f64();
-            tracing::info!(crd = crd.crd, objects = crd.migrated, seconds = crd.seconds, "CRD migrated");
+            tracing::info!(
+                crd = crd.crd,
+                objects = crd.migrated,
+                seconds = crd.seconds,
+                "CRD migrated"
+            );
             self.store(record).await?;
         }
         record.phase = Phase::Bumping;
-        record.message = format!("setting the FluxInstance's version to {}", record.written_version);
+        record.message = format!(
+            "setting the FluxInstance's version to {}",
+            record.written_version
+        );
         Ok(())
     }
 
@@ -578,19 +622,21 @@ impl Upgrader {
         record.crds[index].total = i64::try_from(objects.len()).unwrap_or(i64::MAX);
         let done = Arc::new(AtomicI64::new(0));
         let concurrency = usize::try_from(record.concurrency.max(1)).unwrap_or(1);
-        let work = futures::stream::iter(objects).map({
-            let (client, resource, done) = (self.client.clone(), resource.clone(), done.clone());
-            move |object| {
-                let (client, resource, done) = (client.clone(), resource.clone(), done.clone());
-                async move {
-                    migrate_object(&client, &resource, &object).await?;
-                    done.fetch_add(1, Ordering::Relaxed);
-                    Ok::<_, StepError>(())
+        let work = futures::stream::iter(objects)
+            .map({
+                let (client, resource, done) =
+                    (self.client.clone(), resource.clone(), done.clone());
+                move |object| {
+                    let (client, resource, done) = (client.clone(), resource.clone(), done.clone());
+                    async move {
+                        migrate_object(&client, &resource, &object).await?;
+                        done.fetch_add(1, Ordering::Relaxed);
+                        Ok::<_, StepError>(())
+                    }
                 }
-            }
-        })
-        .buffer_unordered(concurrency)
-        .try_collect::<()>();
+            })
+            .buffer_unordered(concurrency)
+            .try_collect::<()>();
         let mut work = std::pin::pin!(work);
         let mut tick = tokio::time::interval(PROGRESS_EVERY);
         tick.tick().await;
@@ -610,13 +656,12 @@ impl Upgrader {
         record.crds[index].migrated = done.load(Ordering::Relaxed);
         let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
         let patch = json!({"status": {"storedVersions": [crd.storage_version]}});
-        crds.patch_status(
-            &crd.crd,
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .map_err(kube_err(format!("setting status.storedVersions of CRD {}", crd.crd)))?;
+        crds.patch_status(&crd.crd, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(kube_err(format!(
+                "setting status.storedVersions of CRD {}",
+                crd.crd
+            )))?;
         Ok(())
     }
 
@@ -627,7 +672,9 @@ impl Upgrader {
             .instances()
             .get_opt(INSTANCE_NAME)
             .await
-            .map_err(kube_err(format!("reading FluxInstance {ns}/{INSTANCE_NAME}")))?
+            .map_err(kube_err(format!(
+                "reading FluxInstance {ns}/{INSTANCE_NAME}"
+            )))?
             .ok_or_else(|| {
                 StepError::Refused(format!(
                     "FluxInstance {ns}/{INSTANCE_NAME} was deleted during the upgrade"
@@ -639,7 +686,10 @@ impl Upgrader {
             .and_then(Value::as_str)
             .unwrap_or_default();
         let generation = if current == record.written_version {
-            tracing::info!(version = current, "the FluxInstance already has the target version; not written again");
+            tracing::info!(
+                version = current,
+                "the FluxInstance already has the target version; not written again"
+            );
             live.metadata.generation.unwrap_or_default()
         } else {
             let mut spec = value.get("spec").cloned().unwrap_or_default();
@@ -655,7 +705,11 @@ impl Upgrader {
                 .apply(&manifest.to_string(), false)
                 .await
                 .map_err(|status| StepError::Refused(status.message().to_owned()))?;
-            tracing::info!(version = record.written_version, generation = applied.metadata.generation, "FluxInstance version bumped");
+            tracing::info!(
+                version = record.written_version,
+                generation = applied.metadata.generation,
+                "FluxInstance version bumped"
+            );
             applied.metadata.generation.unwrap_or_default()
         };
         record.bumped = true;
@@ -673,7 +727,9 @@ impl Upgrader {
                 .instances()
                 .get_opt(INSTANCE_NAME)
                 .await
-                .map_err(kube_err(format!("reading FluxInstance {ns}/{INSTANCE_NAME}")))?
+                .map_err(kube_err(format!(
+                    "reading FluxInstance {ns}/{INSTANCE_NAME}"
+                )))?
                 .map(|o| serde_json::to_value(o).unwrap_or_default())
                 .unwrap_or_default();
             match state::rollout(&live, &record.target, record.instance_generation) {
@@ -696,7 +752,10 @@ impl Upgrader {
                             record.target, record.timeout_seconds
                         )));
                     }
-                    let waiting = format!("waiting for flux-operator to apply Flux {}: {message}", record.target);
+                    let waiting = format!(
+                        "waiting for flux-operator to apply Flux {}: {message}",
+                        record.target
+                    );
                     if record.message != waiting {
                         record.message = waiting;
                         self.store(record).await?;
@@ -744,7 +803,10 @@ async fn migrate_object(
     } else {
         json!({})
     };
-    match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         Err(err) => Err(kube_err(format!(
@@ -780,7 +842,12 @@ mod tests {
         assert_eq!(e.source, "GitRepository/flux-system/fleet");
         assert_eq!(e.path, "./apps");
         assert_eq!(
-            (e.object.kind.as_str(), e.object.namespace.as_str(), e.object.name.as_str(), e.object.version.as_str()),
+            (
+                e.object.kind.as_str(),
+                e.object.namespace.as_str(),
+                e.object.name.as_str(),
+                e.object.version.as_str()
+            ),
             ("OCIRepository", "apps", "podinfo", "v1beta2")
         );
     }

@@ -1,7 +1,7 @@
 //! The upgrade plan, from facts read from the cluster: no I/O here, so every rule is
 //! unit-tested. Blockers stop `apply`; warnings only inform.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 use tenantflux_proto::v1::{CrdMigration, Finding, RemovedApiUse, UpgradeDeadline, UpgradePlan};
@@ -72,7 +72,12 @@ fn finding(code: &str, message: String) -> Finding {
 
 /// `2.8.0` → true: the range is one exact version.
 fn is_exact(range: &Range) -> bool {
-    range.high() == Some(Release::new(range.low().major, range.low().minor, range.low().patch + 1))
+    range.high()
+        == Some(Release::new(
+            range.low().major,
+            range.low().minor,
+            range.low().patch + 1,
+        ))
 }
 
 fn minor_text(release: Release) -> String {
@@ -261,7 +266,9 @@ pub fn plan(requested: &str, policy: Option<&Policy>, facts: &Facts) -> UpgradeP
         if !kind.serves(&crd.storage_version) {
             let via = releases::MINORS
                 .iter()
-                .filter(|m| facts.installed.is_none_or(|i| m.minor > i.minor) && m.minor < target.minor)
+                .filter(|m| {
+                    facts.installed.is_none_or(|i| m.minor > i.minor) && m.minor < target.minor
+                })
                 .find(|m| {
                     m.kind(&crd.group, &crd.kind)
                         .is_some_and(|k| kind.serves(k.storage()))
@@ -298,20 +305,30 @@ pub fn plan(requested: &str, policy: Option<&Policy>, facts: &Facts) -> UpgradeP
     let removed = |object: &ObjectRef| -> Option<&KindVersions> {
         target_kind(table, &object.group, &object.kind).filter(|k| !k.serves(&object.version))
     };
+    // One blocker per Kustomization, one warning per writer and version: the uses themselves
+    // are all listed in removed_api_uses.
     let mut in_git = BTreeSet::new();
+    let mut by_kustomization: BTreeMap<(String, String, String), Vec<String>> = BTreeMap::new();
     for entry in &facts.inventory {
         let Some(kind) = removed(&entry.object) else {
             continue;
         };
         let o = &entry.object;
-        in_git.insert((o.group.clone(), o.kind.clone(), o.namespace.clone(), o.name.clone()));
-        blockers.push(finding(
-            "removed-api-in-git",
-            format!(
-                "Kustomization {} (source {}, path {:?}) applies {} {}/{} as {}/{}, which {to} no longer serves: change it to {}/{} in Git, let it reconcile, then plan again",
-                entry.kustomization,
-                entry.source,
-                entry.path,
+        in_git.insert((
+            o.group.clone(),
+            o.kind.clone(),
+            o.namespace.clone(),
+            o.name.clone(),
+        ));
+        by_kustomization
+            .entry((
+                entry.kustomization.clone(),
+                entry.source.clone(),
+                entry.path.clone(),
+            ))
+            .or_default()
+            .push(format!(
+                "{} {}/{} as {}/{} (use {}/{})",
                 o.kind,
                 o.namespace,
                 o.name,
@@ -319,8 +336,7 @@ pub fn plan(requested: &str, policy: Option<&Policy>, facts: &Facts) -> UpgradeP
                 o.version,
                 o.group,
                 kind.storage()
-            ),
-        ));
+            ));
         plan.removed_api_uses.push(RemovedApiUse {
             kind: o.kind.clone(),
             namespace: o.namespace.clone(),
@@ -334,19 +350,35 @@ pub fn plan(requested: &str, policy: Option<&Policy>, facts: &Facts) -> UpgradeP
             blocking: true,
         });
     }
+    for ((kustomization, source, path), uses) in by_kustomization {
+        blockers.push(finding(
+            "removed-api-in-git",
+            format!(
+                "Kustomization {kustomization} (source {source}, path {path:?}) applies API versions {to} no longer serves: {}; change them in Git, let it reconcile, then plan again",
+                uses.join(", ")
+            ),
+        ));
+    }
+    let mut by_writer: BTreeMap<(String, String, String), Vec<String>> = BTreeMap::new();
     for entry in &facts.managed {
         let o = &entry.object;
         let Some(kind) = removed(o) else { continue };
-        if in_git.contains(&(o.group.clone(), o.kind.clone(), o.namespace.clone(), o.name.clone())) {
+        if in_git.contains(&(
+            o.group.clone(),
+            o.kind.clone(),
+            o.namespace.clone(),
+            o.name.clone(),
+        )) {
             continue;
         }
-        warnings.push(finding(
-            "removed-api-in-cluster",
-            format!(
-                "{} {}/{} was written by {:?} as {}/{}, which {to} no longer serves: the upgrade migrates the object, but that writer must use {}/{} afterwards",
-                o.kind, o.namespace, o.name, entry.manager, o.group, o.version, o.group, kind.storage()
-            ),
-        ));
+        by_writer
+            .entry((
+                entry.manager.clone(),
+                format!("{}/{}", o.group, o.version),
+                format!("{}/{}", o.group, kind.storage()),
+            ))
+            .or_default()
+            .push(format!("{} {}/{}", o.kind, o.namespace, o.name));
         plan.removed_api_uses.push(RemovedApiUse {
             kind: o.kind.clone(),
             namespace: o.namespace.clone(),
@@ -357,6 +389,19 @@ pub fn plan(requested: &str, policy: Option<&Policy>, facts: &Facts) -> UpgradeP
             blocking: false,
             ..RemovedApiUse::default()
         });
+    }
+    for ((manager, old, new), objects) in by_writer {
+        let shown = if objects.len() > 3 {
+            format!("{} and {} more", objects[..3].join(", "), objects.len() - 3)
+        } else {
+            objects.join(", ")
+        };
+        warnings.push(finding(
+            "removed-api-in-cluster",
+            format!(
+                "{shown} written by {manager:?} as {old}, which {to} no longer serves: the upgrade migrates the objects, but that writer must use {new} afterwards"
+            ),
+        ));
     }
     finish(plan, blockers, warnings)
 }
@@ -444,7 +489,10 @@ mod tests {
         assert_eq!((m.storage_version.as_str(), m.objects), ("v1", 12));
 
         let exact = super::plan("2.8.3", None, &facts());
-        assert_eq!((exact.target.as_str(), exact.written_version.as_str()), ("2.8.3", "2.8.3"));
+        assert_eq!(
+            (exact.target.as_str(), exact.written_version.as_str()),
+            ("2.8.3", "2.8.3")
+        );
         // 2.7 still serves v1beta2: nothing to migrate.
         assert!(super::plan("2.7.x", None, &facts()).migrations.is_empty());
     }
@@ -456,7 +504,11 @@ mod tests {
         let plan = plan("2.8.x", None, &old);
         assert!(plan.blocked);
         assert_eq!(codes(&plan.blockers), ["kubernetes"]);
-        assert!(plan.blockers[0].message.contains("needs Kubernetes 1.33"), "{:?}", plan.blockers);
+        assert!(
+            plan.blockers[0].message.contains("needs Kubernetes 1.33"),
+            "{:?}",
+            plan.blockers
+        );
         assert!(!super::plan("2.7.x", None, &old).blocked);
     }
 
@@ -466,8 +518,15 @@ mod tests {
         newer.installed = Some(Release::new(2, 8, 8));
         let plan = plan("2.7.x", None, &newer);
         assert_eq!(codes(&plan.blockers), ["downgrade"]);
-        assert!(plan.blockers[0].message.contains("flux-operator refuses"), "{:?}", plan.blockers);
-        assert_eq!(codes(&super::plan("2.8.8", None, &newer).warnings), ["same-version"]);
+        assert!(
+            plan.blockers[0].message.contains("flux-operator refuses"),
+            "{:?}",
+            plan.blockers
+        );
+        assert_eq!(
+            codes(&super::plan("2.8.8", None, &newer).warnings),
+            ["same-version"]
+        );
     }
 
     #[test]
@@ -476,7 +535,9 @@ mod tests {
         let plan = plan("2.8.x", Some(&policy), &facts());
         assert_eq!(codes(&plan.blockers), ["policy"]);
         assert!(
-            plan.blockers[0].message.contains("inside \">=2.5.0 <2.8.0\" allowed by policy \"acme\" generation 3"),
+            plan.blockers[0]
+                .message
+                .contains("inside \">=2.5.0 <2.8.0\" allowed by policy \"acme\" generation 3"),
             "{:?}",
             plan.blockers
         );
@@ -497,12 +558,20 @@ mod tests {
         assert_eq!(soon.deadline.as_ref().unwrap().date, "2026-12-15");
         assert!(!soon.blocked);
         assert_eq!(codes(&soon.warnings), ["deadline"]);
-        assert!(soon.warnings[0].message.contains("in 15 days"), "{:?}", soon.warnings);
+        assert!(
+            soon.warnings[0].message.contains("in 15 days"),
+            "{:?}",
+            soon.warnings
+        );
         let mut late = facts();
         late.day = crate::policy::parse_date("2027-01-01").unwrap();
         let after = plan("2.7.x", Some(&policy), &late);
         assert_eq!(codes(&after.blockers), ["policy"]);
-        assert!(after.blockers[0].message.contains("since 2026-12-15"), "{:?}", after.blockers);
+        assert!(
+            after.blockers[0].message.contains("since 2026-12-15"),
+            "{:?}",
+            after.blockers
+        );
         assert!(!super::plan("2.8.x", Some(&policy), &late).blocked);
     }
 
@@ -547,8 +616,8 @@ mod tests {
             "Kustomization flux-system/apps",
             "GitRepository/flux-system/fleet",
             "\"./apps\"",
-            "OCIRepository apps/podinfo as source.toolkit.fluxcd.io/v1beta2",
-            "change it to source.toolkit.fluxcd.io/v1 in Git",
+            "OCIRepository apps/podinfo as source.toolkit.fluxcd.io/v1beta2 (use source.toolkit.fluxcd.io/v1)",
+            "change them in Git",
         ] {
             assert!(message.contains(part), "{part}: {message}");
         }
@@ -573,26 +642,43 @@ mod tests {
         });
         let plan = plan("2.9.x", None, &f);
         assert_eq!(codes(&plan.blockers), ["storage-version"]);
-        assert!(plan.blockers[0].message.contains("upgrade to 2.7.x first"), "{:?}", plan.blockers);
+        assert!(
+            plan.blockers[0].message.contains("upgrade to 2.7.x first"),
+            "{:?}",
+            plan.blockers
+        );
     }
 
     #[test]
     fn unknown_targets_and_missing_instances() {
         let plan = plan("2.10.x", None, &facts());
         assert_eq!(codes(&plan.blockers), ["unknown-release"]);
-        assert!(plan.blockers[0].message.contains("2.2.3 … 2.9.4"), "{:?}", plan.blockers);
-        assert_eq!(codes(&super::plan("latest", None, &facts()).blockers), ["unknown-release"]);
+        assert!(
+            plan.blockers[0].message.contains("2.2.3 … 2.9.4"),
+            "{:?}",
+            plan.blockers
+        );
+        assert_eq!(
+            codes(&super::plan("latest", None, &facts()).blockers),
+            ["unknown-release"]
+        );
         let none = Facts {
             instance_spec: None,
             installed: None,
             ..facts()
         };
-        assert_eq!(codes(&super::plan("2.8.x", None, &none).blockers), ["no-instance"]);
+        assert_eq!(
+            codes(&super::plan("2.8.x", None, &none).blockers),
+            ["no-instance"]
+        );
     }
 
     #[test]
     fn versions_read_from_the_cluster() {
-        assert_eq!(installed_release("v2.6.4@sha256:abc"), Some(Release::new(2, 6, 4)));
+        assert_eq!(
+            installed_release("v2.6.4@sha256:abc"),
+            Some(Release::new(2, 6, 4))
+        );
         assert_eq!(installed_release(""), None);
         assert_eq!(kubernetes_version("1", "36+"), Some((1, 36)));
         assert_eq!(kubernetes_version("1", ""), None);

@@ -323,7 +323,11 @@ mod tests {
     fn ranges_resolve_to_the_highest_known_patch_inside_the_policy() {
         let r = Release::new;
         assert_eq!(resolve(&range("2.8.x"), None), Some(r(2, 8, 8)));
-        assert_eq!(resolve(&range("2.8.4"), None), None, "2.8.4 was never shipped");
+        assert_eq!(
+            resolve(&range("2.8.4"), None),
+            None,
+            "2.8.4 was never shipped"
+        );
         assert_eq!(resolve(&range("2.x"), None), Some(r(2, 9, 4)));
         assert_eq!(
             resolve(&range("2.x"), Some(&range(">=2.7.0 <2.9.0"))),

@@ -137,7 +137,11 @@ impl upgrade_server::Upgrade for UpgradeService {
         let shutdown = self.upgrader.shutdown.clone();
         // Up to and including the first finished state; the agent's shutdown ends it too.
         let stream = WatchStream::new(self.upgrader.subscribe())
-            .map(|r| r.as_ref().map(super::state::Record::to_proto).unwrap_or_default())
+            .map(|r| {
+                r.as_ref()
+                    .map(super::state::Record::to_proto)
+                    .unwrap_or_default()
+            })
             .scan(false, |ended, state| {
                 let out = (!*ended).then_some(state.clone());
                 *ended = !state.present || matches!(state.phase.as_str(), "succeeded" | "failed");

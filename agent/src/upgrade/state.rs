@@ -156,9 +156,8 @@ pub fn rollout(instance: &serde_json::Value, target: &str, generation: i64) -> R
             .pointer("/status/conditions")
             .and_then(serde_json::Value::as_array)
             .and_then(|c| {
-                c.iter().find(|c| {
-                    c.get("type").and_then(serde_json::Value::as_str) == Some(type_)
-                })
+                c.iter()
+                    .find(|c| c.get("type").and_then(serde_json::Value::as_str) == Some(type_))
             })
     };
     let text = |c: Option<&serde_json::Value>, field: &str| {
