@@ -48,6 +48,7 @@ use crate::{
     policy_service::{Held, chain},
     shutdown::Shutdown,
     status::{INSTANCE_NAME, flux_instance_resource},
+    workloads::catalog,
 };
 
 /// The API groups whose stored versions Flux releases remove.
@@ -351,11 +352,14 @@ impl Upgrader {
             .list(&ListParams::default())
             .await
             .map_err(kube_err("listing CustomResourceDefinitions"))?;
-        for crd in crds
-            .items
-            .iter()
-            .filter(|c| TOOLKIT_GROUPS.contains(&c.spec.group.as_str()))
-        {
+        // The kinds the catalog knows are those Flux removes versions of, and those the
+        // agent's RBAC lets it list and patch.
+        for crd in crds.items.iter().filter(|c| {
+            catalog::KINDS
+                .iter()
+                .any(|k| k.group == c.spec.group && k.kind == c.spec.names.kind)
+                && TOOLKIT_GROUPS.contains(&c.spec.group.as_str())
+        }) {
             let Some(storage) = storage_version(crd) else {
                 continue;
             };
