@@ -174,6 +174,7 @@ mod tests {
                 "TENANTFLUX_OPERATOR_RESYNC_INTERVAL",
                 "5m",
             ),
+            ("upgrade_concurrency", "TENANTFLUX_UPGRADE_CONCURRENCY", "8"),
         ];
         let without_default = [
             ("operator_bundle", "TENANTFLUX_OPERATOR_BUNDLE"),
