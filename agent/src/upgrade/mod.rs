@@ -67,6 +67,8 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 const POLL: Duration = Duration::from_secs(2);
 /// How long to wait for Ready when the request sets no timeout.
 const DEFAULT_TIMEOUT: u32 = 600;
+/// How many times in a row a step may fail on the API server before the upgrade fails.
+const MAX_FAILURES: u32 = 10;
 /// How soon a step that failed on the API server is tried again.
 const RETRY: Duration = Duration::from_secs(2);
 
@@ -206,6 +208,8 @@ pub struct Upgrader {
     instance: InstanceService,
     records: Api<ConfigMap>,
     state: watch::Sender<Option<Record>>,
+    /// Whether the stored record was read: until then "no upgrade" is not known.
+    loaded: watch::Sender<bool>,
     /// Held while a run executes; ApplyUpgrade takes it to decide.
     running: Arc<Mutex<()>>,
     shutdown: Shutdown,
@@ -231,6 +235,7 @@ impl Upgrader {
             config,
             policy,
             state: watch::Sender::new(None),
+            loaded: watch::Sender::new(false),
             running: Arc::new(Mutex::new(())),
             shutdown,
         })
@@ -250,7 +255,10 @@ impl Upgrader {
                 }
             }
         };
-        let Some(text) = record else { return };
+        let Some(text) = record else {
+            self.loaded.send_replace(true);
+            return;
+        };
         match Record::parse(&text) {
             Ok(record) if !record.phase.finished() => {
                 tracing::info!(
@@ -261,14 +269,26 @@ impl Upgrader {
                 );
                 self.state.send_replace(Some(record.clone()));
                 let guard = self.running.clone().lock_owned().await;
+                self.loaded.send_replace(true);
                 self.clone().execute(record, guard).await;
             }
             Ok(record) => {
                 self.state.send_replace(Some(record));
+                self.loaded.send_replace(true);
             }
             Err(err) => {
-                tracing::warn!(error = %err, "the upgrade record {RECORD_NAME} is unreadable; ignored")
+                self.loaded.send_replace(true);
+                tracing::warn!(error = %err, "the upgrade record {RECORD_NAME} is unreadable; ignored");
             }
+        }
+    }
+
+    /// Returns once the stored record was read at start (or the agent stops).
+    pub async fn wait_loaded(&self) {
+        let mut loaded = self.loaded.subscribe();
+        tokio::select! {
+            () = self.shutdown.wait() => {}
+            _ = loaded.wait_for(|l| *l) => {}
         }
     }
 
@@ -429,8 +449,10 @@ impl Upgrader {
     async fn start(
         self: &Arc<Self>,
         request: ApplyUpgradeRequest,
+        plan: UpgradePlan,
         user: &str,
     ) -> Result<Record, tonic::Status> {
+        self.wait_loaded().await;
         let Ok(guard) = self.running.clone().try_lock_owned() else {
             return Err(self.busy());
         };
@@ -442,7 +464,6 @@ impl Upgrader {
         {
             return Err(self.busy());
         }
-        let plan = self.plan(&request.to).await.map_err(unavailable)?;
         if plan.blocked {
             let lines: Vec<String> = plan.blockers.iter().map(|b| b.message.clone()).collect();
             return Err(tonic::Status::failed_precondition(format!(
@@ -532,6 +553,7 @@ impl Upgrader {
         if !self.store_retrying(&mut record).await {
             return;
         }
+        let mut failures = 0;
         while !record.phase.finished() {
             let step = match record.phase {
                 Phase::Migrating => self.migrate(&mut record).await,
@@ -540,11 +562,14 @@ impl Upgrader {
                 Phase::Succeeded | Phase::Failed => unreachable!("the loop ends at these"),
             };
             match step {
-                Ok(()) => {}
+                Ok(()) => failures = 0,
                 Err(StepError::Refused(reason)) => self.fail(&mut record, reason),
                 Err(err) => {
                     let reason = chain(&err);
-                    if record.ready_by > 0 && Timestamp::now().as_second() > record.ready_by {
+                    failures += 1;
+                    if failures >= MAX_FAILURES
+                        || (record.ready_by > 0 && Timestamp::now().as_second() > record.ready_by)
+                    {
                         self.fail(&mut record, reason);
                     } else {
                         tracing::warn!(

@@ -110,7 +110,7 @@ impl upgrade_server::Upgrade for UpgradeService {
         }
         let record = self
             .upgrader
-            .start(request.into_inner(), &user.username)
+            .start(request.into_inner(), plan, &user.username)
             .await?;
         Ok(Response::new(record.to_proto()))
     }
@@ -122,6 +122,7 @@ impl upgrade_server::Upgrade for UpgradeService {
         self.authorizer
             .authorize(request.metadata(), &self.instance("get"))
             .await?;
+        self.upgrader.wait_loaded().await;
         Ok(Response::new(current(&self.upgrader)))
     }
 
@@ -134,6 +135,7 @@ impl upgrade_server::Upgrade for UpgradeService {
         self.authorizer
             .authorize(request.metadata(), &self.instance("get"))
             .await?;
+        self.upgrader.wait_loaded().await;
         let shutdown = self.upgrader.shutdown.clone();
         // Up to and including the first finished state; the agent's shutdown ends it too.
         let stream = WatchStream::new(self.upgrader.subscribe())
