@@ -341,6 +341,37 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
     assert_eq!(code, Some(0), "{ready:#}");
     assert!(!ready["blocked"].as_bool().unwrap());
 
+    // A user who may read the FluxInstance may plan, but not upgrade.
+    let viewer = cluster
+        .token_kubeconfig(AGENT_NAMESPACE, "viewer")
+        .expect("viewer");
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
+             metadata: {{name: instance-viewer, namespace: flux-system}}\n\
+             rules: [{{apiGroups: [fluxcd.controlplane.io], resources: [fluxinstances], verbs: [get]}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: instance-viewer, namespace: flux-system}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: instance-viewer}}\n\
+             subjects: [{{kind: ServiceAccount, name: viewer, namespace: {AGENT_NAMESPACE}}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: viewer-user, namespace: {AGENT_NAMESPACE}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
+             subjects: [{{kind: ServiceAccount, name: viewer, namespace: {AGENT_NAMESPACE}}}]\n"
+        ))
+        .unwrap();
+    let as_viewer = |args: &[&str]| cluster.kubectl_tenantflux(Some(&viewer), args).unwrap();
+    let planned = as_viewer(&["upgrade", "plan", "--to", "2.8.x"]);
+    assert!(planned.status.success(), "{}", text(&planned));
+    let denied = as_viewer(&["upgrade", "apply", "--to", "2.8.x", "--yes"]);
+    assert_eq!(denied.status.code(), Some(1), "{}", text(&denied));
+    assert!(
+        text(&denied).contains("may not patch fluxinstances.fluxcd.controlplane.io"),
+        "{}",
+        text(&denied)
+    );
+    assert!(record(&client).await.is_none(), "nothing started");
+
     // Apply, one object at a time so the migration can be caught half-way.
     let child = cluster
         .plugin_command(
