@@ -85,8 +85,19 @@ pub enum StepError {
     Refused(String),
 }
 
+/// The status a failed read or write of the agent's is reported with: the agent's own RBAC
+/// refusing it will not pass by retrying, anything else may.
 fn unavailable(err: StepError) -> tonic::Status {
-    tonic::Status::unavailable(chain(&err))
+    let forbidden = matches!(&err, StepError::Kube { source, .. }
+        if matches!(source.as_ref(), kube::Error::Api(status) if status.code == 403));
+    if forbidden {
+        tonic::Status::failed_precondition(format!(
+            "{}; the agent's RBAC lacks it (see deploy/manifests/agent-rbac.yaml)",
+            chain(&err)
+        ))
+    } else {
+        tonic::Status::unavailable(chain(&err))
+    }
 }
 
 fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> StepError {
