@@ -371,6 +371,15 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
         text(&denied)
     );
     assert!(record(&client).await.is_none(), "nothing started");
+    // Without a terminal to confirm on, --yes is required.
+    let unconfirmed = as_tenant(&["upgrade", "apply", "--to", "2.8.x"]);
+    assert_eq!(unconfirmed.status.code(), Some(1), "{}", text(&unconfirmed));
+    assert!(
+        text(&unconfirmed).contains("refusing to upgrade without confirmation"),
+        "{}",
+        text(&unconfirmed)
+    );
+    assert!(record(&client).await.is_none(), "nothing started");
 
     // Apply, one object at a time so the migration can be caught half-way.
     let child = cluster
