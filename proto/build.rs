@@ -10,6 +10,7 @@ const PROTOS: &[&str] = &[
     "tenantflux/v1/workloads.proto",
     "tenantflux/v1/policy.proto",
     "tenantflux/v1/instance.proto",
+    "tenantflux/v1/upgrade.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

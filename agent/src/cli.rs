@@ -87,6 +87,16 @@ pub struct Args {
     #[arg(long, env = "TENANTFLUX_POLICY_PUBLIC_KEY", value_name = "PATH")]
     pub policy_public_key: Option<std::path::PathBuf>,
 
+    /// How many objects an upgrade's storage migration rewrites at once, when the request
+    /// sets none.
+    #[arg(
+        long,
+        env = "TENANTFLUX_UPGRADE_CONCURRENCY",
+        default_value_t = 8,
+        value_parser = clap::value_parser!(u32).range(1..=256)
+    )]
+    pub upgrade_concurrency: u32,
+
     /// Log line format.
     #[arg(long, env = "TENANTFLUX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,
@@ -164,6 +174,7 @@ mod tests {
                 "TENANTFLUX_OPERATOR_RESYNC_INTERVAL",
                 "5m",
             ),
+            ("upgrade_concurrency", "TENANTFLUX_UPGRADE_CONCURRENCY", "8"),
         ];
         let without_default = [
             ("operator_bundle", "TENANTFLUX_OPERATOR_BUNDLE"),

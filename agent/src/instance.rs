@@ -146,8 +146,9 @@ impl InstanceService {
     }
 
     /// Checks `manifest` and applies it (`dry_run`: on the API server, storing nothing).
-    /// Returns the live object before and the object after.
-    async fn apply(
+    /// Returns the live object before and the object after. Upgrades bump the version through
+    /// here too, so they pass the same checks.
+    pub(crate) async fn apply(
         &self,
         manifest: &str,
         dry_run: bool,

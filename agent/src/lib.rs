@@ -19,6 +19,7 @@ pub mod runtime;
 pub mod server;
 pub mod shutdown;
 pub mod status;
+pub mod upgrade;
 pub mod workloads;
 
 pub use cli::Args;

@@ -22,6 +22,7 @@ use crate::{
     server::{self, AgentService},
     shutdown::Shutdown,
     status::{self, AgentFacts},
+    upgrade::{UpgradeConfig, UpgradeService, Upgrader},
     workloads::{Caches, WorkloadsService},
 };
 
@@ -251,6 +252,7 @@ async fn run(args: Args) -> Result<(), Error> {
         shutdown.clone(),
     ));
     let authorizer = Arc::new(Authorizer::new(client.clone(), args.token_audience));
+    let agent_namespace = args.namespace.clone();
     let service = AgentService::new(
         args.namespace,
         status_rx,
@@ -264,6 +266,20 @@ async fn run(args: Args) -> Result<(), Error> {
         policy_store.subscribe(),
         authorizer.clone(),
     );
+    let upgrader = Upgrader::new(
+        client.clone(),
+        UpgradeConfig {
+            agent_namespace,
+            operator_namespace: args.operator_namespace.clone(),
+            concurrency: args.upgrade_concurrency,
+        },
+        policy_store.subscribe(),
+        authorizer.clone(),
+        shutdown.clone(),
+    );
+    // An upgrade an earlier agent left unfinished goes on from its record.
+    let resumed = tokio::spawn(upgrader.clone().resume());
+    let upgrade = UpgradeService::new(upgrader, authorizer.clone());
     let policy = PolicyService::new(policy_store, authorizer.clone());
     let workloads = WorkloadsService::new(caches, client, authorizer, metrics, shutdown.clone());
     let grpc = server::serve(
@@ -272,6 +288,7 @@ async fn run(args: Args) -> Result<(), Error> {
         workloads,
         policy,
         instance,
+        upgrade,
         shutdown.clone(),
     )
     .await;
@@ -283,6 +300,7 @@ async fn run(args: Args) -> Result<(), Error> {
     let _ = policy_watch.await;
     let _ = enforcement.await;
     let _ = defaults.await;
+    let _ = resumed.await;
     let _ = phase_metric.await;
     if let Some(install) = install {
         let _ = install.await;

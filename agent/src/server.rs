@@ -14,6 +14,7 @@ use tonic::{Code, Request, Response};
 
 use crate::instance::InstanceService;
 use crate::policy_service::PolicyService;
+use crate::upgrade::UpgradeService;
 use crate::{
     auth::{Authorizer, Permission, UserInfo},
     metrics::{Metrics, code_name},
@@ -21,7 +22,8 @@ use crate::{
     workloads::WorkloadsService,
 };
 use tenantflux_proto::v1::{
-    instance_server::InstanceServer, policy_server::PolicyServer, workloads_server::WorkloadsServer,
+    instance_server::InstanceServer, policy_server::PolicyServer, upgrade_server::UpgradeServer,
+    workloads_server::WorkloadsServer,
 };
 
 /// Why the gRPC server could not be served.
@@ -152,6 +154,7 @@ pub async fn serve(
     workloads: WorkloadsService,
     policy: PolicyService,
     instance: InstanceService,
+    upgrade: UpgradeService,
     shutdown: Shutdown,
 ) -> Result<(), ServeError> {
     let address = listener
@@ -166,6 +169,7 @@ pub async fn serve(
     health
         .set_serving::<InstanceServer<InstanceService>>()
         .await;
+    health.set_serving::<UpgradeServer<UpgradeService>>().await;
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(tenantflux_proto::FILE_DESCRIPTOR_SET)
@@ -182,6 +186,7 @@ pub async fn serve(
         .add_service(WorkloadsServer::new(workloads))
         .add_service(PolicyServer::new(policy))
         .add_service(InstanceServer::new(instance))
+        .add_service(UpgradeServer::new(upgrade))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
             shutdown.wait().await;
             health.set_not_serving::<AgentServer<AgentService>>().await;
@@ -193,6 +198,9 @@ pub async fn serve(
                 .await;
             health
                 .set_not_serving::<InstanceServer<InstanceService>>()
+                .await;
+            health
+                .set_not_serving::<UpgradeServer<UpgradeService>>()
                 .await;
         })
         .await
@@ -274,6 +282,20 @@ mod tests {
             store.subscribe(),
             authorizer.clone(),
         );
+        let upgrade = UpgradeService::new(
+            crate::upgrade::Upgrader::new(
+                offline_client(),
+                crate::upgrade::UpgradeConfig {
+                    agent_namespace: "tenantflux-system".into(),
+                    operator_namespace: "flux-system".into(),
+                    concurrency: 8,
+                },
+                store.subscribe(),
+                authorizer.clone(),
+                shutdown.clone(),
+            ),
+            authorizer.clone(),
+        );
         let policy = PolicyService::new(store, authorizer);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -283,6 +305,7 @@ mod tests {
             workloads,
             policy,
             instance,
+            upgrade,
             shutdown.clone(),
         ));
 

@@ -180,6 +180,14 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
         "patch",
         Some("other")
     ));
+    // Upgrades trim status.storedVersions of the CRDs whose objects they migrated.
+    assert!(allows(
+        rules,
+        "apiextensions.k8s.io",
+        "customresourcedefinitions/status",
+        "patch",
+        Some("ocirepositories.source.toolkit.fluxcd.io")
+    ));
 
     // Installing flux-operator: server-side apply of every kind a bundle may hold.
     for kind in KINDS {
@@ -265,8 +273,12 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
                     let admission = group == "admissionregistration.k8s.io"
                         && rule.resource_names.as_deref()
                             == Some(&[tenantflux_agent::policy::admission::NAME.to_string()][..]);
+                    // Upgrades: storedVersions of CRDs after their objects were migrated.
+                    let stored_versions = group == "apiextensions.k8s.io"
+                        && resource == "customresourcedefinitions/status";
                     let flux_kind = report_refresh
                         || admission
+                        || stored_versions
                         || catalog::KINDS
                             .iter()
                             .any(|k| k.group == group && k.plural == resource);

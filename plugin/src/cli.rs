@@ -12,7 +12,9 @@ use crate::{
     instance::{self, InstanceCommand},
     output::{ColorMode, OutputFormat, Printer},
     policy::{self, PolicyCommand},
-    status, version,
+    status,
+    upgrade::{self, UpgradeCommand},
+    version,
     workloads::{self, GetArgs, ReconcileArgs, TargetArgs},
 };
 
@@ -136,6 +138,10 @@ pub enum Command {
     /// signed policy to all of them.
     #[command(subcommand)]
     Fleet(FleetCommand),
+    /// Safe Flux upgrades: plan (what breaks), apply (migrate stored versions, bump, follow
+    /// until Ready), status.
+    #[command(subcommand)]
+    Upgrade(UpgradeCommand),
     /// Show the plugin, agent and Flux versions, and whether the flux CLI on PATH matches.
     Version {
         /// Only print the plugin's own version; contacts no cluster.
@@ -185,6 +191,7 @@ impl Cli {
                 Command::Policy(command) => policy::run_remote(command, &options, &printer).await,
                 Command::Instance(command) => instance::run(command, &options, &printer).await,
                 Command::Fleet(command) => fleet::run(command, &options, &printer).await,
+                Command::Upgrade(command) => upgrade::run(command, &options, &printer).await,
                 Command::Completion { .. } => unreachable!("answered before connecting"),
             }
         })

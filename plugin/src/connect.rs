@@ -24,7 +24,7 @@ use kube::{
 use secrecy::ExposeSecret as _;
 use tenantflux_proto::v1::{
     GetStatusRequest, Status, WatchStatusRequest, agent_client::AgentClient,
-    instance_client::InstanceClient, policy_client::PolicyClient,
+    instance_client::InstanceClient, policy_client::PolicyClient, upgrade_client::UpgradeClient,
     workloads_client::WorkloadsClient,
 };
 use thiserror::Error;
@@ -447,6 +447,7 @@ pub struct Agent {
     workloads: WorkloadsClient<InterceptedService<Channel, BearerAuth>>,
     policy: PolicyClient<InterceptedService<Channel, BearerAuth>>,
     instance: InstanceClient<InterceptedService<Channel, BearerAuth>>,
+    upgrade: UpgradeClient<InterceptedService<Channel, BearerAuth>>,
     target: AgentTarget,
     forward_error: ForwardError,
     namespace: String,
@@ -489,7 +490,8 @@ impl Agent {
             client: AgentClient::with_interceptor(channel.clone(), auth.clone()),
             workloads: WorkloadsClient::with_interceptor(channel.clone(), auth.clone()),
             policy: PolicyClient::with_interceptor(channel.clone(), auth.clone()),
-            instance: InstanceClient::with_interceptor(channel, auth),
+            instance: InstanceClient::with_interceptor(channel.clone(), auth.clone()),
+            upgrade: UpgradeClient::with_interceptor(channel, auth),
             target,
             forward_error,
             namespace,
@@ -528,6 +530,11 @@ impl Agent {
     /// A client of the agent's Instance service on the same connection.
     pub fn instance(&self) -> InstanceClient<InterceptedService<Channel, BearerAuth>> {
         self.instance.clone()
+    }
+
+    /// A client of the agent's Upgrade service on the same connection.
+    pub fn upgrade(&self) -> UpgradeClient<InterceptedService<Channel, BearerAuth>> {
+        self.upgrade.clone()
     }
 
     /// The namespace commands act in: -n, else the kubeconfig context's.

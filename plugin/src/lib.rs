@@ -11,5 +11,6 @@ pub mod instance;
 pub mod output;
 pub mod policy;
 pub mod status;
+pub mod upgrade;
 pub mod version;
 pub mod workloads;

@@ -526,6 +526,7 @@ mod tests {
                 upgrade_deadline: Some(pb::UpgradeDeadline {
                     minimum_version: "2.8.0".to_owned(),
                     date: "2026-09-01".to_owned(),
+                    warn_days: 30,
                 }),
             }),
             observed_at: Some(prost_types::Timestamp {

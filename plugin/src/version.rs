@@ -14,7 +14,7 @@ use crate::{
 const GIT_COMMIT: Option<&str> = option_env!("TENANTFLUX_GIT_COMMIT");
 
 /// How long the flux CLI may take to say its version when no request timeout is set.
-const FLUX_CLI_TIMEOUT: Duration = Duration::from_secs(10);
+pub const FLUX_CLI_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -122,7 +122,7 @@ pub enum FluxCli {
     Unusable(String),
 }
 
-async fn detect_flux_cli(timeout: Duration) -> FluxCli {
+pub async fn detect_flux_cli(timeout: Duration) -> FluxCli {
     let json = match flux_output(&["version", "--client", "-o", "json"], timeout).await {
         Ok(output) => output,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return FluxCli::NotFound,

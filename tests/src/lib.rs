@@ -250,6 +250,16 @@ impl TestCluster {
     /// Stops the agent process (SIGTERM, as when its pod stops); what it wrote to the cluster
     /// stays. A later `ensure_agent`/`restart_agent*` starts it again.
     pub fn stop_agent(&self) -> Result<()> {
+        self.signal_agent("-TERM")
+    }
+
+    /// Kills the agent process with SIGKILL, as a crash or an OOM kill does: nothing of its
+    /// own shutdown runs. A later `restart_agent*` starts it again.
+    pub fn kill_agent(&self) -> Result<()> {
+        self.signal_agent("-KILL")
+    }
+
+    fn signal_agent(&self, how: &str) -> Result<()> {
         let pidfile = self.dir().join("agent.pid");
         let Ok(pid) = std::fs::read_to_string(&pidfile) else {
             return Ok(());
@@ -262,7 +272,7 @@ impl TestCluster {
                 .status()
                 .is_ok_and(|s| s.success())
         };
-        signal(&[&pid]);
+        signal(&[how, &pid]);
         let timeout = Duration::from_secs(10);
         let deadline = std::time::Instant::now() + timeout;
         while signal(&["-0", &pid]) {

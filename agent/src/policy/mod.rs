@@ -389,12 +389,17 @@ impl Policy {
             .is_none_or(|patterns| patterns.iter().any(|p| glob::matches(p, source)))
     }
 
-    /// The upgrade deadline, when the policy sets one: the minimum version (as written,
-    /// without a leading `v`) and its date (`YYYY-MM-DD`, UTC).
-    pub fn upgrade_deadline(&self) -> Option<(&str, &str)> {
+    /// The upgrade deadline, when the policy sets one, as the agent reports it: the minimum
+    /// version (as written, without a leading `v`), its date (`YYYY-MM-DD`, UTC) and how many
+    /// days before it warnings start.
+    pub fn upgrade_deadline(&self) -> Option<tenantflux_proto::v1::UpgradeDeadline> {
         self.deadline
             .as_ref()
-            .map(|d| (d.minimum_text.as_str(), d.date.as_str()))
+            .map(|d| tenantflux_proto::v1::UpgradeDeadline {
+                minimum_version: d.minimum_text.clone(),
+                date: d.date.clone(),
+                warn_days: d.warn_days,
+            })
     }
 
     /// The FluxInstance spec to create when the cluster has none.

@@ -7,7 +7,7 @@ use kube::api::DynamicObject;
 use serde_json::Value;
 use tenantflux_proto::v1::{
     AgentInfo, Component, Condition, Health, InstanceStatus, OperatorPhase, OperatorStatus,
-    PolicyStatus, Status, UpgradeDeadline,
+    PolicyStatus, Status,
 };
 
 use crate::{operator::InstallState, policy::Policy, policy_service::Held};
@@ -137,12 +137,7 @@ fn policy_status(policy: &Policy, instance: Option<&DynamicObject>) -> PolicySta
             .map(|v| v.message)
             .collect(),
         warnings: evaluation.warnings,
-        upgrade_deadline: policy
-            .upgrade_deadline()
-            .map(|(minimum, date)| UpgradeDeadline {
-                minimum_version: minimum.to_owned(),
-                date: date.to_owned(),
-            }),
+        upgrade_deadline: policy.upgrade_deadline(),
     }
 }
 
@@ -392,6 +387,8 @@ fn timestamp(time: &Time) -> prost_types::Timestamp {
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
+
+    use tenantflux_proto::v1::UpgradeDeadline;
 
     use super::*;
 
@@ -686,6 +683,7 @@ mod tests {
             Some(UpgradeDeadline {
                 minimum_version: "2.8.0".into(),
                 date: "2000-01-01".into(),
+                warn_days: 30,
             })
         );
         let without =

@@ -1,0 +1,894 @@
+//! Safe Flux upgrades: [`plan`] says what a target release would break, from facts read here
+//! (CRDs, objects, Kustomization inventories, the FluxInstance, the Kubernetes version, the
+//! held policy); [`Upgrader`] runs an upgrade as steps recorded in the cluster ([`state`]):
+//! migrate stored versions (rewrite every object at the storage version with bounded
+//! concurrency, then trim `status.storedVersions`), bump the FluxInstance's distribution
+//! version through the same policy check and server-side apply as `instance apply`, and wait
+//! until flux-operator reports it Ready. A restarted agent resumes an unfinished upgrade.
+//! Serves `tenantflux.v1.Upgrade`.
+
+pub mod plan;
+pub mod releases;
+mod service;
+pub mod state;
+
+pub use service::UpgradeService;
+
+use std::{
+    collections::BTreeSet,
+    sync::{
+        Arc,
+        atomic::{AtomicI64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::{
+    api::core::v1::ConfigMap,
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client,
+    api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams},
+};
+use serde_json::{Value, json};
+use tenantflux_proto::v1::{ApplyUpgradeRequest, UpgradePlan};
+use tokio::sync::{Mutex, watch};
+
+use self::{
+    plan::{CrdFacts, Facts, InventoryEntry, ManagedEntry, ObjectRef},
+    state::{CrdRecord, Phase, RECORD_KEY, RECORD_NAME, Record, Rollout},
+};
+use crate::{
+    auth::Authorizer,
+    instance::InstanceService,
+    policy::today,
+    policy_service::{Held, chain},
+    shutdown::Shutdown,
+    status::{INSTANCE_NAME, flux_instance_resource},
+    workloads::catalog,
+};
+
+/// The API groups whose stored versions Flux releases remove.
+const TOOLKIT_GROUPS: &[&str] = &[
+    "source.toolkit.fluxcd.io",
+    "kustomize.toolkit.fluxcd.io",
+    "helm.toolkit.fluxcd.io",
+    "notification.toolkit.fluxcd.io",
+    "image.toolkit.fluxcd.io",
+];
+/// How many objects one list request returns.
+const PAGE: u32 = 500;
+/// How often migration progress is written to the record.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+/// How often the FluxInstance is read while waiting for it.
+const POLL: Duration = Duration::from_secs(2);
+/// How long to wait for Ready when the request sets no timeout.
+const DEFAULT_TIMEOUT: u32 = 600;
+/// How many times in a row a step may fail on the API server before the upgrade fails.
+const MAX_FAILURES: u32 = 10;
+/// How soon a step that failed on the API server is tried again.
+const RETRY: Duration = Duration::from_secs(2);
+
+/// Why a step could not be done (retried until the upgrade's deadline).
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error("{what}")]
+    Kube {
+        what: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// The status a failed read or write of the agent's is reported with: the agent's own RBAC
+/// refusing it will not pass by retrying, anything else may.
+fn unavailable(err: StepError) -> tonic::Status {
+    let forbidden = matches!(&err, StepError::Kube { source, .. }
+        if matches!(source.as_ref(), kube::Error::Api(status) if status.code == 403));
+    if forbidden {
+        tonic::Status::failed_precondition(format!(
+            "{}; the agent's RBAC lacks it (see deploy/manifests/agent-rbac.yaml)",
+            chain(&err)
+        ))
+    } else {
+        tonic::Status::unavailable(chain(&err))
+    }
+}
+
+fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> StepError {
+    let what = what.into();
+    move |source| StepError::Kube {
+        what,
+        source: Box::new(source),
+    }
+}
+
+/// The resource of a CRD's kind at `version`.
+fn resource(group: &str, kind: &str, plural: &str, version: &str) -> ApiResource {
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: format!("{group}/{version}"),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+fn storage_version(crd: &CustomResourceDefinition) -> Option<String> {
+    crd.spec
+        .versions
+        .iter()
+        .find(|v| v.storage)
+        .map(|v| v.name.clone())
+}
+
+/// Every object of a kind, page by page.
+async fn list_all(api: &Api<DynamicObject>) -> Result<Vec<DynamicObject>, kube::Error> {
+    let mut objects = Vec::new();
+    let mut params = ListParams::default().limit(PAGE);
+    loop {
+        let page = api.list(&params).await?;
+        objects.extend(page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(objects),
+        }
+    }
+}
+
+/// `apps_podinfo_source.toolkit.fluxcd.io_OCIRepository` (a Kustomization inventory id).
+fn parse_inventory_id(id: &str) -> Option<(String, String, String, String)> {
+    let mut parts = id.splitn(4, '_');
+    let namespace = parts.next()?.to_owned();
+    let name = parts.next()?.to_owned();
+    let group = parts.next()?.to_owned();
+    let kind = parts.next()?.to_owned();
+    Some((namespace, name, group, kind))
+}
+
+/// The objects a Kustomization's `status.inventory` says it applied, with its source and path.
+fn inventory_entries(kustomization: &DynamicObject) -> Vec<InventoryEntry> {
+    let value = serde_json::to_value(kustomization).unwrap_or_default();
+    let namespace = kustomization.metadata.namespace.clone().unwrap_or_default();
+    let text = |pointer: &str| {
+        value
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let source_namespace = Some(text("/spec/sourceRef/namespace"))
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| namespace.clone());
+    let source = format!(
+        "{}/{source_namespace}/{}",
+        text("/spec/sourceRef/kind"),
+        text("/spec/sourceRef/name")
+    );
+    let path = text("/spec/path");
+    let name = format!(
+        "{namespace}/{}",
+        kustomization.metadata.name.as_deref().unwrap_or_default()
+    );
+    value
+        .pointer("/status/inventory/entries")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let id = entry.get("id")?.as_str()?;
+            let version = entry.get("v")?.as_str()?;
+            let (namespace, object, group, kind) = parse_inventory_id(id)?;
+            TOOLKIT_GROUPS
+                .contains(&group.as_str())
+                .then(|| InventoryEntry {
+                    kustomization: name.clone(),
+                    source: source.clone(),
+                    path: path.clone(),
+                    object: ObjectRef {
+                        group,
+                        kind,
+                        namespace,
+                        name: object,
+                        version: version.to_owned(),
+                    },
+                })
+        })
+        .collect()
+}
+
+/// The agent's settings for upgrades.
+#[derive(Clone, Debug)]
+pub struct UpgradeConfig {
+    pub agent_namespace: String,
+    pub operator_namespace: String,
+    /// Objects migrated at once when a request sets none.
+    pub concurrency: u32,
+}
+
+/// Runs upgrades, one at a time, from their record in the cluster.
+pub struct Upgrader {
+    client: Client,
+    config: UpgradeConfig,
+    policy: watch::Receiver<Held>,
+    instance: InstanceService,
+    records: Api<ConfigMap>,
+    state: watch::Sender<Option<Record>>,
+    /// Whether the stored record was read: until then "no upgrade" is not known.
+    loaded: watch::Sender<bool>,
+    /// Held while a run executes; ApplyUpgrade takes it to decide.
+    running: Arc<Mutex<()>>,
+    shutdown: Shutdown,
+}
+
+impl Upgrader {
+    pub fn new(
+        client: Client,
+        config: UpgradeConfig,
+        policy: watch::Receiver<Held>,
+        authorizer: Arc<Authorizer>,
+        shutdown: Shutdown,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            instance: InstanceService::new(
+                client.clone(),
+                &config.operator_namespace,
+                policy.clone(),
+                authorizer,
+            ),
+            records: Api::namespaced(client.clone(), &config.agent_namespace),
+            client,
+            config,
+            policy,
+            state: watch::Sender::new(None),
+            loaded: watch::Sender::new(false),
+            running: Arc::new(Mutex::new(())),
+            shutdown,
+        })
+    }
+
+    /// Loads the record and resumes an unfinished upgrade; retries until the API answers.
+    pub async fn resume(self: Arc<Self>) {
+        let record = loop {
+            match self.records.get_opt(RECORD_NAME).await {
+                Ok(cm) => break cm.and_then(|cm| cm.data?.remove(RECORD_KEY)),
+                Err(err) => {
+                    tracing::warn!(error = %chain(&err), "reading the upgrade record");
+                    tokio::select! {
+                        () = self.shutdown.wait() => return,
+                        () = tokio::time::sleep(RETRY) => {}
+                    }
+                }
+            }
+        };
+        let Some(text) = record else {
+            self.loaded.send_replace(true);
+            return;
+        };
+        match Record::parse(&text) {
+            Ok(record) if !record.phase.finished() => {
+                tracing::info!(
+                    id = record.id,
+                    phase = record.phase.name(),
+                    target = record.target,
+                    "resuming the upgrade"
+                );
+                self.state.send_replace(Some(record.clone()));
+                let guard = self.running.clone().lock_owned().await;
+                self.loaded.send_replace(true);
+                self.clone().execute(record, guard).await;
+            }
+            Ok(record) => {
+                self.state.send_replace(Some(record));
+                self.loaded.send_replace(true);
+            }
+            Err(err) => {
+                self.loaded.send_replace(true);
+                tracing::warn!(error = %err, "the upgrade record {RECORD_NAME} is unreadable; ignored");
+            }
+        }
+    }
+
+    /// Returns once the stored record was read at start (or the agent stops).
+    pub async fn wait_loaded(&self) {
+        let mut loaded = self.loaded.subscribe();
+        tokio::select! {
+            () = self.shutdown.wait() => {}
+            _ = loaded.wait_for(|l| *l) => {}
+        }
+    }
+
+    async fn store(&self, record: &mut Record) -> Result<(), StepError> {
+        record.updated_at = Timestamp::now().to_string();
+        let body = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": RECORD_NAME,
+                "labels": {"app.kubernetes.io/managed-by": crate::FIELD_MANAGER},
+            },
+            "data": {RECORD_KEY: record.to_json()},
+        });
+        self.records
+            .patch(
+                RECORD_NAME,
+                &PatchParams::apply(crate::FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+            .map_err(kube_err(format!(
+                "writing ConfigMap {}/{RECORD_NAME}",
+                self.config.agent_namespace
+            )))?;
+        self.state.send_replace(Some(record.clone()));
+        Ok(())
+    }
+
+    /// Stores the record, retrying until it is stored or the agent stops (`false`).
+    async fn store_retrying(&self, record: &mut Record) -> bool {
+        loop {
+            match self.store(record).await {
+                Ok(()) => return true,
+                Err(err) => tracing::warn!(error = %chain(&err), "storing the upgrade record"),
+            }
+            tokio::select! {
+                () = self.shutdown.wait() => return false,
+                () = tokio::time::sleep(RETRY) => {}
+            }
+        }
+    }
+
+    fn instances(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            &self.config.operator_namespace,
+            &flux_instance_resource(),
+        )
+    }
+
+    /// Reads what the planner needs from the cluster.
+    pub async fn facts(&self) -> Result<Facts, StepError> {
+        let ns = &self.config.operator_namespace;
+        let instance = self
+            .instances()
+            .get_opt(INSTANCE_NAME)
+            .await
+            .map_err(kube_err(format!(
+                "reading FluxInstance {ns}/{INSTANCE_NAME}"
+            )))?
+            .map(|o| serde_json::to_value(o).unwrap_or_default());
+        let version = self
+            .client
+            .apiserver_version()
+            .await
+            .map_err(kube_err("reading the Kubernetes version"))?;
+        let mut facts = Facts {
+            instance_spec: instance.as_ref().and_then(|i| i.get("spec").cloned()),
+            installed: instance
+                .as_ref()
+                .and_then(|i| i.pointer("/status/lastAppliedRevision"))
+                .and_then(Value::as_str)
+                .and_then(plan::installed_release),
+            kubernetes: plan::kubernetes_version(&version.major, &version.minor),
+            day: today(),
+            ..Facts::default()
+        };
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let crds = crds
+            .list(&ListParams::default())
+            .await
+            .map_err(kube_err("listing CustomResourceDefinitions"))?;
+        // The kinds the catalog knows are those Flux removes versions of, and those the
+        // agent's RBAC lets it list and patch.
+        for crd in crds.items.iter().filter(|c| {
+            catalog::KINDS
+                .iter()
+                .any(|k| k.group == c.spec.group && k.kind == c.spec.names.kind)
+                && TOOLKIT_GROUPS.contains(&c.spec.group.as_str())
+        }) {
+            let Some(storage) = storage_version(crd) else {
+                continue;
+            };
+            let (group, kind) = (&crd.spec.group, &crd.spec.names.kind);
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            let api = Api::all_with(
+                self.client.clone(),
+                &resource(group, kind, &crd.spec.names.plural, &storage),
+            );
+            let objects = list_all(&api)
+                .await
+                .map_err(kube_err(format!("listing {name}")))?;
+            for object in &objects {
+                let managed = object.metadata.managed_fields.iter().flatten();
+                let mut seen = BTreeSet::new();
+                for entry in managed {
+                    let Some(version) = entry
+                        .api_version
+                        .as_deref()
+                        .and_then(|v| v.strip_prefix(&format!("{group}/")))
+                    else {
+                        continue;
+                    };
+                    let manager = entry.manager.clone().unwrap_or_default();
+                    if version != storage && seen.insert((manager.clone(), version.to_owned())) {
+                        facts.managed.push(ManagedEntry {
+                            manager,
+                            object: ObjectRef {
+                                group: group.clone(),
+                                kind: kind.clone(),
+                                namespace: object.metadata.namespace.clone().unwrap_or_default(),
+                                name: object.metadata.name.clone().unwrap_or_default(),
+                                version: version.to_owned(),
+                            },
+                        });
+                    }
+                }
+            }
+            if kind == "Kustomization" {
+                facts
+                    .inventory
+                    .extend(objects.iter().flat_map(inventory_entries));
+            }
+            facts.crds.push(CrdFacts {
+                name,
+                group: group.clone(),
+                kind: kind.clone(),
+                stored_versions: crd
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.stored_versions.clone())
+                    .unwrap_or_default(),
+                storage_version: storage,
+                objects: i64::try_from(objects.len()).unwrap_or(i64::MAX),
+            });
+        }
+        Ok(facts)
+    }
+
+    pub async fn plan(&self, to: &str) -> Result<UpgradePlan, StepError> {
+        let facts = self.facts().await?;
+        let held = self.policy.borrow().accepted.clone();
+        Ok(plan::plan(to, held.as_ref().map(|a| &*a.policy), &facts))
+    }
+
+    /// Plans, and starts the upgrade unless blocked or one is running.
+    async fn start(
+        self: &Arc<Self>,
+        request: ApplyUpgradeRequest,
+        plan: UpgradePlan,
+        user: &str,
+    ) -> Result<Record, tonic::Status> {
+        self.wait_loaded().await;
+        let Ok(guard) = self.running.clone().try_lock_owned() else {
+            return Err(self.busy());
+        };
+        if self
+            .state
+            .borrow()
+            .as_ref()
+            .is_some_and(|r| !r.phase.finished())
+        {
+            return Err(self.busy());
+        }
+        if plan.blocked {
+            let lines: Vec<String> = plan.blockers.iter().map(|b| b.message.clone()).collect();
+            return Err(tonic::Status::failed_precondition(format!(
+                "the upgrade to {:?} is blocked; nothing was changed:\n{}",
+                request.to,
+                lines.join("\n")
+            )));
+        }
+        let now = Timestamp::now();
+        let crds = self.migration_targets(&plan).await.map_err(unavailable)?;
+        let mut record = Record {
+            id: format!("{}-{}", plan.target, now.as_second()),
+            requested: request.to.clone(),
+            target: plan.target.clone(),
+            written_version: plan.written_version.clone(),
+            from_version: plan.current_version.clone(),
+            from_range: plan.current_range.clone(),
+            phase: Phase::Migrating,
+            crds,
+            concurrency: if request.concurrency == 0 {
+                self.config.concurrency
+            } else {
+                request.concurrency
+            },
+            timeout_seconds: if request.timeout_seconds == 0 {
+                DEFAULT_TIMEOUT
+            } else {
+                request.timeout_seconds
+            },
+            started_at: now.to_string(),
+            requested_by: user.to_owned(),
+            ..Record::default()
+        };
+        self.store(&mut record).await.map_err(unavailable)?;
+        tracing::info!(
+            id = record.id,
+            target = record.target,
+            user,
+            "upgrade started"
+        );
+        let this = self.clone();
+        let first = record.clone();
+        tokio::spawn(async move { this.execute(record, guard).await });
+        Ok(first)
+    }
+
+    fn busy(&self) -> tonic::Status {
+        let current = self.state.borrow().clone().unwrap_or_default();
+        tonic::Status::failed_precondition(format!(
+            "an upgrade to {} is already {} (started {} by {}); follow it with `kubectl tenantflux upgrade status --wait`",
+            current.target,
+            current.phase.name(),
+            current.started_at,
+            current.requested_by
+        ))
+    }
+
+    /// The CRDs the plan migrates, with what migrating them needs.
+    async fn migration_targets(&self, plan: &UpgradePlan) -> Result<Vec<CrdRecord>, StepError> {
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let mut out = Vec::new();
+        for migration in &plan.migrations {
+            let crd = crds
+                .get(&migration.crd)
+                .await
+                .map_err(kube_err(format!("reading CRD {}", migration.crd)))?;
+            out.push(CrdRecord {
+                crd: migration.crd.clone(),
+                group: crd.spec.group.clone(),
+                kind: crd.spec.names.kind.clone(),
+                plural: crd.spec.names.plural.clone(),
+                storage_version: migration.storage_version.clone(),
+                total: migration.objects,
+                ..CrdRecord::default()
+            });
+        }
+        Ok(out)
+    }
+
+    /// Runs `record` from its phase to the end (or until the agent stops).
+    async fn execute(
+        self: Arc<Self>,
+        mut record: Record,
+        _running: tokio::sync::OwnedMutexGuard<()>,
+    ) {
+        record.runs += 1;
+        if !self.store_retrying(&mut record).await {
+            return;
+        }
+        let mut failures = 0;
+        while !record.phase.finished() {
+            let step = match record.phase {
+                Phase::Migrating => self.migrate(&mut record).await,
+                Phase::Bumping => self.bump(&mut record).await,
+                Phase::Waiting => self.wait_ready(&mut record).await,
+                Phase::Succeeded | Phase::Failed => unreachable!("the loop ends at these"),
+            };
+            match step {
+                Ok(()) => failures = 0,
+                Err(StepError::Refused(reason)) => self.fail(&mut record, reason),
+                Err(err) => {
+                    let reason = chain(&err);
+                    failures += 1;
+                    if failures >= MAX_FAILURES
+                        || (record.ready_by > 0 && Timestamp::now().as_second() > record.ready_by)
+                    {
+                        self.fail(&mut record, reason);
+                    } else {
+                        tracing::warn!(
+                            error = reason,
+                            phase = record.phase.name(),
+                            "upgrade step failed; retrying"
+                        );
+                        record.message = format!("retrying: {reason}");
+                        tokio::select! {
+                            () = self.shutdown.wait() => return,
+                            () = tokio::time::sleep(RETRY) => {}
+                        }
+                    }
+                }
+            }
+            if self.shutdown.is_triggered() {
+                return;
+            }
+            if !self.store_retrying(&mut record).await {
+                return;
+            }
+        }
+        tracing::info!(
+            id = record.id,
+            phase = record.phase.name(),
+            message = record.message,
+            "upgrade finished"
+        );
+    }
+
+    fn fail(&self, record: &mut Record, reason: String) {
+        tracing::warn!(id = record.id, reason, "upgrade failed");
+        record.phase = Phase::Failed;
+        record.message = reason;
+        record.finished_at = Timestamp::now().to_string();
+    }
+
+    /// Migrates every unfinished CRD, one after the other; finished ones are skipped.
+    async fn migrate(&self, record: &mut Record) -> Result<(), StepError> {
+        while let Some(index) = record.next_crd() {
+            record.crds[index].attempts += 1;
+            record.crds[index].migrated = 0;
+            record.message = format!("migrating {}", record.crds[index].crd);
+            self.store(record).await?;
+            let started = Instant::now();
+            self.migrate_crd(record, index).await?;
+            if self.shutdown.is_triggered() {
+                return Ok(());
+            }
+            let crd = &mut record.crds[index];
+            crd.done = true;
+            crd.seconds += started.elapsed().as_secs_f64();
+            tracing::info!(
+                crd = crd.crd,
+                objects = crd.migrated,
+                seconds = crd.seconds,
+                "CRD migrated"
+            );
+            self.store(record).await?;
+        }
+        record.phase = Phase::Bumping;
+        record.message = format!(
+            "setting the FluxInstance's version to {}",
+            record.written_version
+        );
+        Ok(())
+    }
+
+    /// Rewrites every object of one CRD at its storage version, then leaves only that version
+    /// in `status.storedVersions`. Idempotent: a rewrite of an object already stored at the
+    /// storage version changes nothing.
+    async fn migrate_crd(&self, record: &mut Record, index: usize) -> Result<(), StepError> {
+        let crd = record.crds[index].clone();
+        let resource = resource(&crd.group, &crd.kind, &crd.plural, &crd.storage_version);
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let objects = list_all(&api)
+            .await
+            .map_err(kube_err(format!("listing {}", crd.crd)))?;
+        record.crds[index].total = i64::try_from(objects.len()).unwrap_or(i64::MAX);
+        let done = Arc::new(AtomicI64::new(0));
+        let concurrency = usize::try_from(record.concurrency.max(1)).unwrap_or(1);
+        let work = futures::stream::iter(objects)
+            .map({
+                let (client, resource, done) =
+                    (self.client.clone(), resource.clone(), done.clone());
+                move |object| {
+                    let (client, resource, done) = (client.clone(), resource.clone(), done.clone());
+                    async move {
+                        migrate_object(&client, &resource, &object).await?;
+                        done.fetch_add(1, Ordering::Relaxed);
+                        Ok::<_, StepError>(())
+                    }
+                }
+            })
+            .buffer_unordered(concurrency)
+            .try_collect::<()>();
+        let mut work = std::pin::pin!(work);
+        let mut tick = tokio::time::interval(PROGRESS_EVERY);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                () = self.shutdown.wait() => return Ok(()),
+                result = &mut work => { result?; break; }
+                _ = tick.tick() => {
+                    record.crds[index].migrated = done.load(Ordering::Relaxed);
+                    // Progress is informative: a failed write is retried at the next tick.
+                    if let Err(err) = self.store(record).await {
+                        tracing::warn!(error = %chain(&err), "storing migration progress");
+                    }
+                }
+            }
+        }
+        record.crds[index].migrated = done.load(Ordering::Relaxed);
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let patch = json!({"status": {"storedVersions": [crd.storage_version]}});
+        crds.patch_status(&crd.crd, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(kube_err(format!(
+                "setting status.storedVersions of CRD {}",
+                crd.crd
+            )))?;
+        Ok(())
+    }
+
+    /// Writes the new version once: a resumed bump first looks whether it is already there.
+    async fn bump(&self, record: &mut Record) -> Result<(), StepError> {
+        let ns = &self.config.operator_namespace;
+        let live = self
+            .instances()
+            .get_opt(INSTANCE_NAME)
+            .await
+            .map_err(kube_err(format!(
+                "reading FluxInstance {ns}/{INSTANCE_NAME}"
+            )))?
+            .ok_or_else(|| {
+                StepError::Refused(format!(
+                    "FluxInstance {ns}/{INSTANCE_NAME} was deleted during the upgrade"
+                ))
+            })?;
+        let value = serde_json::to_value(&live).unwrap_or_default();
+        let current = value
+            .pointer("/spec/distribution/version")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let generation = if current == record.written_version {
+            tracing::info!(
+                version = current,
+                "the FluxInstance already has the target version; not written again"
+            );
+            live.metadata.generation.unwrap_or_default()
+        } else {
+            let mut spec = value.get("spec").cloned().unwrap_or_default();
+            spec["distribution"]["version"] = Value::String(record.written_version.clone());
+            let manifest = json!({
+                "apiVersion": "fluxcd.controlplane.io/v1",
+                "kind": "FluxInstance",
+                "metadata": {"name": INSTANCE_NAME, "namespace": ns},
+                "spec": spec,
+            });
+            let (_, applied, _) = self
+                .instance
+                .apply(&manifest.to_string(), false)
+                .await
+                .map_err(|status| StepError::Refused(status.message().to_owned()))?;
+            tracing::info!(
+                version = record.written_version,
+                generation = applied.metadata.generation,
+                "FluxInstance version bumped"
+            );
+            applied.metadata.generation.unwrap_or_default()
+        };
+        record.bumped = true;
+        record.instance_generation = generation;
+        record.ready_by = Timestamp::now().as_second() + i64::from(record.timeout_seconds);
+        record.phase = Phase::Waiting;
+        record.message = format!("waiting for flux-operator to apply Flux {}", record.target);
+        Ok(())
+    }
+
+    async fn wait_ready(&self, record: &mut Record) -> Result<(), StepError> {
+        loop {
+            let ns = &self.config.operator_namespace;
+            let live = self
+                .instances()
+                .get_opt(INSTANCE_NAME)
+                .await
+                .map_err(kube_err(format!(
+                    "reading FluxInstance {ns}/{INSTANCE_NAME}"
+                )))?
+                .map(|o| serde_json::to_value(o).unwrap_or_default())
+                .unwrap_or_default();
+            match state::rollout(&live, &record.target, record.instance_generation) {
+                Rollout::Done => {
+                    record.phase = Phase::Succeeded;
+                    record.message = format!("Flux {} is Ready", record.target);
+                    record.finished_at = Timestamp::now().to_string();
+                    return Ok(());
+                }
+                Rollout::Stalled(message) => {
+                    return Err(StepError::Refused(format!(
+                        "flux-operator stalled applying Flux {}: {message}",
+                        record.target
+                    )));
+                }
+                Rollout::Pending(message) => {
+                    if Timestamp::now().as_second() > record.ready_by {
+                        return Err(StepError::Refused(format!(
+                            "FluxInstance {ns}/{INSTANCE_NAME} was not Ready at {} within {}s: {message}",
+                            record.target, record.timeout_seconds
+                        )));
+                    }
+                    let waiting = format!(
+                        "waiting for flux-operator to apply Flux {}: {message}",
+                        record.target
+                    );
+                    if record.message != waiting {
+                        record.message = waiting;
+                        self.store(record).await?;
+                    }
+                }
+            }
+            tokio::select! {
+                () = self.shutdown.wait() => return Ok(()),
+                () = tokio::time::sleep(POLL) => {}
+            }
+        }
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<Option<Record>> {
+        self.state.subscribe()
+    }
+}
+
+/// As flux-operator migrates: an empty merge patch makes the API server store the object
+/// again at the storage version; managedFields naming another version are rewritten to it,
+/// since the API server cannot convert managed fields of a version it no longer serves.
+async fn migrate_object(
+    client: &Client,
+    resource: &ApiResource,
+    object: &DynamicObject,
+) -> Result<(), StepError> {
+    let name = object.metadata.name.clone().unwrap_or_default();
+    let api: Api<DynamicObject> = match &object.metadata.namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    };
+    let entries = object.metadata.managed_fields.clone().unwrap_or_default();
+    let patch = if entries
+        .iter()
+        .any(|e| e.api_version.as_deref() != Some(resource.api_version.as_str()))
+    {
+        let entries: Vec<_> = entries
+            .into_iter()
+            .map(|mut e| {
+                e.api_version = Some(resource.api_version.clone());
+                e
+            })
+            .collect();
+        json!({"metadata": {"managedFields": entries}})
+    } else {
+        json!({})
+    };
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(err) => Err(kube_err(format!(
+            "migrating {} {}/{name}",
+            resource.kind,
+            object.metadata.namespace.as_deref().unwrap_or_default()
+        ))(err)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inventories_name_the_flux_objects_with_their_version_source_and_path() {
+        let kustomization: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+            "kind": "Kustomization",
+            "metadata": {"name": "apps", "namespace": "flux-system"},
+            "spec": {"path": "./apps", "sourceRef": {"kind": "GitRepository", "name": "fleet"}},
+            "status": {"inventory": {"entries": [
+                {"id": "apps_podinfo_source.toolkit.fluxcd.io_OCIRepository", "v": "v1beta2"},
+                {"id": "apps_podinfo_apps_Deployment", "v": "v1"},
+                {"id": "_apps__Namespace", "v": "v1"},
+            ]}},
+        }))
+        .unwrap();
+        let entries = inventory_entries(&kustomization);
+        assert_eq!(entries.len(), 1, "{entries:?}");
+        let e = &entries[0];
+        assert_eq!(e.kustomization, "flux-system/apps");
+        assert_eq!(e.source, "GitRepository/flux-system/fleet");
+        assert_eq!(e.path, "./apps");
+        assert_eq!(
+            (
+                e.object.kind.as_str(),
+                e.object.namespace.as_str(),
+                e.object.name.as_str(),
+                e.object.version.as_str()
+            ),
+            ("OCIRepository", "apps", "podinfo", "v1beta2")
+        );
+    }
+}

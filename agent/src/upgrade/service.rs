@@ -1,0 +1,156 @@
+//! The `tenantflux.v1.Upgrade` service: every call authorized with SubjectAccessReview against
+//! what it reads or changes.
+
+use std::{pin::Pin, sync::Arc};
+
+use futures::{Stream, StreamExt};
+use tenantflux_proto::v1::{
+    ApplyUpgradeRequest, GetUpgradeRequest, PlanUpgradeRequest, UpgradePlan, UpgradeState,
+    upgrade_server,
+};
+use tokio_stream::wrappers::WatchStream;
+use tonic::{Request, Response};
+
+use super::{Upgrader, unavailable};
+use crate::auth::{Authorizer, Permission};
+
+pub struct UpgradeService {
+    upgrader: Arc<Upgrader>,
+    authorizer: Arc<Authorizer>,
+}
+
+impl UpgradeService {
+    pub fn new(upgrader: Arc<Upgrader>, authorizer: Arc<Authorizer>) -> Self {
+        Self {
+            upgrader,
+            authorizer,
+        }
+    }
+
+    fn instance(&self, verb: &str) -> Permission {
+        Permission {
+            verb: verb.into(),
+            group: "fluxcd.controlplane.io".into(),
+            resource: "fluxinstances".into(),
+            subresource: None,
+            namespace: Some(self.upgrader.config.operator_namespace.clone()),
+        }
+    }
+}
+
+type StateStream = Pin<Box<dyn Stream<Item = Result<UpgradeState, tonic::Status>> + Send>>;
+
+fn current(upgrader: &Upgrader) -> UpgradeState {
+    upgrader
+        .subscribe()
+        .borrow()
+        .as_ref()
+        .map(super::state::Record::to_proto)
+        .unwrap_or_default()
+}
+
+#[tonic::async_trait]
+impl upgrade_server::Upgrade for UpgradeService {
+    async fn plan_upgrade(
+        &self,
+        request: Request<PlanUpgradeRequest>,
+    ) -> Result<Response<UpgradePlan>, tonic::Status> {
+        self.authorizer
+            .authorize(request.metadata(), &self.instance("get"))
+            .await?;
+        let plan = self
+            .upgrader
+            .plan(&request.get_ref().to)
+            .await
+            .map_err(unavailable)?;
+        Ok(Response::new(plan))
+    }
+
+    async fn apply_upgrade(
+        &self,
+        request: Request<ApplyUpgradeRequest>,
+    ) -> Result<Response<UpgradeState>, tonic::Status> {
+        let user = self
+            .authorizer
+            .authorize(request.metadata(), &self.instance("patch"))
+            .await?;
+        // The migration writes objects and CRD status for the caller: they must be allowed to.
+        let plan = self
+            .upgrader
+            .plan(&request.get_ref().to)
+            .await
+            .map_err(unavailable)?;
+        for migration in &plan.migrations {
+            let (plural, group) = migration
+                .crd
+                .split_once('.')
+                .unwrap_or((migration.crd.as_str(), ""));
+            let permission = Permission {
+                verb: "patch".into(),
+                group: group.into(),
+                resource: plural.into(),
+                subresource: None,
+                namespace: None,
+            };
+            self.authorizer
+                .authorize(request.metadata(), &permission)
+                .await?;
+        }
+        if !plan.migrations.is_empty() {
+            let permission = Permission {
+                verb: "patch".into(),
+                group: "apiextensions.k8s.io".into(),
+                resource: "customresourcedefinitions".into(),
+                subresource: Some("status".into()),
+                namespace: None,
+            };
+            self.authorizer
+                .authorize(request.metadata(), &permission)
+                .await?;
+        }
+        let record = self
+            .upgrader
+            .start(request.into_inner(), plan, &user.username)
+            .await?;
+        Ok(Response::new(record.to_proto()))
+    }
+
+    async fn get_upgrade(
+        &self,
+        request: Request<GetUpgradeRequest>,
+    ) -> Result<Response<UpgradeState>, tonic::Status> {
+        self.authorizer
+            .authorize(request.metadata(), &self.instance("get"))
+            .await?;
+        self.upgrader.wait_loaded().await;
+        Ok(Response::new(current(&self.upgrader)))
+    }
+
+    type WatchUpgradeStream = StateStream;
+
+    async fn watch_upgrade(
+        &self,
+        request: Request<GetUpgradeRequest>,
+    ) -> Result<Response<Self::WatchUpgradeStream>, tonic::Status> {
+        self.authorizer
+            .authorize(request.metadata(), &self.instance("get"))
+            .await?;
+        self.upgrader.wait_loaded().await;
+        let shutdown = self.upgrader.shutdown.clone();
+        // Up to and including the first finished state; the agent's shutdown ends it too.
+        let stream = WatchStream::new(self.upgrader.subscribe())
+            .map(|r| {
+                r.as_ref()
+                    .map(super::state::Record::to_proto)
+                    .unwrap_or_default()
+            })
+            .scan(false, |ended, state| {
+                let out = (!*ended).then_some(state.clone());
+                *ended = !state.present || matches!(state.phase.as_str(), "succeeded" | "failed");
+                futures::future::ready(out)
+            })
+            .map(Ok)
+            .take_until(async move { shutdown.wait().await });
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
