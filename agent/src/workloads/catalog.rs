@@ -622,7 +622,7 @@ fn apply_object(target: Target<'_>, annotations: Value, spec: Option<Value>) -> 
     object
 }
 
-/// The server-side apply object that suspends (`suspend`) or resumes the target; a resume
+/// The merge patch that suspends (`suspend`) or resumes the target; a resume
 /// also asks for a reconciliation at `requested_at`, as `flux resume` does.
 pub fn suspend_patch(target: Target<'_>, suspend: bool, requested_at: Option<&str>) -> Value {
     let mut annotations = serde_json::Map::new();
@@ -643,7 +643,7 @@ pub fn suspend_patch(target: Target<'_>, suspend: bool, requested_at: Option<&st
     }
 }
 
-/// The server-side apply object that asks for a reconciliation at `requested_at`; `force`
+/// The merge patch that asks for a reconciliation at `requested_at`; `force`
 /// (HelmRelease) also forces a one-off install or upgrade.
 pub fn reconcile_patch(target: Target<'_>, requested_at: &str, force: bool) -> Value {
     let mut annotations = serde_json::Map::new();

@@ -300,7 +300,12 @@ impl WorkloadsService {
         Ok((cache, reference.namespace.clone(), reference.name.clone()))
     }
 
-    /// Server-side applies `patch` to the object with the agent's field manager.
+    /// Merges `patch` (the few fields one command sets) into the object, with the agent's
+    /// field manager. Not a server-side apply: every apply by one manager states all the
+    /// fields it owns, so a `reconcile` applied after a `suspend` would drop `spec.suspend`
+    /// (and a `suspend instance` the spec an `instance apply` set). A merge changes only the
+    /// fields it names, on the latest object, so concurrent commands lose nothing, and it
+    /// never creates an object deleted in the meantime.
     async fn apply(
         &self,
         cache: &KindCache,
@@ -311,10 +316,12 @@ impl WorkloadsService {
     ) -> Result<FluxObject> {
         let api =
             Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &cache.resource);
-        // Forced: the tenant asked for exactly this change, whoever set the field before.
-        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
         let object = api
-            .patch(name, &params, &Patch::Apply(patch))
+            .patch(name, &params, &Patch::Merge(patch))
             .await
             .map_err(|source| WorkloadsError::Api {
                 action,
