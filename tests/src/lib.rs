@@ -19,6 +19,8 @@ use std::{
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+pub mod tenant;
+
 /// Names the cluster a whole test run shares instead of starting one per test binary.
 pub const SHARED_CLUSTER_ENV: &str = "TENANTFLUX_TEST_CLUSTER";
 

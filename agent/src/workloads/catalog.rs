@@ -428,7 +428,8 @@ pub fn row(kind: &FluxKind, object: &Value) -> Row {
 /// Why a status selector was refused.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "invalid status selector {selector:?}: {reason} (expected CONDITION=STATUS, e.g. ready=false)"
+    "invalid status selector {}: {reason} (expected CONDITION=STATUS, e.g. ready=false)",
+    crate::input::quote(selector)
 )]
 pub struct StatusSelectorError {
     pub selector: String,
@@ -475,7 +476,7 @@ impl StatusSelector {
 
 /// Why a label selector was refused.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid label selector {selector:?}: {reason}")]
+#[error("invalid label selector {}: {reason}", crate::input::quote(selector))]
 pub struct LabelSelectorError {
     pub selector: String,
     pub reason: String,
@@ -501,6 +502,13 @@ impl LabelSelector {
             selector: selector.to_owned(),
             reason: reason.to_owned(),
         };
+        if selector.len() > crate::input::MAX_SELECTOR {
+            return Err(invalid(&format!(
+                "{} bytes is longer than the {} a selector may have",
+                selector.len(),
+                crate::input::MAX_SELECTOR
+            )));
+        }
         let mut requirements = Vec::new();
         let mut depth = 0;
         let mut start = 0;
@@ -563,7 +571,10 @@ impl LabelSelector {
                 | Requirement::DoesNotExist(k) => k,
             };
             if !key_ok(key) {
-                return Err(invalid(&format!("{key:?} is not a label key")));
+                return Err(invalid(&format!(
+                    "{} is not a label key",
+                    crate::input::quote(key)
+                )));
             }
             requirements.push(requirement);
         }
