@@ -179,6 +179,10 @@ impl Defaults {
                 // create (kill -9, a node lost) records `created` when it starts again, as if
                 // it had not stopped; then created, then recorded as done.
                 self.record(generation, CREATING).await?;
+                tracing::debug!(
+                    generation,
+                    "creating FluxInstance {INSTANCE_NAME} from the policy's defaults"
+                );
                 self.instances
                     .patch(
                         INSTANCE_NAME,
