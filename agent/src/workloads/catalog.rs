@@ -953,6 +953,25 @@ mod tests {
         assert!(LabelSelector::parse("a b=c").is_err());
     }
 
+    #[test]
+    fn a_huge_selector_is_refused_and_quoted_short() {
+        let huge = format!("team in ({})", vec!["a"; 10_000].join(","));
+        let err = LabelSelector::parse(&huge).unwrap_err().to_string();
+        assert!(
+            err.ends_with("20009 bytes is longer than the 16384 a selector may have"),
+            "{err}"
+        );
+        assert!(err.len() < 200, "{err}");
+        let long_key = format!("{}=b", "k".repeat(1000));
+        let err = LabelSelector::parse(&format!("{long_key},a b=c"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.len() < 300, "{err}");
+        let at_limit = format!("a in ({})", vec!["b"; (16384 - 7) / 2].join(","));
+        assert!(at_limit.len() <= 16384);
+        assert!(LabelSelector::parse(&at_limit).is_ok());
+    }
+
     fn target(name: &str) -> Target<'static> {
         Target {
             kind: kind(name),
