@@ -108,6 +108,25 @@ impl<'a> Tenant<'a> {
         let signed = tenant.sign("policy-7", &example_without_defaults());
         let output = tenant.push(&signed);
         assert!(output.status.success(), "policy push: {output:?}");
+        // Done once the API server enforces it too, so that nothing the setup started is
+        // still changing the cluster when a test looks.
+        wait_for(
+            "the admission policy at generation 7",
+            Duration::from_secs(60),
+            || {
+                let generation = cluster.kubectl_ok(&[
+                    "get",
+                    "validatingadmissionpolicybinding",
+                    "tenantflux-policy",
+                    "-o",
+                    "jsonpath={.metadata.annotations.tenantflux\\.io/policy-generation}",
+                    "--ignore-not-found",
+                ]);
+                async move { generation.ok().filter(|g| g == "7").map(drop) }
+            },
+        )
+        .await
+        .expect("admission policy applied");
         tenant
     }
 

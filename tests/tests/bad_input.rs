@@ -791,9 +791,9 @@ async fn malformed_input_is_refused_clearly_and_changes_nothing() {
                     "; message longer than 4 KiB"
                 },
                 if unchanged {
-                    ""
+                    String::new()
                 } else {
-                    "; THE CLUSTER CHANGED"
+                    format!("; THE CLUSTER CHANGED: before {before}, after {after}")
                 },
             ));
         } else {
