@@ -27,31 +27,64 @@ pub const RECORD_NAME: &str = "tenantflux-defaults";
 /// How soon a failed attempt is retried (e.g. flux-operator's CRD is not installed yet).
 const RETRY: Duration = Duration::from_secs(15);
 
+/// What the record says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recorded {
+    /// No record: the defaults were never dealt with.
+    No,
+    /// `outcome: creating`: the agent was creating the instance from generation N's defaults
+    /// and may have stopped before it recorded the result.
+    Creating { generation: u64 },
+    /// `created` or `existed`: dealt with for good.
+    Done,
+}
+
+impl Recorded {
+    fn from_config_map(map: Option<&ConfigMap>) -> Self {
+        let Some(data) = map.map(|m| m.data.clone().unwrap_or_default()) else {
+            return Self::No;
+        };
+        match data.get("outcome").map(String::as_str) {
+            Some(CREATING) => Self::Creating {
+                generation: data
+                    .get("policyGeneration")
+                    .and_then(|g| g.parse().ok())
+                    .unwrap_or_default(),
+            },
+            _ => Self::Done,
+        }
+    }
+}
+
+/// The record's outcome while the create is under way.
+const CREATING: &str = "creating";
+
 /// What to do about the defaults now.
 #[derive(Debug, PartialEq)]
 pub enum Decision<'a> {
     /// Nothing: no defaults held, or they were dealt with already.
     Nothing,
-    /// Create FluxInstance `flux` with this spec, then record it.
+    /// Record `creating`, create FluxInstance `flux` with this spec, then record `created`.
     Create { generation: u64, spec: &'a Value },
     /// A FluxInstance exists already: the tenant owns it; record that defaults are never needed.
     RecordExisting { generation: u64 },
+    /// A create was under way when the agent stopped, and the instance is there: record it as
+    /// created, as an uninterrupted create would have.
+    RecordCreated { generation: u64 },
 }
 
-/// Decides, from the held policy, whether FluxInstance `flux` exists, and whether the record
-/// exists, what to do about the policy's defaults.
-pub fn decide(policy: Option<&Policy>, instance_present: bool, recorded: bool) -> Decision<'_> {
+/// Decides, from the held policy, whether FluxInstance `flux` exists, and what the record
+/// says, what to do about the policy's defaults.
+pub fn decide(policy: Option<&Policy>, instance_present: bool, recorded: Recorded) -> Decision<'_> {
     let Some((policy, spec)) = policy.and_then(|p| p.defaults().map(|d| (p, d))) else {
         return Decision::Nothing;
     };
-    if recorded {
-        return Decision::Nothing;
-    }
     let generation = policy.generation();
-    if instance_present {
-        Decision::RecordExisting { generation }
-    } else {
-        Decision::Create { generation, spec }
+    match (recorded, instance_present) {
+        (Recorded::Done, _) => Decision::Nothing,
+        (Recorded::Creating { generation }, true) => Decision::RecordCreated { generation },
+        (Recorded::No, true) => Decision::RecordExisting { generation },
+        (Recorded::No | Recorded::Creating { .. }, false) => Decision::Create { generation, spec },
     }
 }
 
@@ -96,17 +129,18 @@ struct Defaults {
 impl Defaults {
     /// One attempt; `Ok(true)` once the defaults are dealt with for good.
     async fn step(&self, policy: &Policy) -> Result<bool, DefaultsError> {
-        let recorded = self
-            .records
-            .get_opt(RECORD_NAME)
-            .await
-            .map_err(|source| DefaultsError::ReadRecord {
-                namespace: self.agent_namespace.clone(),
-                source: Box::new(source),
-            })?
-            .is_some();
+        let recorded = Recorded::from_config_map(
+            self.records
+                .get_opt(RECORD_NAME)
+                .await
+                .map_err(|source| DefaultsError::ReadRecord {
+                    namespace: self.agent_namespace.clone(),
+                    source: Box::new(source),
+                })?
+                .as_ref(),
+        );
         // Only read the instance when it matters (the agent may lack flux-operator's CRD).
-        let instance_present = !recorded
+        let instance_present = recorded != Recorded::Done
             && self
                 .instances
                 .get_opt(INSTANCE_NAME)
@@ -117,7 +151,15 @@ impl Defaults {
                 })?
                 .is_some();
         match decide(Some(policy), instance_present, recorded) {
-            Decision::Nothing => Ok(recorded),
+            Decision::Nothing => Ok(recorded == Recorded::Done),
+            Decision::RecordCreated { generation } => {
+                tracing::info!(
+                    generation,
+                    "FluxInstance {INSTANCE_NAME} was created from the policy's defaults before the agent stopped: recording it"
+                );
+                self.record(generation, "created").await?;
+                Ok(true)
+            }
             Decision::RecordExisting { generation } => {
                 tracing::info!(
                     generation,
@@ -133,8 +175,14 @@ impl Defaults {
                     "metadata": {"name": INSTANCE_NAME, "namespace": self.operator_namespace},
                     "spec": spec,
                 });
-                // Created first, recorded second: if recording fails, the next attempt finds
-                // the instance and records it without touching it.
+                // Recorded as under way first, so that an agent stopped right after the
+                // create (kill -9, a node lost) records `created` when it starts again, as if
+                // it had not stopped; then created, then recorded as done.
+                self.record(generation, CREATING).await?;
+                tracing::debug!(
+                    generation,
+                    "creating FluxInstance {INSTANCE_NAME} from the policy's defaults"
+                );
                 self.instances
                     .patch(
                         INSTANCE_NAME,
@@ -243,25 +291,77 @@ mod tests {
         let with = policy(3, "  defaults: {distribution: {version: 2.9.x}}\n");
         let spec = with.defaults().unwrap();
         assert_eq!(
-            decide(Some(&with), false, false),
+            decide(Some(&with), false, Recorded::No),
             Decision::Create {
                 generation: 3,
                 spec
             }
         );
         assert_eq!(
-            decide(Some(&with), true, false),
+            decide(Some(&with), true, Recorded::No),
             Decision::RecordExisting { generation: 3 }
         );
         // Recorded: never again, whether the tenant deleted the instance or kept it.
-        assert_eq!(decide(Some(&with), false, true), Decision::Nothing);
-        assert_eq!(decide(Some(&with), true, true), Decision::Nothing);
+        assert_eq!(
+            decide(Some(&with), false, Recorded::Done),
+            Decision::Nothing
+        );
+        assert_eq!(decide(Some(&with), true, Recorded::Done), Decision::Nothing);
+    }
+
+    #[test]
+    fn a_create_cut_short_is_finished_as_if_uninterrupted() {
+        let with = policy(4, "  defaults: {distribution: {version: 2.9.x}}\n");
+        let creating = Recorded::Creating { generation: 3 };
+        // The instance was created before the agent stopped: it is recorded as created, from
+        // the generation whose defaults made it.
+        assert_eq!(
+            decide(Some(&with), true, creating),
+            Decision::RecordCreated { generation: 3 }
+        );
+        // It was not: create it now.
+        assert_eq!(
+            decide(Some(&with), false, creating),
+            Decision::Create {
+                generation: 4,
+                spec: with.defaults().unwrap()
+            }
+        );
+    }
+
+    #[test]
+    fn the_record_reads_as_under_way_only_while_creating() {
+        let map = |outcome: &str| {
+            serde_json::from_value::<ConfigMap>(json!({
+                "metadata": {"name": RECORD_NAME},
+                "data": {"outcome": outcome, "policyGeneration": "7"},
+            }))
+            .unwrap()
+        };
+        assert_eq!(Recorded::from_config_map(None), Recorded::No);
+        assert_eq!(
+            Recorded::from_config_map(Some(&map("creating"))),
+            Recorded::Creating { generation: 7 }
+        );
+        assert_eq!(
+            Recorded::from_config_map(Some(&map("created"))),
+            Recorded::Done
+        );
+        assert_eq!(
+            Recorded::from_config_map(Some(&map("existed"))),
+            Recorded::Done
+        );
     }
 
     #[test]
     fn no_policy_or_no_defaults_does_nothing() {
         let without = policy(3, "");
-        for (present, recorded) in [(false, false), (true, false), (false, true)] {
+        for (present, recorded) in [
+            (false, Recorded::No),
+            (true, Recorded::No),
+            (false, Recorded::Done),
+            (true, Recorded::Creating { generation: 3 }),
+        ] {
             assert_eq!(decide(None, present, recorded), Decision::Nothing);
             assert_eq!(decide(Some(&without), present, recorded), Decision::Nothing);
         }

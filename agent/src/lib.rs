@@ -10,6 +10,7 @@ pub mod bundle;
 pub mod bundle_source;
 pub mod cli;
 pub mod defaults;
+pub mod input;
 pub mod instance;
 pub mod metrics;
 pub mod operator;

@@ -702,6 +702,7 @@ impl Installer {
             object: object.reference.clone(),
             message: kube_message(&err),
         })
+        .inspect(|_| tracing::debug!(object = %object.reference, "applied"))
     }
 
     async fn wait_established(&self, name: &str) -> Result<(), InstallError> {
@@ -762,7 +763,7 @@ impl Installer {
             &Patch::Apply(record.to_config_map(&self.config.agent_namespace)),
         )
         .await
-        .map(drop)
+        .map(|_| tracing::debug!(version = %record.version, "install recorded"))
         .map_err(|err| InstallError::Kube {
             what: format!(
                 "writing ConfigMap {}/{RECORD_CONFIGMAP}",

@@ -26,6 +26,11 @@ use tenantflux_proto::v1::{
     workloads_server::WorkloadsServer,
 };
 
+/// The largest request the agent decodes. The largest legitimate one is a policy push, and the
+/// accepted policy must fit in a ConfigMap (1 MiB); tonic's own default is 4 MiB. Larger
+/// requests end with OUT_OF_RANGE before any handler runs.
+pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+
 /// Why the gRPC server could not be served.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -182,11 +187,11 @@ pub async fn serve(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(AgentServer::new(service))
-        .add_service(WorkloadsServer::new(workloads))
-        .add_service(PolicyServer::new(policy))
-        .add_service(InstanceServer::new(instance))
-        .add_service(UpgradeServer::new(upgrade))
+        .add_service(AgentServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES))
+        .add_service(WorkloadsServer::new(workloads).max_decoding_message_size(MAX_REQUEST_BYTES))
+        .add_service(PolicyServer::new(policy).max_decoding_message_size(MAX_REQUEST_BYTES))
+        .add_service(InstanceServer::new(instance).max_decoding_message_size(MAX_REQUEST_BYTES))
+        .add_service(UpgradeServer::new(upgrade).max_decoding_message_size(MAX_REQUEST_BYTES))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
             shutdown.wait().await;
             health.set_not_serving::<AgentServer<AgentService>>().await;

@@ -19,6 +19,8 @@ use std::{
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+pub mod tenant;
+
 /// Names the cluster a whole test run shares instead of starting one per test binary.
 pub const SHARED_CLUSTER_ENV: &str = "TENANTFLUX_TEST_CLUSTER";
 
@@ -303,6 +305,30 @@ impl TestCluster {
     /// when the agent installed flux-operator.
     pub fn run_flux_operator_process(&self) -> Result<()> {
         run_cluster_script(&["flux-operator", &self.name, "--process-only"]).map(drop)
+    }
+
+    /// Stops the cluster's etcd and kube-apiserver (SIGSTOP) for `seconds`, then lets them go
+    /// on; returns once the API server answers again.
+    pub fn apiserver_outage(&self, seconds: u64) -> Result<()> {
+        run_cluster_script(&["apiserver-outage", &self.name, &seconds.to_string()]).map(drop)
+    }
+
+    /// The pid of the running agent process.
+    pub fn agent_pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.dir().join("agent.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// The local address of the agent's admin listener (`/livez`, `/readyz`, `/metrics`).
+    pub fn agent_admin_address(&self) -> String {
+        let path = self.dir().join("agent.admin-port");
+        let port = std::fs::read_to_string(&path).unwrap_or_else(|err| {
+            panic!("reading {}: {err} (is the agent running?)", path.display())
+        });
+        format!("127.0.0.1:{}", port.trim())
     }
 
     /// Starts (once) a local OCI registry for this cluster; returns its `127.0.0.1:PORT`.

@@ -674,11 +674,22 @@ fn completion_scripts_are_printed_for_each_shell() {
         Command::new(bin_dir().join("kubectl-tenantflux")).args(["completion", "bash"]),
         None,
     );
-    // bash accepts the script (syntax check without running it).
-    let checked = Command::new("bash")
-        .args(["-n", "-c", &bash])
-        .output()
+    // bash accepts the script (syntax check without running it). It goes in on stdin: the
+    // script is larger than one command-line argument may be (128 KiB on Linux).
+    let mut child = Command::new("bash")
+        .arg("-n")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run bash -n");
+    child
+        .stdin
+        .take()
+        .expect("bash's stdin")
+        .write_all(bash.as_bytes())
+        .expect("write the script to bash");
+    let checked = child.wait_with_output().expect("wait for bash -n");
     assert!(
         checked.status.success(),
         "{}",

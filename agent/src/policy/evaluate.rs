@@ -105,7 +105,13 @@ pub(super) fn evaluate(policy: &Policy, spec: &Value, day: i64) -> Evaluation {
     let version = check.string("/distribution/version").map(str::to_owned);
     let instance_range = match version.as_deref().map(Range::parse) {
         None => {
-            let message = format!("{version_field} is missing (a version or range is required)");
+            let message = match check.spec.pointer("/distribution/version") {
+                // YAML reads `version: 2.9` as a number: say so, not that it is missing.
+                Some(value) if !value.is_null() => {
+                    format!("{version_field} is {value}, not a string: quote it, e.g. \"2.9.x\"")
+                }
+                _ => format!("{version_field} is missing (a version or range is required)"),
+            };
             check.violation(version_field, message);
             None
         }

@@ -139,6 +139,13 @@ fn an_instance_range_must_stay_inside_the_policy_range() {
         messages(&policy.evaluate_at(&without, early())),
         ["spec.distribution.version is missing (a version or range is required)"]
     );
+    // Unquoted in YAML, 2.9 is a number.
+    let mut number = spec(COMPLIANT);
+    number["distribution"]["version"] = json!(2.9);
+    assert_eq!(
+        messages(&policy.evaluate_at(&number, early())),
+        ["spec.distribution.version is 2.9, not a string: quote it, e.g. \"2.9.x\""]
+    );
 }
 
 #[test]

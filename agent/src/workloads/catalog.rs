@@ -428,7 +428,8 @@ pub fn row(kind: &FluxKind, object: &Value) -> Row {
 /// Why a status selector was refused.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "invalid status selector {selector:?}: {reason} (expected CONDITION=STATUS, e.g. ready=false)"
+    "invalid status selector {}: {reason} (expected CONDITION=STATUS, e.g. ready=false)",
+    crate::input::quote(selector)
 )]
 pub struct StatusSelectorError {
     pub selector: String,
@@ -475,7 +476,7 @@ impl StatusSelector {
 
 /// Why a label selector was refused.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid label selector {selector:?}: {reason}")]
+#[error("invalid label selector {}: {reason}", crate::input::quote(selector))]
 pub struct LabelSelectorError {
     pub selector: String,
     pub reason: String,
@@ -501,6 +502,13 @@ impl LabelSelector {
             selector: selector.to_owned(),
             reason: reason.to_owned(),
         };
+        if selector.len() > crate::input::MAX_SELECTOR {
+            return Err(invalid(&format!(
+                "{} bytes is longer than the {} a selector may have",
+                selector.len(),
+                crate::input::MAX_SELECTOR
+            )));
+        }
         let mut requirements = Vec::new();
         let mut depth = 0;
         let mut start = 0;
@@ -563,7 +571,10 @@ impl LabelSelector {
                 | Requirement::DoesNotExist(k) => k,
             };
             if !key_ok(key) {
-                return Err(invalid(&format!("{key:?} is not a label key")));
+                return Err(invalid(&format!(
+                    "{} is not a label key",
+                    crate::input::quote(key)
+                )));
             }
             requirements.push(requirement);
         }
@@ -622,7 +633,7 @@ fn apply_object(target: Target<'_>, annotations: Value, spec: Option<Value>) -> 
     object
 }
 
-/// The server-side apply object that suspends (`suspend`) or resumes the target; a resume
+/// The merge patch that suspends (`suspend`) or resumes the target; a resume
 /// also asks for a reconciliation at `requested_at`, as `flux resume` does.
 pub fn suspend_patch(target: Target<'_>, suspend: bool, requested_at: Option<&str>) -> Value {
     let mut annotations = serde_json::Map::new();
@@ -643,7 +654,7 @@ pub fn suspend_patch(target: Target<'_>, suspend: bool, requested_at: Option<&st
     }
 }
 
-/// The server-side apply object that asks for a reconciliation at `requested_at`; `force`
+/// The merge patch that asks for a reconciliation at `requested_at`; `force`
 /// (HelmRelease) also forces a one-off install or upgrade.
 pub fn reconcile_patch(target: Target<'_>, requested_at: &str, force: bool) -> Value {
     let mut annotations = serde_json::Map::new();
@@ -940,6 +951,25 @@ mod tests {
         assert!(LabelSelector::parse("app in (a").is_err());
         assert!(LabelSelector::parse("a=b,,c=d").is_err());
         assert!(LabelSelector::parse("a b=c").is_err());
+    }
+
+    #[test]
+    fn a_huge_selector_is_refused_and_quoted_short() {
+        let huge = format!("team in ({})", vec!["a"; 10_000].join(","));
+        let err = LabelSelector::parse(&huge).unwrap_err().to_string();
+        assert!(
+            err.ends_with("20009 bytes is longer than the 16384 a selector may have"),
+            "{err}"
+        );
+        assert!(err.len() < 200, "{err}");
+        let long_key = format!("{}=b", "k".repeat(1000));
+        let err = LabelSelector::parse(&format!("{long_key},a b=c"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.len() < 300, "{err}");
+        let at_limit = format!("a in ({})", vec!["b"; (16384 - 7) / 2].join(","));
+        assert!(at_limit.len() <= 16384);
+        assert!(LabelSelector::parse(&at_limit).is_ok());
     }
 
     fn target(name: &str) -> Target<'static> {

@@ -26,6 +26,7 @@ use super::{
 use crate::{
     FIELD_MANAGER,
     auth::{AuthError, Authorizer, Permission},
+    input,
     metrics::{Metrics, code_name},
     shutdown::Shutdown,
 };
@@ -36,7 +37,7 @@ const CACHE_WAIT: Duration = Duration::from_secs(10);
 /// Why a Workloads call failed. Each says what failed, on which object, and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadsError {
-    #[error("unknown kind {name:?}; known kinds: {known}")]
+    #[error("unknown kind {}; known kinds: {known}", crate::input::quote(name))]
     UnknownKind { name: String, known: String },
 
     #[error(
@@ -288,9 +289,7 @@ impl WorkloadsService {
         reference: Option<&pb::ObjectRef>,
         what: &'static str,
     ) -> Result<(Arc<KindCache>, String, String)> {
-        let reference = reference
-            .filter(|r| !r.namespace.is_empty() && !r.name.is_empty())
-            .ok_or(WorkloadsError::MissingName { what })?;
+        let reference = checked(reference, what)?;
         self.wait_discovered().await?;
         let cache = self.served(find_kind(&reference.kind)?)?;
         let permission = permission("patch", cache.kind, Some(&reference.namespace));
@@ -300,7 +299,12 @@ impl WorkloadsService {
         Ok((cache, reference.namespace.clone(), reference.name.clone()))
     }
 
-    /// Server-side applies `patch` to the object with the agent's field manager.
+    /// Merges `patch` (the few fields one command sets) into the object, with the agent's
+    /// field manager. Not a server-side apply: every apply by one manager states all the
+    /// fields it owns, so a `reconcile` applied after a `suspend` would drop `spec.suspend`
+    /// (and a `suspend instance` the spec an `instance apply` set). A merge changes only the
+    /// fields it names, on the latest object, so concurrent commands lose nothing, and it
+    /// never creates an object deleted in the meantime.
     async fn apply(
         &self,
         cache: &KindCache,
@@ -311,10 +315,12 @@ impl WorkloadsService {
     ) -> Result<FluxObject> {
         let api =
             Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &cache.resource);
-        // Forced: the tenant asked for exactly this change, whoever set the field before.
-        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
         let object = api
-            .patch(name, &params, &Patch::Apply(patch))
+            .patch(name, &params, &Patch::Merge(patch))
             .await
             .map_err(|source| WorkloadsError::Api {
                 action,
@@ -376,6 +382,19 @@ fn find_kind(name: &str) -> Result<&'static FluxKind> {
     })
 }
 
+/// The object a call names, once its namespace and name are ones Kubernetes accepts.
+fn checked<'a>(
+    reference: Option<&'a pb::ObjectRef>,
+    what: &'static str,
+) -> Result<&'a pb::ObjectRef> {
+    let reference = reference
+        .filter(|r| !r.namespace.is_empty() && !r.name.is_empty())
+        .ok_or(WorkloadsError::MissingName { what })?;
+    input::namespace("namespace", &reference.namespace).map_err(WorkloadsError::InvalidArgument)?;
+    input::object_name("name", &reference.name).map_err(WorkloadsError::InvalidArgument)?;
+    Ok(reference)
+}
+
 fn not_found(kind: &FluxKind, namespace: &str, name: &str) -> WorkloadsError {
     WorkloadsError::NotFound {
         kind: kind.kind,
@@ -434,6 +453,12 @@ impl Filter {
         labels: &str,
         status: Option<&pb::StatusSelector>,
     ) -> Result<Self> {
+        if let Some(namespace) = non_empty(namespace) {
+            input::namespace("namespace", namespace).map_err(WorkloadsError::InvalidArgument)?;
+        }
+        if let Some(name) = non_empty(name) {
+            input::object_name("name", name).map_err(WorkloadsError::InvalidArgument)?;
+        }
         Ok(Self {
             namespace: non_empty(namespace).map(str::to_owned),
             name: non_empty(name).map(str::to_owned),
@@ -596,10 +621,7 @@ impl Workloads for WorkloadsService {
     ) -> Result<Response<FluxObject>, tonic::Status> {
         let (metadata, _, request) = request.into_parts();
         self.rpc("GetObject", async {
-            let reference = request
-                .object
-                .filter(|r| !r.namespace.is_empty() && !r.name.is_empty())
-                .ok_or(WorkloadsError::MissingName { what: "GetObject" })?;
+            let reference = checked(request.object.as_ref(), "GetObject")?;
             self.wait_discovered().await?;
             let cache = self.served(find_kind(&reference.kind)?)?;
             let permission = permission("get", cache.kind, Some(&reference.namespace));
