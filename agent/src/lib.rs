@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod admission;
 pub mod auth;
+pub mod backoff;
 pub mod bundle;
 pub mod bundle_source;
 pub mod cli;

@@ -302,7 +302,7 @@ pub async fn run(
         Api::<Deployment>::namespaced(client.clone(), &installer.config.operator_namespace),
         watcher::Config::default().fields(&format!("metadata.name={OPERATOR_DEPLOYMENT}")),
     )
-    .default_backoff();
+    .backoff(crate::backoff::watch());
     let sources = source_changes(&client, &installer.config);
     let mut deployments = std::pin::pin!(deployments);
     let mut sources = std::pin::pin!(sources);
@@ -376,7 +376,7 @@ fn source_changes(
                 api,
                 watcher::Config::default().fields(&format!("metadata.name={name}")),
             )
-            .default_backoff()
+            .backoff(crate::backoff::watch())
             .filter_map(move |event| {
                 let version = match event {
                     Ok(Event::Apply(o) | Event::InitApply(o)) => {

@@ -201,7 +201,7 @@ impl PolicyStore {
             self.configmaps.clone(),
             watcher::Config::default().fields(&format!("metadata.name={STORE_NAME}")),
         )
-        .default_backoff();
+        .backoff(crate::backoff::watch());
         let mut watcher = std::pin::pin!(watcher);
         let mut relist: Option<Option<ConfigMap>> = None;
         loop {

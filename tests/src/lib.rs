@@ -313,6 +313,13 @@ impl TestCluster {
         run_cluster_script(&["apiserver-outage", &self.name, &seconds.to_string()]).map(drop)
     }
 
+    /// Kills the cluster's kube-apiserver and etcd, starts them again after `seconds` with the
+    /// same command lines, and returns once the API server answers again.
+    pub fn apiserver_restart(&self, seconds: u64) -> Result<()> {
+        let seconds = seconds.to_string();
+        run_cluster_script(&["apiserver-outage", &self.name, &seconds, "--restart"]).map(drop)
+    }
+
     /// The pid of the running agent process.
     pub fn agent_pid(&self) -> Option<u32> {
         std::fs::read_to_string(self.dir().join("agent.pid"))

@@ -210,7 +210,7 @@ fn version_timeout() -> kube::Error {
     )
 }
 
-/// A watcher on one object of `api`, with kube-rs's default backoff between failures.
+/// A watcher on one object of `api`, with the agent's watch backoff between failures.
 fn watcher<K>(
     api: Api<K>,
     config: watcher::Config,
@@ -218,7 +218,7 @@ fn watcher<K>(
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    watcher::watcher(api, config).default_backoff()
+    watcher::watcher(api, config).backoff(crate::backoff::watch())
 }
 
 fn map_event<K>(event: Event<K>, f: impl FnOnce(K) -> Object) -> Event<Object> {

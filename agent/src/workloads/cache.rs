@@ -124,7 +124,7 @@ impl Caches {
             Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()),
             watcher::Config::default(),
         )
-        .default_backoff()
+        .backoff(crate::backoff::watch())
         .filter_map(|event| {
             let relevant = match event {
                 Ok(Event::Apply(crd) | Event::Delete(crd)) => groups
@@ -312,7 +312,7 @@ async fn reflect(
     let reader = writer.as_reader();
     let url = api.resource_url().to_owned();
     let stream = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::backoff::watch())
         // Nobody reads managedFields from the cache; they are often half of an object.
         .modify(|object| object.metadata.managed_fields = None);
     let mut stream = std::pin::pin!(stream);
