@@ -148,8 +148,9 @@ async fn plan(agent: &Agent, to: &str, options: &ConnectOptions) -> anyhow::Resu
 async fn apply(args: ApplyArgs, options: &ConnectOptions, printer: &Printer) -> anyhow::Result<()> {
     let agent = Agent::connect(options).await?;
     let view = plan(&agent, &args.target.to, options).await?;
-    // The plan goes to stderr, so stdout carries only the final report.
-    eprint!("{}", render_plan(&view, Style { color: false }));
+    // The plan goes to stderr, so stdout carries only the final report; it is being applied, so
+    // without the plan's "Ready: kubectl tenantflux upgrade apply …" line.
+    eprint!("{}", render_plan_body(&view, Style { color: false }));
     ensure_not_blocked(&view)?;
     if !args.yes {
         anyhow::ensure!(
@@ -396,6 +397,13 @@ fn line(out: &mut String, key: &str, value: &str) {
 }
 
 pub fn render_plan(view: &PlanView, style: Style) -> String {
+    let mut out = render_plan_body(view, style);
+    out.push_str(&render_verdict(view, style));
+    out
+}
+
+/// The plan without its verdict line.
+fn render_plan_body(view: &PlanView, style: Style) -> String {
     let mut out = String::new();
     if view.target.is_empty() {
         let _ = writeln!(out, "Upgrade to {:?}: nothing resolves", view.requested);
@@ -541,6 +549,11 @@ pub fn render_plan(view: &PlanView, style: Style) -> String {
             }
         }
     }
+    out
+}
+
+/// What to do next: fix the blockers, or the command that applies the plan.
+fn render_verdict(view: &PlanView, style: Style) -> String {
     let verdict = if view.blocked {
         style.paint(
             "\nBlocked: fix the blockers above, then plan again.",
@@ -555,8 +568,7 @@ pub fn render_plan(view: &PlanView, style: Style) -> String {
             Tone::Good,
         )
     };
-    let _ = writeln!(out, "{verdict}");
-    out
+    format!("{verdict}\n")
 }
 
 /// The stable `-o json|yaml` shape of an upgrade's state (`apply`'s final report).
