@@ -55,6 +55,11 @@ pub fn cluster_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("env/cluster")
 }
 
+/// A UTF-8 path as a command-line argument.
+pub fn path(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 path")
+}
+
 /// The repository root (for deploy/ and target/).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

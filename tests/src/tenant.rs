@@ -12,7 +12,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{Result, TestCluster, repo_root, wait_for};
+use crate::{Result, TestCluster, path, repo_root, wait_for};
 
 pub const AGENT_NAMESPACE: &str = "tenantflux-system";
 pub const APPS: &str = "apps";
@@ -40,6 +40,41 @@ pub fn compliant_instance() -> Value {
             "cluster": {"type": "kubernetes", "multitenant": true, "networkPolicy": true, "size": "small"},
         }
     })
+}
+
+/// The live FluxInstance `flux-system/flux` as JSON, or None when there is none.
+pub fn instance_json(cluster: &TestCluster) -> Option<Value> {
+    let output = cluster
+        .kubectl(&[
+            "-n",
+            "flux-system",
+            "get",
+            "fluxinstance",
+            "flux",
+            "-o",
+            "json",
+        ])
+        .expect("kubectl get fluxinstance");
+    output
+        .status
+        .success()
+        .then(|| serde_json::from_slice(&output.stdout).expect("JSON"))
+}
+
+/// The agent's defaults record as `outcome/policyGeneration`, empty when there is none.
+pub fn defaults_record(cluster: &TestCluster) -> String {
+    cluster
+        .kubectl_ok(&[
+            "-n",
+            AGENT_NAMESPACE,
+            "get",
+            "configmap",
+            "tenantflux-defaults",
+            "-o",
+            "jsonpath={.data.outcome}/{.data.policyGeneration}",
+            "--ignore-not-found",
+        ])
+        .unwrap_or_default()
 }
 
 pub struct Tenant<'a> {
@@ -223,9 +258,4 @@ impl<'a> Tenant<'a> {
             "vap": object(vap),
         }))
     }
-}
-
-/// A UTF-8 path as a command-line argument.
-pub fn path(p: &Path) -> &str {
-    p.to_str().expect("UTF-8 temp path")
 }

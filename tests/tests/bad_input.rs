@@ -15,8 +15,8 @@ use tenantflux_proto::v1::{
     workloads_client::WorkloadsClient,
 };
 use tenantflux_tests::{
-    TestCluster,
-    tenant::{APPS, Tenant, compliant_instance, example_without_defaults, path},
+    TestCluster, path,
+    tenant::{APPS, Tenant, compliant_instance, example_without_defaults},
 };
 use tonic::{
     Code, Request, Status,

@@ -19,8 +19,8 @@ use std::{
 
 use serde_json::Value;
 use tenantflux_tests::{
-    TestCluster, operator_bundle,
-    tenant::{AGENT_NAMESPACE, APPS, Tenant, compliant_instance, path},
+    TestCluster, operator_bundle, path,
+    tenant::{AGENT_NAMESPACE, APPS, Tenant, compliant_instance, defaults_record, instance_json},
     tool_path, wait_for,
 };
 
@@ -289,40 +289,6 @@ async fn kill_9_during_the_operator_install_ends_in_the_same_install() {
     assert!(alive(pid), "the agent exited during the outage");
     assert_eq!(install_state(&cluster), state);
     assert_eq!(event_reasons(&cluster), events);
-}
-
-fn instance_json(cluster: &TestCluster) -> Option<Value> {
-    let output = cluster
-        .kubectl(&[
-            "-n",
-            "flux-system",
-            "get",
-            "fluxinstance",
-            "flux",
-            "-o",
-            "json",
-        ])
-        .ok()?;
-    output
-        .status
-        .success()
-        .then(|| serde_json::from_slice(&output.stdout).ok())
-        .flatten()
-}
-
-fn defaults_record(cluster: &TestCluster) -> String {
-    cluster
-        .kubectl_ok(&[
-            "-n",
-            AGENT_NAMESPACE,
-            "get",
-            "configmap",
-            "tenantflux-defaults",
-            "-o",
-            "jsonpath={.data.outcome}/{.data.policyGeneration}",
-            "--ignore-not-found",
-        ])
-        .unwrap_or_default()
 }
 
 fn vap_generation(cluster: &TestCluster) -> String {

@@ -19,12 +19,8 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, ObjectMeta, PostParams};
 use serde_json::Value;
 use tenantflux_tests::{
-    TestCluster, apply_flux_instance, condition_status, flux_instances, wait_for,
+    TestCluster, apply_flux_instance, condition_status, flux_instances, path, wait_for,
 };
-
-fn path(p: &Path) -> &str {
-    p.to_str().expect("UTF-8 path")
-}
 
 /// `kubectl tenantflux ARGS` with the management cluster's kubeconfig.
 fn fleet(management: &TestCluster, args: &[&str]) -> Output {

@@ -6,9 +6,15 @@
 use std::{path::Path, process::Output, time::Duration};
 
 use serde_json::Value;
-use tenantflux_tests::{TestCluster, repo_root, wait_for};
+use tenantflux_tests::{
+    TestCluster, path, repo_root,
+    tenant::{
+        AGENT_NAMESPACE, compliant_instance, defaults_record, example_without_defaults,
+        instance_json,
+    },
+    wait_for,
+};
 
-const AGENT_NAMESPACE: &str = "tenantflux-system";
 const STORE: &str = "tenantflux-policy";
 
 /// Each test starts a cluster of its own; one at a time, since several control planes
@@ -45,10 +51,6 @@ fn refused(cluster: &TestCluster, args: &[&str]) -> String {
         String::from_utf8_lossy(&output.stdout)
     );
     String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().expect("UTF-8 temp path")
 }
 
 fn show(cluster: &TestCluster) -> Value {
@@ -359,15 +361,6 @@ fn example_file(dir: &tempfile::TempDir, example: &str) -> std::path::PathBuf {
     file
 }
 
-/// deploy/policy/example.yaml without `spec.defaults` (its last field).
-fn example_without_defaults() -> String {
-    let example = std::fs::read_to_string(repo_root().join("deploy/policy/example.yaml")).unwrap();
-    let (head, _) = example
-        .split_once("  defaults:\n")
-        .expect("the example ends with spec.defaults");
-    head.to_owned()
-}
-
 /// Makes keys, restarts the agent with the public one, and pushes the example policy without
 /// its defaults (they would create the instance these tests create themselves) as the
 /// platform account.
@@ -404,20 +397,6 @@ fn push_example_without_defaults(cluster: &TestCluster, dir: &Path) {
         &["policy", "push", "-f", path(&signed)],
     );
     assert!(output.status.success(), "{output:?}");
-}
-
-/// A FluxInstance complying with deploy/policy/example.yaml.
-fn compliant_instance() -> Value {
-    serde_json::json!({
-        "apiVersion": "fluxcd.controlplane.io/v1",
-        "kind": "FluxInstance",
-        "metadata": {"name": "flux", "namespace": "flux-system"},
-        "spec": {
-            "distribution": {"version": "2.9.x", "registry": "ghcr.io/fluxcd"},
-            "components": ["source-controller", "kustomize-controller", "helm-controller", "notification-controller"],
-            "cluster": {"type": "kubernetes", "multitenant": true, "networkPolicy": true, "size": "small"},
-        }
-    })
 }
 
 #[tokio::test]
@@ -868,38 +847,6 @@ impl<'a> Platform<'a> {
         );
         assert!(output.status.success(), "{output:?}");
     }
-}
-
-fn instance_json(cluster: &TestCluster) -> Option<Value> {
-    let output = cluster
-        .kubectl(&[
-            "-n",
-            "flux-system",
-            "get",
-            "fluxinstance",
-            "flux",
-            "-o",
-            "json",
-        ])
-        .unwrap();
-    output
-        .status
-        .success()
-        .then(|| serde_json::from_slice(&output.stdout).expect("JSON"))
-}
-
-fn defaults_record(cluster: &TestCluster) -> String {
-    cluster
-        .kubectl_ok(&[
-            "-n",
-            AGENT_NAMESPACE,
-            "get",
-            "configmap",
-            "tenantflux-defaults",
-            "-o",
-            "jsonpath={.data.outcome}/{.data.policyGeneration}",
-        ])
-        .unwrap_or_default()
 }
 
 #[tokio::test]

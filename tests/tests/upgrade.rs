@@ -7,7 +7,6 @@
 //! redo finished CRDs, and bumps the FluxInstance exactly once.
 
 use std::{
-    path::Path,
     process::{Output, Stdio},
     time::Duration,
 };
@@ -19,9 +18,7 @@ use k8s_openapi::{
 };
 use kube::Api;
 use serde_json::{Value, json};
-use tenantflux_tests::{TestCluster, flux_instances, wait_for};
-
-const AGENT_NAMESPACE: &str = "tenantflux-system";
+use tenantflux_tests::{TestCluster, flux_instances, path, tenant::AGENT_NAMESPACE, wait_for};
 /// Objects of each migrated kind; enough for the migration to be caught half-way.
 const OBJECTS: usize = 300;
 const MIGRATED: [&str; 3] = [
@@ -36,10 +33,6 @@ fn text(output: &Output) -> String {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     )
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().expect("UTF-8 path")
 }
 
 /// Applies the FluxInstance as the tenant would (its own field manager), at `version`.

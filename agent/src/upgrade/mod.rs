@@ -343,24 +343,22 @@ impl Upgrader {
         }
     }
 
-    fn instances(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(
-            self.client.clone(),
-            &self.config.operator_namespace,
-            &flux_instance_resource(),
-        )
-    }
-
-    /// Reads what the planner needs from the cluster.
-    pub async fn facts(&self) -> Result<Facts, StepError> {
+    /// The live FluxInstance, when there is one.
+    async fn live_instance(&self) -> Result<Option<DynamicObject>, StepError> {
         let ns = &self.config.operator_namespace;
-        let instance = self
-            .instances()
+        Api::<DynamicObject>::namespaced_with(self.client.clone(), ns, &flux_instance_resource())
             .get_opt(INSTANCE_NAME)
             .await
             .map_err(kube_err(format!(
                 "reading FluxInstance {ns}/{INSTANCE_NAME}"
-            )))?
+            )))
+    }
+
+    /// Reads what the planner needs from the cluster.
+    pub async fn facts(&self) -> Result<Facts, StepError> {
+        let instance = self
+            .live_instance()
+            .await?
             .map(|o| serde_json::to_value(o).unwrap_or_default());
         let version = self
             .client
@@ -708,18 +706,11 @@ impl Upgrader {
     /// Writes the new version once: a resumed bump first looks whether it is already there.
     async fn bump(&self, record: &mut Record) -> Result<(), StepError> {
         let ns = &self.config.operator_namespace;
-        let live = self
-            .instances()
-            .get_opt(INSTANCE_NAME)
-            .await
-            .map_err(kube_err(format!(
-                "reading FluxInstance {ns}/{INSTANCE_NAME}"
-            )))?
-            .ok_or_else(|| {
-                StepError::Refused(format!(
-                    "FluxInstance {ns}/{INSTANCE_NAME} was deleted during the upgrade"
-                ))
-            })?;
+        let live = self.live_instance().await?.ok_or_else(|| {
+            StepError::Refused(format!(
+                "FluxInstance {ns}/{INSTANCE_NAME} was deleted during the upgrade"
+            ))
+        })?;
         let value = serde_json::to_value(&live).unwrap_or_default();
         let current = value
             .pointer("/spec/distribution/version")
@@ -764,12 +755,8 @@ impl Upgrader {
         loop {
             let ns = &self.config.operator_namespace;
             let live = self
-                .instances()
-                .get_opt(INSTANCE_NAME)
-                .await
-                .map_err(kube_err(format!(
-                    "reading FluxInstance {ns}/{INSTANCE_NAME}"
-                )))?
+                .live_instance()
+                .await?
                 .map(|o| serde_json::to_value(o).unwrap_or_default())
                 .unwrap_or_default();
             match state::rollout(&live, &record.target, record.instance_generation) {
