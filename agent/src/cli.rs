@@ -14,8 +14,14 @@ pub const DEFAULT_LOG_FILTER: &str = "info,kube_client::client::builder=off";
 #[derive(Debug, Clone, Parser)]
 #[command(name = "tenantflux-agent", version, about)]
 pub struct Args {
-    /// Address the gRPC API listens on.
-    #[arg(long, env = "TENANTFLUX_GRPC_ADDRESS", default_value = "0.0.0.0:9090")]
+    /// Address the gRPC API listens on. Loopback by default: a port-forward (how the plugin
+    /// comes) arrives inside the pod, and nothing else needs to reach the API, so no other
+    /// pod can send it anything, tokens included.
+    #[arg(
+        long,
+        env = "TENANTFLUX_GRPC_ADDRESS",
+        default_value = "127.0.0.1:9090"
+    )]
     pub grpc_address: SocketAddr,
 
     /// Address of the admin HTTP server (/livez, /readyz, /metrics).
@@ -154,7 +160,7 @@ mod tests {
     fn every_flag_has_its_env_twin_and_default() {
         let cmd = Args::command();
         let expected = [
-            ("grpc_address", "TENANTFLUX_GRPC_ADDRESS", "0.0.0.0:9090"),
+            ("grpc_address", "TENANTFLUX_GRPC_ADDRESS", "127.0.0.1:9090"),
             ("admin_address", "TENANTFLUX_ADMIN_ADDRESS", "0.0.0.0:8080"),
             ("namespace", "TENANTFLUX_NAMESPACE", "tenantflux-system"),
             (

@@ -12,9 +12,13 @@ use std::{
 };
 
 use hyper_util::rt::TokioIo;
-use k8s_openapi::api::{
-    authentication::v1::{TokenRequest, TokenRequestSpec},
-    core::v1::{Pod, ServiceAccount},
+use k8s_openapi::{
+    api::{
+        apps::v1::{Deployment, ReplicaSet},
+        authentication::v1::{TokenRequest, TokenRequestSpec},
+        core::v1::{Pod, ServiceAccount},
+    },
+    apimachinery::pkg::apis::meta::v1::OwnerReference,
 };
 use kube::{
     Api, Client,
@@ -37,8 +41,16 @@ use tonic::{
 
 use crate::cli::GlobalArgs;
 
-/// Label every tenantflux-agent pod carries (deploy/manifests sets it).
+/// Label every tenantflux-agent pod carries (deploy/manifests sets it). Anyone who can create
+/// a pod can set it too, so it only finds candidates: see [`check_agent_pod`].
 pub const AGENT_SELECTOR: &str = "app.kubernetes.io/name=tenantflux-agent";
+/// The Deployment whose pods are the agent (deploy/ creates it).
+pub const AGENT_DEPLOYMENT: &str = "tenantflux-agent";
+/// The ServiceAccount the agent's pods run as (deploy/ creates it).
+pub const AGENT_SERVICE_ACCOUNT: &str = "tenantflux-agent";
+/// Set (to anything but empty or `0`) to have every command say, on stderr, which pod it
+/// checked and what credential it sends there.
+pub const VERBOSE_ENV: &str = "TENANTFLUX_VERBOSE";
 /// The port the agent serves gRPC on when its pod does not name a `grpc` container port.
 pub const DEFAULT_GRPC_PORT: u16 = 9090;
 /// ServiceAccount (created by deploy/) whose tokens users without a token of their own borrow.
@@ -100,6 +112,8 @@ pub struct ConnectOptions {
     /// user without one.
     pub token_account: String,
     pub timeout: Option<Duration>,
+    /// Say on stderr which pod was checked and what credential is sent to it.
+    pub verbose: bool,
 }
 
 impl From<&GlobalArgs> for ConnectOptions {
@@ -115,6 +129,7 @@ impl From<&GlobalArgs> for ConnectOptions {
             token: args.token.clone(),
             token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
             timeout: args.request_timeout.get(),
+            verbose: std::env::var_os(VERBOSE_ENV).is_some_and(|v| !v.is_empty() && v != "0"),
         }
     }
 }
@@ -163,6 +178,26 @@ pub enum ConnectError {
     )]
     NoAgentPod { namespace: String },
 
+    #[error(
+        "cannot check that the pods in namespace {namespace} with selector {AGENT_SELECTOR} are tenantflux-agent's \
+         (no credential is sent to an unchecked pod): {cause}"
+    )]
+    CheckPods { namespace: String, cause: String },
+
+    #[error(
+        "not allowed to check that the pods in namespace {namespace} with selector {AGENT_SELECTOR} are tenantflux-agent's \
+         (no credential is sent to an unchecked pod): {message}; the kubeconfig user needs `get` on \
+         deployments/{AGENT_DEPLOYMENT} and on replicasets in {namespace} (the Role tenantflux-user of deploy/ grants both)"
+    )]
+    CheckPodsForbidden { namespace: String, message: String },
+
+    #[error(
+        "refused every pod in namespace {namespace} with selector {AGENT_SELECTOR}, and sent them no credential: {refused}. \
+         The agent's pod runs as ServiceAccount {AGENT_SERVICE_ACCOUNT} and belongs to Deployment {AGENT_DEPLOYMENT}; \
+         ask the cluster's admins who created these pods (`kubectl -n {namespace} get pods -l {AGENT_SELECTOR} -o yaml`)"
+    )]
+    NotTheAgent { namespace: String, refused: String },
+
     #[error("cannot reach {target}: {cause}")]
     Unreachable { target: AgentTarget, cause: String },
 
@@ -197,6 +232,12 @@ pub enum ConnectError {
 
     #[error("the bearer token contains characters not allowed in gRPC metadata; check --token")]
     InvalidToken,
+
+    #[error(
+        "no token audience given (--agent-audience is empty): a token without one would be valid \
+         for the API server itself, so none is requested; use the agent's --token-audience (default tenantflux-agent)"
+    )]
+    NoAudience,
 }
 
 impl ConnectError {
@@ -207,6 +248,7 @@ impl ConnectError {
             Self::TimedOut { .. }
             | Self::ListPods { .. }
             | Self::NoAgentPod { .. }
+            | Self::CheckPods { .. }
             | Self::Unreachable { .. }
             | Self::TokenRequest { .. } => true,
             Self::Kubeconfig { .. }
@@ -215,7 +257,10 @@ impl ConnectError {
             | Self::TokenFile { .. }
             | Self::TokenRequestForbidden { .. }
             | Self::ClientAccountMissing { .. }
-            | Self::InvalidToken => false,
+            | Self::CheckPodsForbidden { .. }
+            | Self::NotTheAgent { .. }
+            | Self::InvalidToken
+            | Self::NoAudience => false,
         }
     }
 }
@@ -362,6 +407,25 @@ pub enum TokenSource<'a> {
     TokenRequest,
 }
 
+/// What is sent, as `TENANTFLUX_VERBOSE` says it (never the token). A token forwarded from
+/// the flag or the kubeconfig is one the API server accepts: whoever holds it can act as the
+/// user until it expires, so it goes only to a checked pod.
+impl fmt::Display for TokenSource<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Flag(_) => f.write_str("the bearer token of --token (TENANTFLUX_TOKEN)"),
+            Self::Kubeconfig(_) => f.write_str("the kubeconfig user's own bearer token"),
+            Self::KubeconfigFile(path) => {
+                write!(
+                    f,
+                    "the bearer token in the kubeconfig user's tokenFile {path}"
+                )
+            }
+            Self::TokenRequest => f.write_str("a TokenRequest token"),
+        }
+    }
+}
+
 pub fn token_source<'a>(flag: Option<&'a Token>, user: &'a AuthInfo) -> TokenSource<'a> {
     if let Some(token) = flag {
         return TokenSource::Flag(token);
@@ -377,9 +441,10 @@ pub fn token_source<'a>(flag: Option<&'a Token>, user: &'a AuthInfo) -> TokenSou
     }
 }
 
-/// The agent pod a port-forward should go to: Running, Ready, not terminating; newest first.
-pub fn pick_agent_pod(pods: &[Pod]) -> Option<&Pod> {
-    pods.iter()
+/// The pods a port-forward may go to: Running, Ready, not terminating; newest first.
+pub fn ready_agent_pods(pods: &[Pod]) -> Vec<&Pod> {
+    let mut ready: Vec<&Pod> = pods
+        .iter()
         .filter(|pod| pod.metadata.deletion_timestamp.is_none())
         .filter(|pod| {
             let Some(status) = &pod.status else {
@@ -393,12 +458,78 @@ pub fn pick_agent_pod(pods: &[Pod]) -> Option<&Pod> {
                 .any(|c| c.type_ == "Ready" && c.status == "True");
             running && ready
         })
-        .max_by(|a, b| {
-            let created = |pod: &Pod| pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
-            created(a)
-                .cmp(&created(b))
-                .then_with(|| b.metadata.name.cmp(&a.metadata.name))
-        })
+        .collect();
+    let created = |pod: &Pod| pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    ready.sort_by(|a, b| {
+        created(b)
+            .cmp(&created(a))
+            .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+    });
+    ready
+}
+
+/// The name of the ReplicaSet that controls `pod`, if a ReplicaSet does.
+pub fn controlling_replica_set(pod: &Pod) -> Option<&str> {
+    controller(&pod.metadata.owner_references, "ReplicaSet").map(|owner| owner.name.as_str())
+}
+
+fn controller<'a>(
+    owners: &'a Option<Vec<OwnerReference>>,
+    kind: &str,
+) -> Option<&'a OwnerReference> {
+    owners
+        .iter()
+        .flatten()
+        .find(|owner| owner.controller == Some(true))
+        .filter(|owner| owner.kind == kind && owner.api_version == "apps/v1")
+}
+
+/// Whether `pod` is tenantflux-agent's, so that a credential may be sent to it: it runs as
+/// ServiceAccount tenantflux-agent, and its controller is a ReplicaSet (`replica_set`, as
+/// read from the API server) whose controller is Deployment tenantflux-agent (`deployment`).
+/// The agent's labels alone prove nothing: whoever may create a pod sets them. Err says why
+/// not, in words for the user.
+pub fn check_agent_pod(
+    pod: &Pod,
+    replica_set: Option<&ReplicaSet>,
+    deployment: Option<&Deployment>,
+) -> Result<(), String> {
+    let spec = pod.spec.as_ref();
+    let account = spec
+        .and_then(|s| s.service_account_name.as_deref())
+        .unwrap_or("default");
+    if account != AGENT_SERVICE_ACCOUNT {
+        return Err(format!(
+            "it runs as ServiceAccount {account}, not {AGENT_SERVICE_ACCOUNT}"
+        ));
+    }
+    let Some(owner) = controller(&pod.metadata.owner_references, "ReplicaSet") else {
+        return Err(format!(
+            "it was not created by a ReplicaSet of Deployment {AGENT_DEPLOYMENT}"
+        ));
+    };
+    let Some(replica_set) = replica_set.filter(|rs| rs.metadata.uid.as_deref() == Some(&owner.uid))
+    else {
+        return Err(format!(
+            "its ReplicaSet {} does not exist (or is another one by that name)",
+            owner.name
+        ));
+    };
+    let of_deployment = controller(&replica_set.metadata.owner_references, "Deployment")
+        .filter(|owner| owner.name == AGENT_DEPLOYMENT);
+    let (Some(rs_owner), Some(deployment)) = (of_deployment, deployment) else {
+        return Err(format!(
+            "its ReplicaSet {} does not belong to Deployment {AGENT_DEPLOYMENT}",
+            owner.name
+        ));
+    };
+    if deployment.metadata.uid.as_deref() != Some(&rs_owner.uid) {
+        return Err(format!(
+            "its ReplicaSet {} belongs to an earlier Deployment {AGENT_DEPLOYMENT}, since deleted",
+            owner.name
+        ));
+    }
+    Ok(())
 }
 
 /// The pod's container port named `grpc`, or the agent's default port.
@@ -461,12 +592,12 @@ impl Agent {
             .namespace
             .clone()
             .unwrap_or_else(|| "default".to_owned());
-        let (channel, target, token) = match &options.agent_address {
+        let (channel, target, (token, credential)) = match &options.agent_address {
             Some(address) => {
                 let (channel, target) = direct_channel(address, options.timeout).await?;
                 let token = match &options.token {
                     // A direct address with an explicit token needs no Kubernetes at all.
-                    Some(token) => token.clone(),
+                    Some(token) => (token.clone(), TokenSource::Flag(token).to_string()),
                     None => {
                         let (client, user) = kube_client(options).await?;
                         client.default_namespace().clone_into(&mut namespace);
@@ -478,13 +609,23 @@ impl Agent {
             None => {
                 let (client, user) = kube_client(options).await?;
                 client.default_namespace().clone_into(&mut namespace);
-                // The pod first: "agent not installed" explains more than a failed TokenRequest.
+                // The pod first: "agent not installed" explains more than a failed TokenRequest,
+                // and no token is requested or read for a pod that is not the agent's.
                 let (channel, target) =
                     port_forward_channel(client.clone(), options, forward_error.clone()).await?;
                 let token = resolve_token(options, client, &user).await?;
                 (channel, target, token)
             }
         };
+        if options.verbose {
+            let checked = match &target {
+                AgentTarget::Pod { .. } => format!(
+                    " (checked: it runs as ServiceAccount {AGENT_SERVICE_ACCOUNT} and belongs to Deployment {AGENT_DEPLOYMENT})"
+                ),
+                AgentTarget::Address(_) => String::new(),
+            };
+            eprintln!("sending {credential} to {target}{checked}");
+        }
         let auth = BearerAuth::new(&token)?;
         Ok(Self {
             client: AgentClient::with_interceptor(channel.clone(), auth.clone()),
@@ -679,17 +820,20 @@ pub fn read_kubeconfigs(paths: &OsString) -> Result<Kubeconfig, ConnectError> {
         })
 }
 
+/// The token calls carry, and what it is (for `TENANTFLUX_VERBOSE`).
 async fn resolve_token(
     options: &ConnectOptions,
     client: Client,
     user: &AuthInfo,
-) -> Result<Token, ConnectError> {
-    match token_source(options.token.as_ref(), user) {
-        TokenSource::Flag(token) => Ok(token.clone()),
-        TokenSource::Kubeconfig(token) => Ok(token),
+) -> Result<(Token, String), ConnectError> {
+    let source = token_source(options.token.as_ref(), user);
+    let what = source.to_string();
+    match source {
+        TokenSource::Flag(token) => Ok((token.clone(), what)),
+        TokenSource::Kubeconfig(token) => Ok((token, what)),
         TokenSource::KubeconfigFile(path) => tokio::fs::read_to_string(path)
             .await
-            .map(Token::new)
+            .map(|text| (Token::new(text), what))
             .map_err(|err| ConnectError::TokenFile {
                 path: path.to_owned(),
                 cause: err.to_string(),
@@ -697,6 +841,11 @@ async fn resolve_token(
         TokenSource::TokenRequest => {
             let namespace = &options.agent_namespace;
             let account = &options.token_account;
+            let audience = &options.audience;
+            let what = format!(
+                "a TokenRequest token of ServiceAccount {account} in namespace {namespace} \
+                 (audience {audience}, valid {TOKEN_LIFETIME_SECONDS} s)"
+            );
             bounded(
                 options.timeout,
                 || {
@@ -704,9 +853,10 @@ async fn resolve_token(
                         "requesting a token for ServiceAccount {account} in namespace {namespace}"
                     )
                 },
-                request_token(client, namespace, account, &options.audience),
+                request_token(client, namespace, account, audience),
             )
             .await?
+            .map(|token| (token, what))
         }
     }
 }
@@ -717,6 +867,11 @@ async fn request_token(
     account: &str,
     audience: &str,
 ) -> Result<Token, ConnectError> {
+    // The API server gives a token requested without an audience its own: one that works
+    // against the API server, not only against the agent.
+    if audience.trim().is_empty() {
+        return Err(ConnectError::NoAudience);
+    }
     let accounts: Api<ServiceAccount> = Api::namespaced(client, namespace);
     let request = TokenRequest {
         spec: TokenRequestSpec {
@@ -760,6 +915,58 @@ async fn request_token(
         })
 }
 
+/// The newest of `candidates` that is tenantflux-agent's ([`check_agent_pod`]). Pods with the
+/// agent's labels that are not its are named: in a warning when the agent's pod is there
+/// too, in the error when it is not.
+async fn checked_agent_pod<'a>(
+    client: Client,
+    namespace: &str,
+    candidates: &[&'a Pod],
+) -> Result<&'a Pod, ConnectError> {
+    let read_error = |err: kube::Error| match err {
+        kube::Error::Api(status) if status.is_forbidden() => ConnectError::CheckPodsForbidden {
+            namespace: namespace.to_owned(),
+            message: status.message.clone(),
+        },
+        err => ConnectError::CheckPods {
+            namespace: namespace.to_owned(),
+            cause: describe(&err),
+        },
+    };
+    let deployment = Api::<Deployment>::namespaced(client.clone(), namespace)
+        .get_opt(AGENT_DEPLOYMENT)
+        .await
+        .map_err(read_error)?;
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(client, namespace);
+    let mut refused = Vec::new();
+    for &pod in candidates {
+        let replica_set = match controlling_replica_set(pod) {
+            Some(name) => replica_sets.get_opt(name).await.map_err(read_error)?,
+            None => None,
+        };
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        match check_agent_pod(pod, replica_set.as_ref(), deployment.as_ref()) {
+            Ok(()) => {
+                for (other, why) in &refused {
+                    eprintln!(
+                        "warning: ignored pod {other} in namespace {namespace}: it has the agent's labels, but {why}"
+                    );
+                }
+                return Ok(pod);
+            }
+            Err(why) => refused.push((name, why)),
+        }
+    }
+    Err(ConnectError::NotTheAgent {
+        namespace: namespace.to_owned(),
+        refused: refused
+            .iter()
+            .map(|(name, why)| format!("pod {name}: {why}"))
+            .collect::<Vec<_>>()
+            .join("; "),
+    })
+}
+
 /// A gRPC channel whose every connection is a new port-forward to the agent pod.
 async fn port_forward_channel(
     client: Client,
@@ -767,7 +974,7 @@ async fn port_forward_channel(
     forward_error: ForwardError,
 ) -> Result<(Channel, AgentTarget), ConnectError> {
     let namespace = options.agent_namespace.clone();
-    let pods: Api<Pod> = Api::namespaced(client, &namespace);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     let list = bounded(
         options.timeout,
         || format!("listing pods in namespace {namespace} with selector {AGENT_SELECTOR}"),
@@ -778,9 +985,16 @@ async fn port_forward_channel(
         namespace: namespace.clone(),
         cause: describe(&err),
     })?;
-    let pod = pick_agent_pod(&list.items).ok_or_else(|| ConnectError::NoAgentPod {
-        namespace: namespace.clone(),
-    })?;
+    let candidates = ready_agent_pods(&list.items);
+    if candidates.is_empty() {
+        return Err(ConnectError::NoAgentPod { namespace });
+    }
+    let pod = bounded(
+        options.timeout,
+        || format!("checking the pods in namespace {namespace} with selector {AGENT_SELECTOR}"),
+        checked_agent_pod(client, &namespace, &candidates),
+    )
+    .await??;
     let name = pod.metadata.name.clone().unwrap_or_default();
     let port = grpc_port(pod);
     let target = AgentTarget::Pod {
@@ -853,18 +1067,20 @@ mod tests {
         }
     }
 
-    fn name(pod: Option<&Pod>) -> Option<&str> {
-        pod.and_then(|p| p.metadata.name.as_deref())
+    fn names<'a>(pods: &[&'a Pod]) -> Vec<&'a str> {
+        pods.iter()
+            .filter_map(|p| p.metadata.name.as_deref())
+            .collect()
     }
 
     #[test]
-    fn picks_the_newest_running_ready_pod() {
+    fn candidates_are_the_running_ready_pods_newest_first() {
         let pods = vec![
             pod("old", 100, "Running", "True"),
             pod("new", 300, "Running", "True"),
             pod("mid", 200, "Running", "True"),
         ];
-        assert_eq!(name(pick_agent_pod(&pods)), Some("new"));
+        assert_eq!(names(&ready_agent_pods(&pods)), ["new", "mid", "old"]);
     }
 
     #[test]
@@ -878,14 +1094,128 @@ mod tests {
             terminating,
             pod("good", 100, "Running", "True"),
         ];
-        assert_eq!(name(pick_agent_pod(&pods)), Some("good"));
-        assert_eq!(name(pick_agent_pod(&pods[..4])), None);
-        assert_eq!(name(pick_agent_pod(&[])), None);
+        assert_eq!(names(&ready_agent_pods(&pods)), ["good"]);
+        assert!(ready_agent_pods(&pods[..4]).is_empty());
+        assert!(ready_agent_pods(&[]).is_empty());
         let no_status = Pod {
             status: None,
             ..pod("bare", 1, "Running", "True")
         };
-        assert_eq!(name(pick_agent_pod(&[no_status])), None);
+        assert!(ready_agent_pods(&[no_status]).is_empty());
+    }
+
+    fn owner(kind: &str, name: &str, uid: &str) -> OwnerReference {
+        OwnerReference {
+            api_version: "apps/v1".to_owned(),
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            uid: uid.to_owned(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        }
+    }
+
+    /// The agent's pod as the Deployment's ReplicaSet creates it, with that ReplicaSet and
+    /// Deployment.
+    fn agent_pod() -> (Pod, ReplicaSet, Deployment) {
+        let mut pod = pod("tenantflux-agent-7d9f-x2x", 1, "Running", "True");
+        pod.spec = Some(PodSpec {
+            service_account_name: Some("tenantflux-agent".to_owned()),
+            ..PodSpec::default()
+        });
+        pod.metadata.owner_references =
+            Some(vec![owner("ReplicaSet", "tenantflux-agent-7d9f", "rs-uid")]);
+        let replica_set = ReplicaSet {
+            metadata: ObjectMeta {
+                name: Some("tenantflux-agent-7d9f".to_owned()),
+                uid: Some("rs-uid".to_owned()),
+                owner_references: Some(vec![owner("Deployment", "tenantflux-agent", "deploy-uid")]),
+                ..ObjectMeta::default()
+            },
+            ..ReplicaSet::default()
+        };
+        let deployment = Deployment {
+            metadata: ObjectMeta {
+                name: Some("tenantflux-agent".to_owned()),
+                uid: Some("deploy-uid".to_owned()),
+                ..ObjectMeta::default()
+            },
+            ..Deployment::default()
+        };
+        (pod, replica_set, deployment)
+    }
+
+    #[test]
+    fn the_agents_pod_runs_as_its_account_and_belongs_to_its_deployment() {
+        let (pod, rs, deployment) = agent_pod();
+        assert_eq!(check_agent_pod(&pod, Some(&rs), Some(&deployment)), Ok(()));
+        assert_eq!(controlling_replica_set(&pod), Some("tenantflux-agent-7d9f"));
+    }
+
+    #[test]
+    fn a_pod_with_the_agents_labels_only_is_refused_with_the_reason() {
+        let (agent, rs, deployment) = agent_pod();
+        let refused = |pod: &Pod, rs: Option<&ReplicaSet>, deployment: Option<&Deployment>| {
+            check_agent_pod(pod, rs, deployment).unwrap_err()
+        };
+
+        let mut other_account = agent.clone();
+        other_account.spec.as_mut().unwrap().service_account_name = Some("default".to_owned());
+        assert_eq!(
+            refused(&other_account, Some(&rs), Some(&deployment)),
+            "it runs as ServiceAccount default, not tenantflux-agent"
+        );
+        let no_account = Pod {
+            spec: None,
+            ..agent.clone()
+        };
+        assert!(refused(&no_account, Some(&rs), Some(&deployment)).contains("default"));
+
+        let mut bare = agent.clone();
+        bare.metadata.owner_references = None;
+        assert_eq!(
+            refused(&bare, Some(&rs), Some(&deployment)),
+            "it was not created by a ReplicaSet of Deployment tenantflux-agent"
+        );
+        // An owner that is not the controller, or a controller of another kind, is no proof.
+        let mut not_controller = agent.clone();
+        not_controller.metadata.owner_references.as_mut().unwrap()[0].controller = None;
+        assert!(refused(&not_controller, Some(&rs), Some(&deployment)).contains("not created"));
+        let mut job = agent.clone();
+        job.metadata.owner_references = Some(vec![owner("Job", "tenantflux-agent", "rs-uid")]);
+        assert!(refused(&job, Some(&rs), Some(&deployment)).contains("not created"));
+
+        assert!(refused(&agent, None, Some(&deployment)).contains("does not exist"));
+        let mut same_name = rs.clone();
+        same_name.metadata.uid = Some("forged".to_owned());
+        assert!(refused(&agent, Some(&same_name), Some(&deployment)).contains("another one"));
+
+        let mut foreign = rs.clone();
+        foreign.metadata.owner_references =
+            Some(vec![owner("Deployment", "lookalike", "deploy-uid")]);
+        assert_eq!(
+            refused(&agent, Some(&foreign), Some(&deployment)),
+            "its ReplicaSet tenantflux-agent-7d9f does not belong to Deployment tenantflux-agent"
+        );
+        assert!(refused(&agent, Some(&rs), None).contains("does not belong"));
+        let mut recreated = deployment.clone();
+        recreated.metadata.uid = Some("new-uid".to_owned());
+        assert!(refused(&agent, Some(&rs), Some(&recreated)).contains("earlier Deployment"));
+    }
+
+    #[test]
+    fn what_is_sent_is_said_without_the_token() {
+        let flag = Token::new("s3cr3t-flag");
+        assert_eq!(
+            TokenSource::Flag(&flag).to_string(),
+            "the bearer token of --token (TENANTFLUX_TOKEN)"
+        );
+        let own = TokenSource::Kubeconfig(Token::new("s3cr3t-own")).to_string();
+        assert_eq!(own, "the kubeconfig user's own bearer token");
+        assert_eq!(
+            TokenSource::KubeconfigFile("/run/token").to_string(),
+            "the bearer token in the kubeconfig user's tokenFile /run/token"
+        );
     }
 
     #[test]
@@ -974,6 +1304,7 @@ mod tests {
             token: Some(token),
             token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
             timeout: None,
+            verbose: false,
         };
         assert!(!format!("{options:?}").contains("s3cr3t"));
         assert!("   ".parse::<Token>().is_err());
@@ -1139,6 +1470,10 @@ mod tests {
                 namespace: namespace(),
                 cause: cause(),
             },
+            ConnectError::CheckPods {
+                namespace: namespace(),
+                cause: cause(),
+            },
         ] {
             assert!(err.is_transient(), "{err}");
         }
@@ -1163,6 +1498,16 @@ mod tests {
                 namespace: namespace(),
             },
             ConnectError::InvalidToken,
+            ConnectError::CheckPodsForbidden {
+                namespace: namespace(),
+                message: "forbidden".to_owned(),
+            },
+            ConnectError::NotTheAgent {
+                namespace: namespace(),
+                refused: "pod x: it runs as ServiceAccount default, not tenantflux-agent"
+                    .to_owned(),
+            },
+            ConnectError::NoAudience,
         ] {
             assert!(!err.is_transient(), "{err}");
         }
@@ -1180,6 +1525,7 @@ mod tests {
             token: Some(Token::new(token)),
             token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
             timeout: Some(Duration::from_secs(5)),
+            verbose: false,
         }
     }
 

@@ -25,7 +25,7 @@ use kube::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::selector::Selector;
+use super::{selector::Selector, untrusted};
 use crate::connect::describe;
 
 /// Name suffix of the admin kubeconfig Secret Kamaji writes for a tenant control plane.
@@ -142,6 +142,10 @@ pub enum DiscoveryError {
         tenant: String,
         name: String,
     },
+    #[error(
+        "finding the fleet {how} reads the management cluster, and there is no client of it; check --kubeconfig and --context"
+    )]
+    NoManagementCluster { how: &'static str },
 }
 
 /// Why one cluster's kubeconfig could not be had.
@@ -157,6 +161,15 @@ pub enum KubeconfigError {
     },
     #[error("{what} is not a kubeconfig: {cause}")]
     Parse { what: String, cause: String },
+    #[error(
+        "refused the kubeconfig in {what}: a kubeconfig from a Secret may carry credentials only inline, \
+         and this one would run commands, read local files or use a proxy on this machine: {found}; \
+         nothing of it was used. Store the credentials inline (token, client-certificate-data, \
+         client-key-data, certificate-authority-data), or list this cluster in a --fleet-file"
+    )]
+    Refused { what: String, found: String },
+    #[error("{what} is read from the management cluster, and there is no client of it")]
+    NoManagementCluster { what: String },
 }
 
 /// The cluster name a Secret stands for: its name without the kubeconfig suffixes.
@@ -262,7 +275,9 @@ pub async fn discover(
             parse_fleet_file(path, &text)?
         }
         Discovery::Cozystack { namespace, key } => {
-            let client = management.expect("Secret discovery has a management client");
+            let client = management.ok_or(DiscoveryError::NoManagementCluster {
+                how: "from Cozystack's Secrets",
+            })?;
             list_secrets(client, namespace.as_deref(), None)
                 .await?
                 .iter()
@@ -274,7 +289,9 @@ pub async fn discover(
             namespace,
             key,
         } => {
-            let client = management.expect("Secret discovery has a management client");
+            let client = management.ok_or(DiscoveryError::NoManagementCluster {
+                how: "by --secret-selector",
+            })?;
             list_secrets(client, namespace.as_deref(), Some(labels))
                 .await?
                 .iter()
@@ -335,7 +352,8 @@ pub async fn kubeconfig(
             name,
             key,
         } => {
-            let client = management.expect("a Secret member has a management client");
+            let client = management
+                .ok_or_else(|| KubeconfigError::NoManagementCluster { what: what.clone() })?;
             let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
             let secret = secrets
                 .get(name)
@@ -358,10 +376,17 @@ pub async fn kubeconfig(
                 what: what.clone(),
                 cause: err.to_string(),
             })?;
-            Kubeconfig::from_yaml(text).map_err(|err| KubeconfigError::Parse {
-                what,
+            let kubeconfig = Kubeconfig::from_yaml(text).map_err(|err| KubeconfigError::Parse {
+                what: what.clone(),
                 cause: describe(&err),
-            })
+            })?;
+            match untrusted::refusals(&kubeconfig) {
+                found if found.is_empty() => Ok(kubeconfig),
+                found => Err(KubeconfigError::Refused {
+                    what,
+                    found: found.join(", "),
+                }),
+            }
         }
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod discover;
 pub mod selector;
+pub mod untrusted;
 pub mod view;
 
 use std::{
