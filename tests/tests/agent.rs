@@ -160,14 +160,16 @@ fn a_call_with_a_token_the_api_server_does_not_know_is_unauthenticated() {
 fn a_caller_without_the_permission_is_told_which_one_is_missing() {
     let cluster = TestCluster::shared();
     cluster.ensure_agent().expect("agent");
-    // Enough to reach the agent's pod through a port-forward, but nothing of the agent's API.
+    // Enough to check the agent's pod and reach it through a port-forward, but nothing of the
+    // agent's API.
     cluster
         .apply_yaml(&format!(
             "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
              metadata: {{name: port-forward-only, namespace: {AGENT_NAMESPACE}}}\n\
              rules:\n\
              - {{apiGroups: [''], resources: [pods], verbs: [get, list]}}\n\
-             - {{apiGroups: [''], resources: [pods/portforward], verbs: [get, create]}}\n"
+             - {{apiGroups: [''], resources: [pods/portforward], verbs: [get, create]}}\n\
+             - {{apiGroups: [apps], resources: [deployments, replicasets], verbs: [get]}}\n"
         ))
         .expect("role");
     let kubeconfig =

@@ -123,6 +123,8 @@ affinity:
       nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/os, operator: In, values: [linux]}]}]
 podAnnotations: {example.com/team: platform}
 podLabels: {example.com/tier: system}
+networkPolicy:
+  adminFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]
 userSubjects: [{kind: Group, apiGroup: rbac.authorization.k8s.io, name: tenant-admins}]
 extraArgs: ["--token-audience=tenantflux-agent"]
 extraEnv: [{name: TENANTFLUX_EXAMPLE, value: "1"}]
@@ -275,6 +277,15 @@ fn chart_values_reach_the_objects() {
     let users = &objects[&key("RoleBinding", ns, "tenantflux-users")];
     assert_eq!(users["subjects"][0]["name"], "tenant-admins");
     assert_eq!(users["roleRef"]["name"], "tenantflux-user");
+    let admin = &objects[&key("NetworkPolicy", ns, "tenantflux-agent")]["spec"]["ingress"][0];
+    assert_eq!(
+        admin["ports"],
+        serde_json::json!([{"port": "admin", "protocol": "TCP"}])
+    );
+    assert_eq!(
+        admin["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "monitoring"
+    );
     let binding = &objects[&key("ClusterRoleBinding", "", "tenantflux-agent")];
     assert_eq!(binding["subjects"][0]["namespace"], ns);
     assert!(objects.contains_key(&key("Namespace", "", ns)));
