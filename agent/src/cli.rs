@@ -15,8 +15,8 @@ pub const DEFAULT_LOG_FILTER: &str = "info,kube_client::client::builder=off";
 #[command(name = "tenantflux-agent", version, about)]
 pub struct Args {
     /// Address the gRPC API listens on. Loopback by default: a port-forward (how the plugin
-    /// comes) arrives inside the pod, and nothing else needs to reach the API, so no other
-    /// pod can send it anything, tokens included.
+    /// comes) arrives inside the pod, and nothing else needs the API, so no other pod can
+    /// reach it.
     #[arg(
         long,
         env = "TENANTFLUX_GRPC_ADDRESS",
