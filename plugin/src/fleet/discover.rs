@@ -9,7 +9,9 @@
 //! - A fleet file (`--fleet-file`): a YAML list of clusters, each with a kubeconfig file.
 //!
 //! Only Secret metadata is listed here; each Secret's kubeconfig is read when its cluster's
-//! turn comes, so one unreadable Secret fails one cluster, not the fleet.
+//! turn comes, so one unreadable Secret fails one cluster, not the fleet. A Secret's writer
+//! wrote its kubeconfig: one that would run or read anything here is refused
+//! ([`super::untrusted`]).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -477,6 +479,30 @@ mod tests {
         assert_eq!(members[1].agent_namespace.as_deref(), Some("tf-b"));
         assert_eq!(members[1].source.to_string(), "/abs/b.yaml context admin@b");
         assert_eq!(members[1].labels["tier"], "gold");
+    }
+
+    #[tokio::test]
+    async fn secret_discovery_without_the_management_cluster_is_an_error() {
+        let discovery = Discovery::Cozystack {
+            namespace: None,
+            key: EXTERNAL_KEY.to_owned(),
+        };
+        let err = discover(&discovery, None, &Selector::default())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("--kubeconfig"), "{err}");
+        let member = member_of_secret(
+            &meta("tenant-acme", "kubernetes-acme-admin-kubeconfig"),
+            EXTERNAL_KEY,
+            true,
+        )
+        .unwrap();
+        let err = kubeconfig(&member, None).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("Secret tenant-acme/kubernetes-acme-admin-kubeconfig key admin.conf"),
+            "{err}"
+        );
     }
 
     #[test]
