@@ -566,10 +566,12 @@ async fn a_pod_with_the_agents_labels_gets_no_token_unless_it_is_the_agents() {
              spec: {{forwards: [{{ports: [9090], target: {{address: 127.0.0.1, port: {agent_port}}}}}]}}\n"
         ))
         .expect("PortForward to the agent");
+    // Created after the agent's pod, and named to sort first when both were created in the
+    // same second: the plugin meets it first either way.
     cluster
         .apply_yaml(&bare_pod(
             &lookalike,
-            "tenantflux-agent-zz-newer",
+            "tenantflux-agent-0-impostor",
             "default",
         ))
         .expect("impostor");
@@ -578,7 +580,7 @@ async fn a_pod_with_the_agents_labels_gets_no_token_unless_it_is_the_agents() {
         cluster,
         &client,
         &lookalike,
-        "tenantflux-agent-zz-newer",
+        "tenantflux-agent-0-impostor",
         trap.port,
         || trap.connections(),
     )
@@ -627,7 +629,7 @@ async fn a_pod_with_the_agents_labels_gets_no_token_unless_it_is_the_agents() {
     let err = stderr(&output);
     assert!(
         err.contains(&format!(
-            "warning: ignored pod tenantflux-agent-zz-newer in namespace {lookalike}: it has the agent's labels, \
+            "warning: ignored pod tenantflux-agent-0-impostor in namespace {lookalike}: it has the agent's labels, \
              but it runs as ServiceAccount default, not tenantflux-agent"
         )),
         "{err}"
