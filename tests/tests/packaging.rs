@@ -451,10 +451,15 @@ fn elf_facts(bytes: &[u8]) -> (Vec<u32>, bool) {
 fn agent_image_binary_is_static_and_runs() {
     let dockerfile =
         std::fs::read_to_string(repo_root().join("deploy/image/Dockerfile")).expect("Dockerfile");
-    // What this test builds is what the image's build stage builds, and the image runs it as
-    // the user deploy/manifests asks for.
+    // What this test builds is what deploy/image/build puts in the image, and the image runs
+    // it as the user deploy/manifests asks for.
+    let build = std::fs::read_to_string(repo_root().join("deploy/image/build")).expect("build");
     assert!(
-        dockerfile.contains("deploy/image/build-agent /tenantflux-agent"),
+        build.contains(r#""$here/build-agent" "$stage/tenantflux-agent""#),
+        "{build}"
+    );
+    assert!(
+        dockerfile.contains("COPY tenantflux-agent /tenantflux-agent"),
         "{dockerfile}"
     );
     assert!(dockerfile.contains("USER 65532:65532"), "{dockerfile}");
@@ -476,7 +481,7 @@ fn agent_image_binary_is_static_and_runs() {
         "no program interpreter (dynamic loader): {types:?}"
     );
     assert!(!needs_libraries, "no shared library needed");
-    // An empty environment, as on a distroless/static base.
+    // An empty environment, as on the image's empty (scratch) base.
     let help = run(Command::new(&binary).arg("--help").env_clear(), None);
     assert!(help.contains("--grpc-address"), "{help}");
     let version = run(Command::new(&binary).arg("--version").env_clear(), None);
