@@ -591,6 +591,18 @@ pub struct StateView {
     pub finished_at: String,
     pub requested_by: String,
     pub runs: u32,
+    /// The post-upgrade health check: the Kustomizations Ready when the version was bumped.
+    pub kustomizations: Vec<KustomizationHealthView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizationHealthView {
+    pub namespace: String,
+    pub name: String,
+    pub revision: String,
+    pub ready_again: bool,
+    pub message: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -642,6 +654,17 @@ impl From<pb::UpgradeState> for StateView {
             finished_at: s.finished_at,
             requested_by: s.requested_by,
             runs: s.runs,
+            kustomizations: s
+                .kustomizations
+                .into_iter()
+                .map(|k| KustomizationHealthView {
+                    namespace: k.namespace,
+                    name: k.name,
+                    revision: k.revision,
+                    ready_again: k.ready_again,
+                    message: k.message,
+                })
+                .collect(),
         }
     }
 }
@@ -729,6 +752,31 @@ pub fn render_state(view: &StateView, style: Style) -> String {
             style,
         ));
     }
+    if !view.kustomizations.is_empty() {
+        out.push_str("\nKustomizations Ready before the version bump:\n");
+        let rows: Vec<Vec<Cell>> = view
+            .kustomizations
+            .iter()
+            .map(|k| {
+                vec![
+                    Cell::plain(format!("{}/{}", k.namespace, k.name)),
+                    Cell::plain(&k.revision),
+                    if k.ready_again {
+                        Cell::toned("yes", Tone::Good)
+                    } else {
+                        Cell::toned("no", Tone::Bad)
+                    },
+                    Cell::plain(or_dash(&k.message)),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            "  ",
+            &["KUSTOMIZATION", "REVISION", "READY AGAIN", "MESSAGE"],
+            &rows,
+            style,
+        ));
+    }
     out
 }
 
@@ -809,6 +857,13 @@ mod tests {
             }],
             concurrency: 8,
             runs: 2,
+            kustomizations: vec![pb::KustomizationHealth {
+                namespace: "apps".into(),
+                name: "web".into(),
+                revision: "main@sha1:1".into(),
+                ready_again: false,
+                message: "Ready=False: kustomize build failed".into(),
+            }],
             ..Default::default()
         });
         assert_eq!(
@@ -819,6 +874,12 @@ mod tests {
         assert!(text.contains("Flux 2.6.4 → 2.8.8 (migrating)"), "{text}");
         assert!(text.contains("1 time(s) after an agent restart"), "{text}");
         assert!(text.contains("10/40"), "{text}");
+        assert!(
+            text.contains(
+                "apps/web        main@sha1:1   no            Ready=False: kustomize build failed"
+            ),
+            "{text}"
+        );
         let none = StateView::from(pb::UpgradeState::default());
         assert!(render_state(&none, Style::PLAIN).contains("No upgrade has run"));
     }

@@ -550,11 +550,29 @@ pub async fn reconcile(
         });
     }
     let wait = async {
-        let mut last = object.clone();
-        for target in source.iter().chain(std::iter::once(&object)) {
-            last = wait_settled(&agent, target, &requested_at).await?;
+        let mut requested_at = requested_at.clone();
+        if let Some(source) = &source {
+            wait_settled(&agent, source, &requested_at).await?;
+            // The object was asked at the same moment as its source, so its controller may
+            // have handled that before the source had anything new: ask again, now that the
+            // source settled, and wait for that request.
+            requested_at = agent
+                .workloads()
+                .reconcile(pb::ReconcileRequest {
+                    object: Some(reference(&agent, &args.target)),
+                    with_source: false,
+                    force: args.force,
+                })
+                .await
+                .map_err(|s| agent.error(&s))?
+                .into_inner()
+                .requested_at;
+            progress(&format!(
+                "► {} annotated again (requestedAt {requested_at})",
+                object.title()
+            ));
         }
-        anyhow::Ok(last)
+        wait_settled(&agent, &object, &requested_at).await
     };
     let last = match args.timeout.get() {
         Some(timeout) => tokio::time::timeout(timeout, wait).await.map_err(|_| {

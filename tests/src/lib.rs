@@ -19,6 +19,7 @@ use std::{
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+pub mod flux;
 pub mod tenant;
 
 /// Names the cluster a whole test run shares instead of starting one per test binary.

@@ -1,5 +1,6 @@
 //! Smoke tests that prove the real control plane: controller-manager, scheduler and kwok make a
-//! Deployment Available, and the real flux-operator makes a FluxInstance Ready.
+//! Deployment Available, the real flux-operator makes a FluxInstance Ready, and the Flux
+//! controllers built here run as local processes at the versions it rolled out.
 
 use std::time::Duration;
 
@@ -144,5 +145,16 @@ async fn flux_instance_becomes_ready_through_the_real_operator() {
             Some("True"),
             "Deployment flux-system/{name}"
         );
+    }
+    for name in ["source-controller", "kustomize-controller"] {
+        cluster
+            .flux_controller_runs(name, &format!("{name}-v1.9.4"))
+            .await
+            .expect("the controller's process");
+    }
+    // Not buildable here (the module proxy serves no helm-controller or
+    // notification-controller): their pods run no process.
+    for name in ["helm-controller", "notification-controller"] {
+        assert_eq!(cluster.flux_controller_binary(name), None, "{name}");
     }
 }

@@ -1,10 +1,16 @@
-//! Safe Flux upgrades against the real control plane and the real flux-operator: a cluster
-//! that ran Flux 2.5 (OCIRepository stored at v1beta2) and then 2.6 without migration, with
-//! stored versions from older installs and a Kustomization whose inventory applies an
-//! OCIRepository at v1beta2. `upgrade plan --to 2.8.x` is blocked (outside the policy, and by
-//! Git), then fixed and applied, with the agent killed (SIGKILL) during the migration and again
-//! after the version bump: the restarted agent resumes from the record in the cluster, does not
-//! redo finished CRDs, and bumps the FluxInstance exactly once.
+//! Safe Flux upgrades against the real control plane, the real flux-operator and the real
+//! source-controller and kustomize-controller: a cluster that ran Flux 2.5 (OCIRepository
+//! stored at v1beta2), then 2.6 and 2.7 without migration, with stored versions from older
+//! installs, and a Kustomization that kustomize-controller v1.7.3 applies from a local git
+//! repository holding a `source.toolkit.fluxcd.io/v1beta2` HelmRepository. `upgrade plan --to
+//! 2.9.x` is blocked (outside the policy, and by Git, from the Kustomization's real inventory);
+//! Git is fixed and re-applied, and the upgrade applied with the agent killed (SIGKILL) during
+//! the migration and again after the version bump: the restarted agent resumes from the record
+//! in the cluster, does not redo finished CRDs, and bumps the FluxInstance exactly once. The
+//! controllers then run at v1.9.4, and the report shows the Kustomization Ready again at its
+//! revision. 2.8 is skipped: its kustomize-controller (v1.8.x) is not served by the module proxy
+//! here, and neither flux-operator nor the planner needs a minor at a time. HelmReleases have no
+//! controller here (helm-controller is not served either): they are only migrated.
 
 use std::{
     process::{Output, Stdio},
@@ -18,12 +24,22 @@ use k8s_openapi::{
 };
 use kube::Api;
 use serde_json::{Value, json};
-use tenantflux_tests::{TestCluster, flux_instances, path, tenant::AGENT_NAMESPACE, wait_for};
+use tenantflux_tests::{
+    TestCluster,
+    flux::{GitRepo, revision},
+    flux_instances, path,
+    tenant::AGENT_NAMESPACE,
+    wait_for,
+};
 /// Objects of each migrated kind; enough for the migration to be caught half-way.
 const OBJECTS: usize = 300;
-const MIGRATED: [&str; 3] = [
+/// The CRDs migrated, in the order the agent migrates them: helmrepositories for the
+/// managedFields kustomize-controller wrote at v1beta2 (nothing is stored at v1beta2; without
+/// the rewrite, its server-side applies fail once 2.9 stops serving v1beta2).
+const MIGRATED: [&str; 4] = [
     "gitrepositories.source.toolkit.fluxcd.io",
     "helmreleases.helm.toolkit.fluxcd.io",
+    "helmrepositories.source.toolkit.fluxcd.io",
     "ocirepositories.source.toolkit.fluxcd.io",
 ];
 
@@ -61,7 +77,7 @@ async fn instance(client: &kube::Client) -> Value {
 async fn wait_ready_at(client: &kube::Client, version: &str) {
     wait_for(
         &format!("FluxInstance flux Ready at {version}"),
-        Duration::from_secs(180),
+        Duration::from_secs(300),
         || async {
             let i = instance(client).await;
             let applied = i["status"]["lastAppliedRevision"]
@@ -98,6 +114,16 @@ async fn stored_versions(client: &kube::Client, crd: &str) -> Vec<String> {
         .status
         .and_then(|s| s.stored_versions)
         .unwrap_or_default()
+}
+
+/// How many objects of a migrated CRD exist: OBJECTS each, and the GitRepository of Git; the
+/// one HelmRepository Git holds.
+fn objects_of(crd: &str) -> i64 {
+    match crd {
+        c if c == MIGRATED[0] => OBJECTS as i64 + 1,
+        c if c == MIGRATED[2] => 1,
+        _ => OBJECTS as i64,
+    }
 }
 
 fn codes(plan: &Value, list: &str) -> Vec<String> {
@@ -191,7 +217,8 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
     };
 
     // History: Flux 2.5 stores OCIRepository at v1beta2; objects are created; then 2.6 (v1
-    // storage) without migration, so v1beta2 stays in storedVersions.
+    // storage) and 2.7 without migration, so v1beta2 stays in storedVersions. The objects are
+    // suspended: nothing reaches the network for them.
     apply_instance(&cluster, "2.5.x");
     wait_ready_at(&client, "v2.5.1").await;
     let mut objects = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: apps}\n");
@@ -199,27 +226,29 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
         objects.push_str(&format!(
             "---\napiVersion: source.toolkit.fluxcd.io/v1beta2\nkind: OCIRepository\n\
              metadata: {{name: oci-{i}, namespace: apps}}\n\
-             spec: {{interval: 10m, url: oci://ghcr.io/stefanprodan/manifests/podinfo, ref: {{tag: latest}}}}\n\
+             spec: {{suspend: true, interval: 10m, url: oci://ghcr.io/stefanprodan/manifests/podinfo, ref: {{tag: latest}}}}\n\
              ---\napiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\n\
              metadata: {{name: git-{i}, namespace: apps}}\n\
-             spec: {{interval: 10m, url: https://github.com/stefanprodan/podinfo}}\n\
+             spec: {{suspend: true, interval: 10m, url: https://github.com/stefanprodan/podinfo}}\n\
              ---\napiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\n\
              metadata: {{name: hr-{i}, namespace: apps}}\n\
-             spec: {{interval: 10m, chart: {{spec: {{chart: podinfo, sourceRef: {{kind: HelmRepository, name: podinfo}}}}}}}}\n"
+             spec: {{suspend: true, interval: 10m, chart: {{spec: {{chart: podinfo, sourceRef: {{kind: HelmRepository, name: podinfo}}}}}}}}\n"
         ));
     }
     cluster.apply_yaml(&objects).expect("Flux objects");
     apply_instance(&cluster, "2.6.x");
     wait_ready_at(&client, "v2.6.4").await;
+    apply_instance(&cluster, "2.7.x");
+    wait_ready_at(&client, "v2.7.5").await;
     assert_eq!(
-        stored_versions(&client, MIGRATED[2]).await,
+        stored_versions(&client, MIGRATED[3]).await,
         ["v1beta2", "v1"]
     );
-    // Stored versions an install from before Flux 2.7 leaves (a fixture through the CRD status
-    // subresource, as the API server records them).
+    // Stored versions an older install leaves, which 2.7 still serves and 2.9 does not (a
+    // fixture through the CRD status subresource, as the API server records them).
     for (crd, old, new) in [
-        (MIGRATED[0], "v1beta1", "v1"),
-        (MIGRATED[1], "v2beta1", "v2"),
+        (MIGRATED[0], "v1beta2", "v1"),
+        (MIGRATED[1], "v2beta2", "v2"),
     ] {
         cluster
             .kubectl_ok(&[
@@ -233,50 +262,82 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
             ])
             .unwrap();
     }
-    // A Kustomization whose inventory (as kustomize-controller writes it) applies oci-1 at
-    // v1beta2 from Git.
-    cluster
-        .apply_yaml(
-            "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\n\
-             metadata: {name: apps, namespace: flux-system}\n\
-             spec: {interval: 10m, path: ./apps, prune: true, sourceRef: {kind: GitRepository, name: fleet}}\n",
+    // Git holds a HelmRepository at v1beta2, which the real kustomize-controller v1.7.3 applies.
+    let repo = GitRepo::new("fleet").expect("git repository");
+    let helm_repository = |version: &str| {
+        format!(
+            "apiVersion: source.toolkit.fluxcd.io/{version}\nkind: HelmRepository\n\
+             metadata: {{name: podinfo, namespace: apps}}\n\
+             spec: {{suspend: true, interval: 10m, url: https://stefanprodan.github.io/podinfo}}\n"
+        )
+    };
+    let config = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: apps}\ndata: {a: b}\n";
+    let rev1 = repo
+        .commit(
+            &[
+                ("apps/helmrepository.yaml", &helm_repository("v1beta2")),
+                ("apps/configmap.yaml", config),
+            ],
+            &[],
+            "apps at v1beta2",
         )
         .unwrap();
-    let inventory = |version: &str| {
+    let url = cluster.git_server(&repo).expect("git server");
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\n\
+             metadata: {{name: fleet, namespace: flux-system}}\n\
+             spec: {{interval: 1h, url: \"{url}\", ref: {{branch: main}}}}\n---\n\
+             apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\n\
+             metadata: {{name: apps, namespace: flux-system}}\n\
+             spec: {{interval: 1h, path: ./apps, prune: true, sourceRef: {{kind: GitRepository, name: fleet}}}}\n"
+        ))
+        .unwrap();
+    let applied = cluster
+        .kustomization_applied(
+            "flux-system",
+            "apps",
+            &revision(&rev1),
+            Duration::from_secs(180),
+        )
+        .await
+        .expect("kustomize-controller v1.7.3 applies Git");
+    assert!(
+        applied["status"]["inventory"]["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(
+                |e| e["id"] == "apps_podinfo_source.toolkit.fluxcd.io_HelmRepository"
+                    && e["v"] == "v1beta2"
+            ),
+        "{applied:#}"
+    );
+    // Flux 2.7.5 rolls out source-controller v1.7.4, run as v1.7.3 (v1.7.4 is not served).
+    for (deployment, binary) in [
+        ("kustomize-controller", "kustomize-controller-v1.7.3"),
+        ("source-controller", "source-controller-v1.7.3"),
+    ] {
         cluster
-            .kubectl_ok(&[
-                "-n",
-                "flux-system",
-                "patch",
-                "kustomizations.v1.kustomize.toolkit.fluxcd.io",
-                "apps",
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                &json!({"status": {"inventory": {"entries": [
-                    {"id": "apps_oci-1_source.toolkit.fluxcd.io_OCIRepository", "v": version},
-                    {"id": "apps_podinfo_apps_Deployment", "v": "v1"},
-                ]}}})
-                .to_string(),
-            ])
+            .flux_controller_runs(deployment, binary)
+            .await
             .unwrap();
-    };
-    inventory("v1beta2");
+    }
 
-    // A policy that does not allow 2.8 yet: blocked twice over.
-    let deadline = push(1, ">=2.5.0 <2.8.0");
-    let (code, blocked) = plan("2.8.x");
+    // A policy that does not allow 2.9 yet: blocked twice over.
+    let deadline = push(1, ">=2.5.0 <2.9.0");
+    let (code, blocked) = plan("2.9.x");
     assert_eq!(code, Some(1), "{blocked:#}");
     assert!(blocked["blocked"].as_bool().unwrap());
-    assert_eq!(blocked["target"], "2.8.8");
-    assert_eq!(blocked["currentVersion"], "2.6.4");
+    assert_eq!(blocked["target"], "2.9.4");
+    assert_eq!(blocked["currentVersion"], "2.7.5");
     assert_eq!(
         codes(&blocked, "blockers"),
         ["policy", "removed-api-in-git"]
     );
     let messages = blocked.to_string();
     assert!(
-        messages.contains(r#"inside \">=2.5.0 <2.8.0\" allowed by policy \"acme\" generation 1"#),
+        messages.contains(r#"inside \">=2.5.0 <2.9.0\" allowed by policy \"acme\" generation 1"#),
         "{messages}"
     );
     assert!(
@@ -284,13 +345,13 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
         "{messages}"
     );
     assert!(
-        messages.contains("OCIRepository apps/oci-1 as source.toolkit.fluxcd.io/v1beta2"),
+        messages.contains("HelmRepository apps/podinfo as source.toolkit.fluxcd.io/v1beta2"),
         "{messages}"
     );
     assert_eq!(blocked["deadline"]["date"], deadline.as_str());
     assert_eq!(blocked["deadline"]["minimumVersion"], "2.8.0");
     // The instance's current range is below the deadline's minimum: a warning, with the date.
-    let (_, current) = plan("2.6.x");
+    let (_, current) = plan("2.7.x");
     assert!(
         codes(&current, "warnings").contains(&"deadline".to_owned()),
         "{current:#}"
@@ -308,13 +369,13 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
         .collect();
     let expected: Vec<(String, i64)> = MIGRATED
         .iter()
-        .map(|c| (c.to_string(), OBJECTS as i64))
+        .map(|c| (c.to_string(), objects_of(c)))
         .collect();
     assert_eq!(migrations, expected);
     let generation = instance(&client).await["metadata"]["generation"]
         .as_i64()
         .unwrap();
-    let refused = as_tenant(&["upgrade", "apply", "--to", "2.8.x", "--yes"]);
+    let refused = as_tenant(&["upgrade", "apply", "--to", "2.9.x", "--yes"]);
     assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
     assert!(text(&refused).contains("is blocked"), "{}", text(&refused));
     assert_eq!(
@@ -323,14 +384,35 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
     );
     assert!(record(&client).await.is_none(), "nothing started");
 
-    // The platform allows 2.8; Git still applies v1beta2.
+    // The platform allows 2.9; Git still applies v1beta2.
     push(2, ">=2.5.0 <2.10.0");
-    let (code, plan2) = plan("2.8.x");
+    let (code, plan2) = plan("2.9.x");
     assert_eq!(code, Some(1));
     assert_eq!(codes(&plan2, "blockers"), ["removed-api-in-git"]);
-    // Fixed in Git: kustomize-controller applies v1 now.
-    inventory("v1");
-    let (code, ready) = plan("2.8.x");
+    // Fixed in Git, and re-applied by kustomize-controller once asked to.
+    let rev2 = repo
+        .commit(
+            &[("apps/helmrepository.yaml", &helm_repository("v1"))],
+            &[],
+            "apps at v1",
+        )
+        .unwrap();
+    let reconciled = as_tenant(&[
+        "reconcile",
+        "ks",
+        "apps",
+        "-n",
+        "flux-system",
+        "--with-source",
+        "--wait",
+    ]);
+    assert!(reconciled.status.success(), "{}", text(&reconciled));
+    assert!(
+        text(&reconciled).contains(&format!("Applied revision: {}", revision(&rev2))),
+        "{}",
+        text(&reconciled)
+    );
+    let (code, ready) = plan("2.9.x");
     assert_eq!(code, Some(0), "{ready:#}");
     assert!(!ready["blocked"].as_bool().unwrap());
 
@@ -354,9 +436,9 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
         ))
         .unwrap();
     let as_viewer = |args: &[&str]| cluster.kubectl_tenantflux(Some(&viewer), args).unwrap();
-    let planned = as_viewer(&["upgrade", "plan", "--to", "2.8.x"]);
+    let planned = as_viewer(&["upgrade", "plan", "--to", "2.9.x"]);
     assert!(planned.status.success(), "{}", text(&planned));
-    let denied = as_viewer(&["upgrade", "apply", "--to", "2.8.x", "--yes"]);
+    let denied = as_viewer(&["upgrade", "apply", "--to", "2.9.x", "--yes"]);
     assert_eq!(denied.status.code(), Some(1), "{}", text(&denied));
     assert!(
         text(&denied).contains("may not patch fluxinstances.fluxcd.controlplane.io"),
@@ -365,7 +447,7 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
     );
     assert!(record(&client).await.is_none(), "nothing started");
     // Without a terminal to confirm on, --yes is required.
-    let unconfirmed = as_tenant(&["upgrade", "apply", "--to", "2.8.x"]);
+    let unconfirmed = as_tenant(&["upgrade", "apply", "--to", "2.9.x"]);
     assert_eq!(unconfirmed.status.code(), Some(1), "{}", text(&unconfirmed));
     assert!(
         text(&unconfirmed).contains("refusing to upgrade without confirmation"),
@@ -382,7 +464,7 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
                 "upgrade",
                 "apply",
                 "--to",
-                "2.8.x",
+                "2.9.x",
                 "--yes",
                 "--concurrency",
                 "1",
@@ -460,13 +542,13 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
         text(&output)
     );
     assert_eq!(report["phase"], "succeeded", "{report:#}");
-    assert_eq!(report["target"], "2.8.8");
+    assert_eq!(report["target"], "2.9.4");
     assert_eq!(report["runs"], 3, "started once, resumed twice: {report:#}");
     assert!(report["bumped"].as_bool().unwrap());
     for (crd, before) in report["crds"].as_array().unwrap().iter().zip(&at_kill) {
         assert_eq!(crd["done"], true);
         assert_eq!(crd["migrated"], crd["total"]);
-        assert_eq!(crd["total"], OBJECTS as i64);
+        assert_eq!(crd["total"], objects_of(crd["crd"].as_str().unwrap()));
         // Finished before the kill: not redone; cut short: started once more; not started
         // yet: started once.
         let expected = if before["done"] == false && before["attempts"] == 1 {
@@ -484,7 +566,22 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
         "at least one CRD was finished at the kill: {at_kill:?}"
     );
 
-    // Exactly one bump: one new generation, written by the agent, and Ready at 2.8.8.
+    // The post-upgrade health check: the Kustomization Ready before is Ready again at its
+    // revision, reconciled by kustomize-controller v1.9.4, which runs now.
+    assert_eq!(
+        report["kustomizations"],
+        json!([{"namespace": "flux-system", "name": "apps", "revision": revision(&rev2),
+                "readyAgain": true, "message": ""}]),
+        "{report:#}"
+    );
+    for controller in ["source-controller", "kustomize-controller"] {
+        cluster
+            .flux_controller_runs(controller, &format!("{controller}-v1.9.4"))
+            .await
+            .unwrap();
+    }
+
+    // Exactly one bump: one new generation, written by the agent, and Ready at 2.9.4.
     let live = instance(&client).await;
     assert_eq!(
         live["metadata"]["generation"].as_i64().unwrap(),
@@ -492,7 +589,7 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
         "{live:#}"
     );
     assert_eq!(report["instanceGeneration"], generation + 1);
-    assert_eq!(live["spec"]["distribution"]["version"], "2.8.x");
+    assert_eq!(live["spec"]["distribution"]["version"], "2.9.x");
     assert!(
         live["metadata"]["managedFields"]
             .as_array()
@@ -501,7 +598,7 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
             .any(|m| m["manager"] == "tenantflux-agent"),
         "{live:#}"
     );
-    wait_ready_at(&client, "v2.8.8").await;
+    wait_ready_at(&client, "v2.9.4").await;
     for crd in MIGRATED {
         let storage = if crd.starts_with("helmreleases") {
             "v2"
@@ -516,7 +613,7 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
     assert!(status.status.success(), "{}", text(&status));
     let status: Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(status["phase"], "succeeded");
-    let (code, down) = plan("2.7.x");
+    let (code, down) = plan("2.8.x");
     assert_eq!(code, Some(1));
     assert_eq!(codes(&down, "blockers"), ["downgrade"]);
     assert!(

@@ -1,21 +1,34 @@
 //! Local control of Flux objects on two real Flux minors: the real flux-operator installs Flux
 //! 2.9 on the shared cluster and Flux 2.6 (with the image controllers) on a cluster of this
 //! test's own, so the two serve different API versions. Objects of each kind are created at the
-//! version the cluster serves; the controllers do not run in kwok, so the test writes their
-//! status conditions itself through the status subresource. Every command goes the real path:
-//! kubectl → plugin → API server port-forward → agent → SubjectAccessReview → API server.
+//! version the cluster serves. On Flux 2.9 the real source-controller and kustomize-controller
+//! (v1.9.4, built from their modules by tests/env/cluster) reconcile a GitRepository served from
+//! a local git repository and the Kustomizations that apply it: every status the plugin shows
+//! here is the controllers' own. helm-controller and notification-controller cannot be built
+//! here (the module proxy refuses them), so HelmReleases, Alerts, Providers and Receivers never
+//! get a status; neither does anything on Flux 2.6, whose controllers are not built. Every
+//! command goes the real path: kubectl → plugin → API server port-forward → agent →
+//! SubjectAccessReview → API server.
 
 use std::{
     path::{Path, PathBuf},
-    process::{Output, Stdio},
+    process::Output,
     time::Duration,
 };
 
 use serde_json::Value;
-use tenantflux_tests::{TestCluster, apply_flux_instance, wait_for};
+use tenantflux_tests::{
+    TestCluster, apply_flux_instance,
+    flux::{GIT_REPOSITORIES, GitRepo, KUSTOMIZATIONS, ready_message, ready_now, revision},
+    wait_for,
+};
 
 const NS: &str = "wl-a";
 const OTHER_NS: &str = "wl-b";
+/// Where the GitRepository served from a local repository and its Kustomizations live.
+const GIT_NS: &str = "wl-git";
+/// How long a real reconciliation may take on a loaded 2-core machine.
+const RECONCILE: Duration = Duration::from_secs(120);
 
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
@@ -29,10 +42,13 @@ fn stderr(output: &Output) -> String {
 struct Minor {
     instance_version: &'static str,
     versions: &'static [(&'static str, &'static str)],
+    /// Whether tests/env/cluster runs this minor's source- and kustomize-controller.
+    reconciled: bool,
 }
 
 const FLUX_2_9: Minor = Minor {
     instance_version: "2.9.x",
+    reconciled: true,
     versions: &[
         ("GitRepository", "source.toolkit.fluxcd.io/v1"),
         ("OCIRepository", "source.toolkit.fluxcd.io/v1"),
@@ -49,6 +65,7 @@ const FLUX_2_9: Minor = Minor {
 
 const FLUX_2_6: Minor = Minor {
     instance_version: "2.6.x",
+    reconciled: false,
     versions: &[
         ("GitRepository", "source.toolkit.fluxcd.io/v1"),
         ("OCIRepository", "source.toolkit.fluxcd.io/v1"),
@@ -157,46 +174,6 @@ fn annotation(object: &Value, key: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Writes the status a controller would: Ready with `status` and `message`, handling
-/// `requested_at`, with `extra` status fields merged in.
-fn set_status(
-    cluster: &TestCluster,
-    resource: &str,
-    name: &str,
-    ready: &str,
-    message: &str,
-    requested_at: Option<&str>,
-    extra: Value,
-) {
-    let mut status = serde_json::json!({
-        "conditions": [{
-            "type": "Ready", "status": ready, "reason": if ready == "True" { "Succeeded" } else { "Failed" },
-            "message": message, "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1,
-        }],
-        "observedGeneration": 1,
-    });
-    if let Some(at) = requested_at {
-        status["lastHandledReconcileAt"] = at.into();
-    }
-    if let (Some(status), Some(extra)) = (status.as_object_mut(), extra.as_object()) {
-        status.extend(extra.clone());
-    }
-    let patch = serde_json::json!({ "status": status }).to_string();
-    cluster
-        .kubectl_ok(&[
-            "-n",
-            NS,
-            "patch",
-            resource,
-            name,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &patch,
-        ])
-        .expect("patch status");
-}
-
 /// Installs Flux `minor` with the operator, the agent, and one object of each kind in NS
 /// (plus a Kustomization in OTHER_NS); returns a kubeconfig with rights on everything.
 async fn prepare(cluster: &TestCluster, minor: &Minor, image_components: bool) -> PathBuf {
@@ -269,7 +246,7 @@ async fn prepare(cluster: &TestCluster, minor: &Minor, image_components: bool) -
         })
         .collect::<Vec<_>>()
         .join(",");
-    for namespace in [NS, OTHER_NS] {
+    for namespace in [NS, OTHER_NS, GIT_NS] {
         // A namespace that does not exist yet has nothing to delete.
         let _ = cluster.kubectl(&[
             "-n",
@@ -337,37 +314,6 @@ async fn exercise(cluster: &TestCluster, minor: &Minor, image_components: bool) 
         );
     }
 
-    // A status written as source-controller would shows in flux get's columns.
-    set_status(
-        cluster,
-        "gitrepositories.source.toolkit.fluxcd.io",
-        "podinfo",
-        "True",
-        "stored artifact for revision 'master@sha1:0123abcd'",
-        None,
-        serde_json::json!({"artifact": {"revision": "master@sha1:0123abcd", "path": "p", "url": "http://x/p", "lastUpdateTime": "2026-01-01T00:00:00Z", "digest": "sha256:0123456789012345678901234567890123456789012345678901234567890123"}}),
-    );
-    let table = wait_for(
-        "the GitRepository's status in get",
-        Duration::from_secs(30),
-        || async {
-            let table = plugin_ok(cluster, &admin, &["get", "gitrepo", "-n", NS]);
-            table.contains("master@sha1:0123abcd").then_some(table)
-        },
-    )
-    .await
-    .expect("status shown");
-    let lines: Vec<&str> = table.lines().collect();
-    assert_eq!(
-        lines[0].split_whitespace().collect::<Vec<_>>(),
-        ["NAME", "REVISION", "SUSPENDED", "READY", "MESSAGE"]
-    );
-    assert_eq!(
-        lines[1].split_whitespace().take(4).collect::<Vec<_>>(),
-        ["podinfo", "master@sha1:0123abcd", "False", "True"]
-    );
-    assert!(lines[1].ends_with("stored artifact for revision 'master@sha1:0123abcd'"));
-
     // -A puts NAMESPACE first; get all groups by kind; --no-header drops the headers.
     let all = plugin_ok(cluster, &admin, &["get", "all", "-A"]);
     assert!(all.starts_with("NAMESPACE   NAME"), "{all}");
@@ -378,18 +324,6 @@ async fn exercise(cluster: &TestCluster, minor: &Minor, image_components: bool) 
     assert!(!no_header.contains("NAME"), "{no_header}");
 
     // Selectors.
-    let ready = plugin_json(
-        cluster,
-        &admin,
-        &["get", "all", "-n", NS, "--status-selector", "ready=true"],
-    );
-    let kinds: Vec<&str> = ready["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["kind"].as_str().unwrap())
-        .collect();
-    assert_eq!(kinds, ["GitRepository"]);
     let labelled = plugin_json(cluster, &admin, &["get", "all", "-A", "-l", "team=a"]);
     let names: Vec<(&str, &str)> = labelled["items"]
         .as_array()
@@ -505,95 +439,14 @@ async fn exercise(cluster: &TestCluster, minor: &Minor, image_components: bool) 
     assert!(at.is_some());
     assert_eq!(annotation(&git, "reconcile.fluxcd.io/requestedAt"), at);
 
-    // --wait follows the object until Ready settles for this request: success...
-    for (ready, message, success) in [
-        ("True", "Applied revision: master@sha1:0123abcd", true),
-        ("False", "kustomize build failed: no such path", false),
-    ] {
-        let previous = annotation(
-            &get_json(
-                cluster,
-                "kustomizations.kustomize.toolkit.fluxcd.io",
-                NS,
-                "podinfo",
-            ),
-            "reconcile.fluxcd.io/requestedAt",
-        );
-        let child = cluster
-            .plugin_command(
-                Some(&admin),
-                &[
-                    "reconcile",
-                    "ks",
-                    "podinfo",
-                    "-n",
-                    NS,
-                    "--wait",
-                    "--timeout",
-                    "60s",
-                ],
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn reconcile --wait");
-        let requested = wait_for("the new requestedAt", Duration::from_secs(30), || async {
-            let ks = get_json(
-                cluster,
-                "kustomizations.kustomize.toolkit.fluxcd.io",
-                NS,
-                "podinfo",
-            );
-            annotation(&ks, "reconcile.fluxcd.io/requestedAt")
-                .filter(|a| Some(a) != previous.as_ref())
-        })
-        .await
-        .expect("reconcile requested");
-        // Still reconciling first: --wait must not stop at a Ready of an older request.
-        set_status(
-            cluster,
-            "kustomizations.kustomize.toolkit.fluxcd.io",
-            "podinfo",
-            "Unknown",
-            "reconciling",
-            Some(&requested),
-            serde_json::json!({}),
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        set_status(
-            cluster,
-            "kustomizations.kustomize.toolkit.fluxcd.io",
-            "podinfo",
-            ready,
-            message,
-            Some(&requested),
-            serde_json::json!({"lastAppliedRevision": "master@sha1:0123abcd"}),
-        );
-        let output = tokio::task::spawn_blocking(move || child.wait_with_output())
-            .await
-            .unwrap()
-            .expect("reconcile --wait output");
-        assert_eq!(
-            output.status.success(),
-            success,
-            "{}{}",
-            stdout(&output),
-            stderr(&output)
-        );
-        let said = format!("{}{}", stdout(&output), stderr(&output));
-        assert!(said.contains(message), "{said}");
-        assert!(
-            stderr(&output).contains("◎ waiting for Kustomization wl-a/podinfo"),
-            "{}",
-            stderr(&output)
-        );
-    }
+    // helm-controller does not run here (its module is not served), so nothing ever handles a
+    // HelmRelease's request: --wait gives up at --timeout, saying so.
     let output = plugin(
         cluster,
         &admin,
         &[
             "reconcile",
-            "ks",
+            "hr",
             "podinfo",
             "-n",
             NS,
@@ -604,7 +457,7 @@ async fn exercise(cluster: &TestCluster, minor: &Minor, image_components: bool) 
     );
     assert_eq!(output.status.code(), Some(1));
     assert!(
-        stderr(&output).contains("timed out after 2s"),
+        stderr(&output).contains("timed out after 2s waiting for HelmRelease wl-a/podinfo"),
         "{}",
         stderr(&output)
     );
@@ -658,7 +511,327 @@ async fn exercise(cluster: &TestCluster, minor: &Minor, image_components: bool) 
         "error: Kustomization wl-a/missing not found"
     );
 
+    if minor.reconciled {
+        reconciles_from_git(cluster, &admin).await;
+    }
     tenant_acts_in_its_namespace_only(cluster).await;
+}
+
+/// The files of the repository at `release`: an app (a ConfigMap and a Deployment), a witness
+/// ConfigMap applied by a Kustomization of its own, and a manifest that does not parse.
+fn fleet_files(release: &str) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "app/configmap.yaml",
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: app-config}}\ndata: {{release: \"{release}\"}}\n"
+            ),
+        ),
+        (
+            "app/deployment.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: app}\n\
+             spec:\n  replicas: 1\n  selector: {matchLabels: {app: app}}\n  template:\n    \
+             metadata: {labels: {app: app}}\n    \
+             spec: {containers: [{name: app, image: registry.example/app:1}]}\n"
+                .to_owned(),
+        ),
+        (
+            "witness/configmap.yaml",
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: witness}}\ndata: {{release: \"{release}\"}}\n"
+            ),
+        ),
+        (
+            "bad/configmap.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bad\ndata: [\n".to_owned(),
+        ),
+    ]
+}
+
+fn commit(repo: &GitRepo, release: &str) -> String {
+    let files = fleet_files(release);
+    let files: Vec<(&str, &str)> = files.iter().map(|(p, c)| (*p, c.as_str())).collect();
+    repo.commit(&files, &[], &format!("release {release}"))
+        .expect("git commit")
+}
+
+fn config_release(cluster: &TestCluster, name: &str) -> Option<String> {
+    cluster.object("configmap", GIT_NS, name)?["data"]["release"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// The first row's columns of a table, cut where the header's columns start (an empty
+/// REVISION stays a column).
+fn row(table: &str) -> Vec<String> {
+    let mut lines = table.lines();
+    let header = lines.next().unwrap_or_default();
+    let line = lines.next().unwrap_or_default();
+    let starts: Vec<usize> = header
+        .char_indices()
+        .filter(|&(i, c)| c != ' ' && (i == 0 || header.as_bytes()[i - 1] == b' '))
+        .map(|(i, _)| i)
+        .collect();
+    starts
+        .iter()
+        .enumerate()
+        .map(|(n, &start)| {
+            let end = starts
+                .get(n + 1)
+                .copied()
+                .unwrap_or(line.len())
+                .min(line.len());
+            line.get(start.min(end)..end)
+                .unwrap_or_default()
+                .trim()
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The real source-controller and kustomize-controller at work, seen through the plugin.
+async fn reconciles_from_git(cluster: &TestCluster, admin: &Path) {
+    let repo = GitRepo::new("fleet").expect("git repository");
+    let rev1 = commit(&repo, "1");
+    let url = cluster.git_server(&repo).expect("git server");
+    let kustomization = |name: &str, path: &str| {
+        format!(
+            "---\napiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\n\
+             metadata: {{name: {name}, namespace: {GIT_NS}}}\n\
+             spec: {{interval: 1h, path: {path}, prune: true, targetNamespace: {GIT_NS}, \
+             sourceRef: {{kind: GitRepository, name: fleet}}}}\n"
+        )
+    };
+    // Long intervals: the source fetches a new commit only when asked to.
+    let mut objects = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {GIT_NS}}}\n---\n\
+         apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\n\
+         metadata: {{name: fleet, namespace: {GIT_NS}}}\n\
+         spec: {{interval: 1h, url: \"{url}\", ref: {{branch: main}}}}\n"
+    );
+    for (name, path) in [
+        ("app", "./app"),
+        ("witness", "./witness"),
+        ("missing", "./missing"),
+        ("bad", "./bad"),
+    ] {
+        objects.push_str(&kustomization(name, path));
+    }
+    cluster
+        .apply_yaml(&objects)
+        .expect("GitRepository and Kustomizations");
+
+    // Ready with the commit's revision, and what Git holds is in the cluster.
+    cluster
+        .kustomization_applied(GIT_NS, "app", &revision(&rev1), RECONCILE)
+        .await
+        .expect("the app applied");
+    cluster
+        .kustomization_applied(GIT_NS, "witness", &revision(&rev1), RECONCILE)
+        .await
+        .expect("the witness applied");
+    assert_eq!(config_release(cluster, "app-config").as_deref(), Some("1"));
+    assert!(cluster.object("deployment", GIT_NS, "app").is_some());
+    let git = cluster.object(GIT_REPOSITORIES, GIT_NS, "fleet").unwrap();
+    assert_eq!(git["status"]["artifact"]["revision"], revision(&rev1));
+    let table = plugin_ok(cluster, admin, &["get", "gitrepo", "fleet", "-n", GIT_NS]);
+    assert_eq!(
+        table
+            .lines()
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["NAME", "REVISION", "SUSPENDED", "READY", "MESSAGE"]
+    );
+    assert_eq!(
+        row(&table)[..4],
+        ["fleet", revision(&rev1).as_str(), "False", "True"]
+    );
+    assert!(
+        table.lines().nth(1).unwrap().ends_with(ready_message(&git)),
+        "the controller's message {:?}: {table}",
+        ready_message(&git)
+    );
+    assert!(ready_message(&git).contains(&revision(&rev1)), "{git:#}");
+    let table = plugin_ok(cluster, admin, &["get", "ks", "app", "-n", GIT_NS]);
+    assert_eq!(
+        row(&table)[..4],
+        ["app", revision(&rev1).as_str(), "False", "True"]
+    );
+
+    // A path that is not in Git and a manifest that does not parse: READY False, with the
+    // controller's own message.
+    for name in ["missing", "bad"] {
+        let object = cluster
+            .settled(KUSTOMIZATIONS, GIT_NS, name, RECONCILE)
+            .await
+            .expect("settled");
+        assert_eq!(ready_now(&object), Some("False"), "{object:#}");
+        let message = ready_message(&object);
+        assert!(!message.is_empty(), "{object:#}");
+        let shown = plugin_json(cluster, admin, &["get", "ks", name, "-n", GIT_NS]);
+        assert_eq!(shown["ready"]["status"], "False", "{shown:#}");
+        assert_eq!(shown["ready"]["message"], message, "{shown:#}");
+        let table = plugin_ok(cluster, admin, &["get", "ks", name, "-n", GIT_NS]);
+        assert_eq!(row(&table)[3], "False", "{table}");
+    }
+    let missing = cluster.object(KUSTOMIZATIONS, GIT_NS, "missing").unwrap();
+    assert!(
+        ready_message(&missing).contains("missing"),
+        "names the path: {missing:#}"
+    );
+    let output = plugin(
+        cluster,
+        admin,
+        &[
+            "reconcile",
+            "ks",
+            "bad",
+            "-n",
+            GIT_NS,
+            "--wait",
+            "--timeout",
+            "2m",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let bad = cluster.object(KUSTOMIZATIONS, GIT_NS, "bad").unwrap();
+    assert!(
+        stderr(&output).contains(&format!(
+            "Kustomization wl-git/bad reconciliation failed: {}",
+            ready_message(&bad)
+        )),
+        "{}",
+        stderr(&output)
+    );
+
+    // The status selector reads the controllers' conditions.
+    let names = |selector: &str| {
+        let list = plugin_json(
+            cluster,
+            admin,
+            &["get", "all", "-n", GIT_NS, "--status-selector", selector],
+        );
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                format!(
+                    "{}/{}",
+                    i["kind"].as_str().unwrap(),
+                    i["name"].as_str().unwrap()
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names("ready=true"),
+        [
+            "GitRepository/fleet",
+            "Kustomization/app",
+            "Kustomization/witness"
+        ]
+    );
+    assert_eq!(
+        names("ready=false"),
+        ["Kustomization/bad", "Kustomization/missing"]
+    );
+
+    // suspend holds a new commit back: the witness, which follows the same source, applies it,
+    // so kustomize-controller has seen the new revision; the suspended app stays where it was.
+    plugin_ok(cluster, admin, &["suspend", "ks", "app", "-n", GIT_NS]);
+    let rev2 = commit(&repo, "2");
+    let fetched = plugin_ok(
+        cluster,
+        admin,
+        &["reconcile", "gitrepo", "fleet", "-n", GIT_NS, "--wait"],
+    );
+    assert!(fetched.contains(&revision(&rev2)), "{fetched}");
+    cluster
+        .kustomization_applied(GIT_NS, "witness", &revision(&rev2), RECONCILE)
+        .await
+        .expect("the witness applied the new commit");
+    assert_eq!(config_release(cluster, "witness").as_deref(), Some("2"));
+    let app = cluster.object(KUSTOMIZATIONS, GIT_NS, "app").unwrap();
+    assert_eq!(
+        app["status"]["lastAppliedRevision"],
+        revision(&rev1),
+        "{app:#}"
+    );
+    assert_eq!(config_release(cluster, "app-config").as_deref(), Some("1"));
+    let table = plugin_ok(cluster, admin, &["get", "ks", "app", "-n", GIT_NS]);
+    assert_eq!(row(&table)[..3], ["app", revision(&rev1).as_str(), "True"]);
+
+    // resume applies it.
+    plugin_ok(cluster, admin, &["resume", "ks", "app", "-n", GIT_NS]);
+    cluster
+        .kustomization_applied(GIT_NS, "app", &revision(&rev2), RECONCILE)
+        .await
+        .expect("the app applied the new commit once resumed");
+    assert_eq!(config_release(cluster, "app-config").as_deref(), Some("2"));
+
+    // reconcile --wait returns once kustomize-controller handled this very request: without
+    // --with-source the source still holds the previous commit...
+    let rev3 = commit(&repo, "3");
+    let waited = plugin_ok(
+        cluster,
+        admin,
+        &["reconcile", "ks", "app", "-n", GIT_NS, "--wait"],
+    );
+    let app = get_json(cluster, KUSTOMIZATIONS, GIT_NS, "app");
+    let requested = annotation(&app, "reconcile.fluxcd.io/requestedAt").expect("requestedAt");
+    assert_eq!(app["status"]["lastHandledReconcileAt"], requested.as_str());
+    assert_eq!(app["status"]["lastAppliedRevision"], revision(&rev2));
+    assert!(
+        waited.contains(&format!("Applied revision: {}", revision(&rev2))),
+        "{waited}"
+    );
+    // ...with it, the new commit is fetched first, and applied by the time --wait returns.
+    let output = plugin(
+        cluster,
+        admin,
+        &[
+            "reconcile",
+            "ks",
+            "app",
+            "-n",
+            GIT_NS,
+            "--with-source",
+            "--wait",
+        ],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let app = get_json(cluster, KUSTOMIZATIONS, GIT_NS, "app");
+    let git = get_json(cluster, GIT_REPOSITORIES, GIT_NS, "fleet");
+    // The Kustomization is asked again once the source settled: a request made together with
+    // the source's may be handled before the source fetched the new commit.
+    for object in [&git, &app] {
+        let requested = annotation(object, "reconcile.fluxcd.io/requestedAt").expect("requestedAt");
+        assert_eq!(
+            object["status"]["lastHandledReconcileAt"],
+            requested.as_str()
+        );
+    }
+    assert!(
+        stderr(&output).contains("► Kustomization wl-git/app annotated again"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(app["status"]["lastAppliedRevision"], revision(&rev3));
+    assert_eq!(config_release(cluster, "app-config").as_deref(), Some("3"));
+    assert!(
+        stdout(&output).contains(&format!("Applied revision: {}", revision(&rev3))),
+        "{}",
+        stdout(&output)
+    );
+    assert!(
+        stderr(&output).contains("◎ waiting for GitRepository wl-git/fleet")
+            && stderr(&output).contains("◎ waiting for Kustomization wl-git/app"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 /// A tenant allowed list/get/watch/patch on Kustomizations in NS only.

@@ -7,6 +7,7 @@
 //! until flux-operator reports it Ready. A restarted agent resumes an unfinished upgrade.
 //! Serves `tenantflux.v1.Upgrade`.
 
+pub mod health;
 pub mod plan;
 pub mod releases;
 mod service;
@@ -705,6 +706,10 @@ impl Upgrader {
 
     /// Writes the new version once: a resumed bump first looks whether it is already there.
     async fn bump(&self, record: &mut Record) -> Result<(), StepError> {
+        if record.ready_before.is_none() {
+            record.ready_before = Some(health::snapshot(&health::list(&self.client).await?));
+            self.store(record).await?;
+        }
         let ns = &self.config.operator_namespace;
         let live = self.live_instance().await?.ok_or_else(|| {
             StepError::Refused(format!(
@@ -761,10 +766,33 @@ impl Upgrader {
                 .unwrap_or_default();
             match state::rollout(&live, &record.target, record.instance_generation) {
                 Rollout::Done => {
-                    record.phase = Phase::Succeeded;
-                    record.message = format!("Flux {} is Ready", record.target);
-                    record.finished_at = Timestamp::now().to_string();
-                    return Ok(());
+                    let live = health::list(&self.client).await?;
+                    let recorded = record.ready_before.get_or_insert_default();
+                    if health::check(recorded, &live) {
+                        record.phase = Phase::Succeeded;
+                        record.message = format!(
+                            "Flux {} is Ready, and so is every Kustomization that was Ready before ({})",
+                            record.target,
+                            recorded.len()
+                        );
+                        record.finished_at = Timestamp::now().to_string();
+                        return Ok(());
+                    }
+                    let not_ready = health::not_ready(recorded).join("; ");
+                    if Timestamp::now().as_second() > record.ready_by {
+                        return Err(StepError::Refused(format!(
+                            "Flux {} is Ready, but Kustomizations Ready before the upgrade are not Ready again at their revision within {}s: {not_ready}",
+                            record.target, record.timeout_seconds
+                        )));
+                    }
+                    let waiting = format!(
+                        "Flux {} is Ready; waiting for the Kustomizations Ready before to be Ready again: {not_ready}",
+                        record.target
+                    );
+                    if record.message != waiting {
+                        record.message = waiting;
+                        self.store(record).await?;
+                    }
                 }
                 Rollout::Stalled(message) => {
                     return Err(StepError::Refused(format!(

@@ -274,12 +274,25 @@ pub fn plan(requested: &str, policy: Option<&Policy>, facts: &Facts) -> UpgradeP
             ));
             continue;
         }
-        let unserved: Vec<String> = crd
+        let mut unserved: Vec<String> = crd
             .stored_versions
             .iter()
             .filter(|v| !kind.serves(v))
             .cloned()
             .collect();
+        // Objects whose managedFields name a version the target removes break server-side
+        // apply after the upgrade ("request to convert CR to an invalid group/version"), even
+        // when nothing is stored at it: the migration rewrites those entries too.
+        for entry in &facts.managed {
+            let o = &entry.object;
+            if o.group == crd.group
+                && o.kind == crd.kind
+                && !kind.serves(&o.version)
+                && !unserved.contains(&o.version)
+            {
+                unserved.push(o.version.clone());
+            }
+        }
         if !unserved.is_empty() {
             plan.migrations.push(CrdMigration {
                 crd: crd.name.clone(),
@@ -617,6 +630,30 @@ mod tests {
         assert!(plan.removed_api_uses[0].blocking && !plan.removed_api_uses[1].blocking);
         // 2.7 still serves v1beta2.
         assert!(!super::plan("2.7.x", None, &f).blocked);
+    }
+
+    #[test]
+    fn managed_fields_at_a_removed_version_are_migrated_even_when_nothing_is_stored_at_it() {
+        let mut f = facts();
+        f.managed = vec![ManagedEntry {
+            manager: "kustomize-controller".into(),
+            object: ObjectRef {
+                group: SOURCE.into(),
+                kind: "GitRepository".into(),
+                namespace: "apps".into(),
+                name: "fleet".into(),
+                version: "v1beta2".into(),
+            },
+        }];
+        let plan = plan("2.8.x", None, &f);
+        let git = plan
+            .migrations
+            .iter()
+            .find(|m| m.crd == "gitrepositories.source.toolkit.fluxcd.io")
+            .expect("migrated for its managedFields");
+        assert_eq!(git.stored_versions, ["v1"]);
+        assert_eq!(git.unserved, ["v1beta2"]);
+        assert_eq!(git.objects, 3);
     }
 
     #[test]

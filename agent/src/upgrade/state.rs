@@ -79,6 +79,9 @@ pub struct Record {
     pub ready_by: i64,
     pub requested_by: String,
     pub runs: u32,
+    /// The Kustomizations Ready when the version was bumped (the post-upgrade health check).
+    #[serde(default)]
+    pub ready_before: Option<Vec<super::health::Healthy>>,
 }
 
 impl Record {
@@ -134,6 +137,12 @@ impl Record {
             },
             requested_by: self.requested_by.clone(),
             runs: self.runs,
+            kustomizations: self
+                .ready_before
+                .iter()
+                .flatten()
+                .map(super::health::Healthy::to_proto)
+                .collect(),
         }
     }
 }
