@@ -10,7 +10,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand, ValueHint};
 use serde::Serialize;
-use tenantflux_agent::policy::signing::{self, SignedPolicy};
+use tenantflux_core::policy::signing::{self, SignedPolicy};
 use tenantflux_proto::v1::{GetPolicyRequest, PushPolicyRequest};
 
 use crate::{

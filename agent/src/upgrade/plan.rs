@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 use tenantflux_proto::v1::{CrdMigration, Finding, RemovedApiUse, UpgradePlan};
 
-use super::releases::{self, KindVersions};
-use crate::policy::{Policy, Range, Release};
+use tenantflux_core::policy::{Policy, Range, Release};
+use tenantflux_core::releases::{self, KindVersions};
 
 /// What the planner needs to know about the cluster.
 #[derive(Clone, Debug, Default)]
@@ -122,7 +122,7 @@ pub fn plan(requested: &str, policy: Option<&Policy>, facts: &Facts) -> UpgradeP
             .as_ref()
             .map(|r| r.text().to_owned())
             .unwrap_or_default();
-        plan.deadline = policy.upgrade_deadline();
+        plan.deadline = crate::status::upgrade_deadline(policy);
     }
     let mut blockers = Vec::new();
     let mut warnings = Vec::new();
@@ -448,7 +448,7 @@ mod tests {
                     objects: 3,
                 },
             ],
-            day: crate::policy::parse_date("2026-11-30").unwrap(),
+            day: tenantflux_core::policy::parse_date("2026-11-30").unwrap(),
             ..Facts::default()
         }
     }
@@ -554,7 +554,7 @@ mod tests {
             soon.warnings
         );
         let mut late = facts();
-        late.day = crate::policy::parse_date("2027-01-01").unwrap();
+        late.day = tenantflux_core::policy::parse_date("2027-01-01").unwrap();
         let after = plan("2.7.x", Some(&policy), &late);
         assert_eq!(codes(&after.blockers), ["policy"]);
         assert!(

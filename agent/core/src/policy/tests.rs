@@ -2,8 +2,8 @@ use serde_json::{Value, json};
 
 use super::*;
 
-const FULL: &str = include_str!("../../../deploy/policy/example.yaml");
-const SCHEMA: &str = include_str!("../../../deploy/policy/policy.schema.json");
+const FULL: &str = include_str!("../../../../deploy/policy/example.yaml");
+const SCHEMA: &str = include_str!("../../../../deploy/policy/policy.schema.json");
 const MINIMAL: &str = include_str!("fixtures/policy-minimal.yaml");
 const COMPLIANT: &str = include_str!("fixtures/instance-compliant.yaml");
 const EVERY_VIOLATION: &str = include_str!("fixtures/instance-every-violation.yaml");
