@@ -169,8 +169,10 @@ impl Cli {
             return done;
         }
         if let Command::Completion { shell } = self.command {
-            complete::print_script(shell, &mut std::io::stdout().lock());
-            return Ok(());
+            return Ok(complete::print_script(
+                shell,
+                &mut std::io::stdout().lock(),
+            )?);
         }
         // Several crates enable rustls; naming the provider avoids an ambiguous process default.
         let _ = rustls::crypto::ring::default_provider().install_default();

@@ -146,7 +146,11 @@ fn sign(file: &FileArg, key: &Path, out: Option<&Path>) -> anyhow::Result<()> {
                 out.display()
             );
         }
-        None => print!("{yaml}"),
+        None => {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(yaml.as_bytes())?;
+            stdout.flush()?;
+        }
     }
     Ok(())
 }

@@ -716,7 +716,7 @@ impl Upgrader {
             );
             live.metadata.generation.unwrap_or_default()
         } else {
-            let spec = with_version(value.get("spec"), &record.written_version).ok_or_else(|| {
+            let spec = plan::with_version(value.get("spec"), &record.written_version).ok_or_else(|| {
                 StepError::Refused(format!(
                     "FluxInstance {ns}/{INSTANCE_NAME} has a spec.distribution that is not an object; fix it with `kubectl tenantflux instance apply`"
                 ))
@@ -815,27 +815,6 @@ impl Upgrader {
     pub fn shutdown(&self) -> &CancellationToken {
         &self.shutdown
     }
-}
-
-/// `spec` with `distribution.version` set to `version`; `None` when `spec` or its
-/// `distribution` is something other than an object (a tenant can write that, the API server's
-/// schema aside, and it must fail the upgrade, not the agent).
-fn with_version(spec: Option<&Value>, version: &str) -> Option<Value> {
-    let mut spec = match spec {
-        None | Some(Value::Null) => json!({}),
-        Some(spec) => spec.clone(),
-    };
-    let distribution = spec
-        .as_object_mut()?
-        .entry("distribution")
-        .or_insert_with(|| json!({}));
-    if distribution.is_null() {
-        *distribution = json!({});
-    }
-    distribution
-        .as_object_mut()?
-        .insert("version".to_owned(), Value::String(version.to_owned()));
-    Some(spec)
 }
 
 #[cfg(test)]

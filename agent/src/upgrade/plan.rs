@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tenantflux_proto::v1::{CrdMigration, Finding, RemovedApiUse, UpgradePlan};
 
 use tenantflux_core::policy::{Policy, Range, Release};
@@ -91,6 +91,27 @@ fn target_kind<'a>(
     kind: &str,
 ) -> Option<&'a KindVersions> {
     target.kind(group, kind)
+}
+
+/// `spec` with `distribution.version` set to `version`; `None` when `spec` or its
+/// `distribution` is something other than an object (a tenant can write that, the API server's
+/// schema aside, and it must fail the upgrade, not the agent).
+pub fn with_version(spec: Option<&Value>, version: &str) -> Option<Value> {
+    let mut spec = match spec {
+        None | Some(Value::Null) => json!({}),
+        Some(spec) => spec.clone(),
+    };
+    let distribution = spec
+        .as_object_mut()?
+        .entry("distribution")
+        .or_insert_with(|| json!({}));
+    if distribution.is_null() {
+        *distribution = json!({});
+    }
+    distribution
+        .as_object_mut()?
+        .insert("version".to_owned(), Value::String(version.to_owned()));
+    Some(spec)
 }
 
 /// Plans an upgrade to `requested` under `policy` (the held one, if any).
@@ -191,9 +212,9 @@ pub fn plan(requested: &str, policy: Option<&Policy>, facts: &Facts) -> UpgradeP
                 .to_owned(),
         )),
         Some(spec) => {
-            if let Some(policy) = policy {
-                let mut bumped = spec.clone();
-                bumped["distribution"]["version"] = Value::String(plan.written_version.clone());
+            if let Some(policy) = policy
+                && let Some(bumped) = with_version(Some(spec), &plan.written_version)
+            {
                 let evaluation = policy.evaluate_at(&bumped, facts.day);
                 // The range check is reported above with the resolution when nothing fits.
                 let range_refused = blockers.iter().any(|b| b.code == "policy");
@@ -537,6 +558,24 @@ mod tests {
         let inside = super::plan("2.x", Some(&policy), &facts());
         assert!(!inside.blocked, "{:?}", inside.blockers);
         assert_eq!(inside.target, "2.7.5");
+    }
+
+    #[test]
+    fn the_version_is_set_only_where_the_spec_has_room_for_it() {
+        assert_eq!(
+            with_version(Some(&json!({"distribution": {"registry": "r"}})), "2.8.x"),
+            Some(json!({"distribution": {"registry": "r", "version": "2.8.x"}}))
+        );
+        assert_eq!(
+            with_version(None, "2.8.x"),
+            Some(json!({"distribution": {"version": "2.8.x"}}))
+        );
+        // Used to panic the agent (indexing into a string).
+        assert_eq!(
+            with_version(Some(&json!({"distribution": "2.7"})), "2.8.x"),
+            None
+        );
+        assert_eq!(with_version(Some(&json!([1])), "2.8.x"), None);
     }
 
     #[test]
