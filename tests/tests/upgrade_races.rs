@@ -202,10 +202,26 @@ async fn a_transient_failure_of_the_version_bump_is_retried_not_a_failed_upgrade
     .await
     .unwrap();
 
+    // The tenant: cluster-admin of its own cluster, reaching the agent with a token.
+    let tenant = cluster
+        .token_kubeconfig(AGENT_NAMESPACE, "tenant")
+        .expect("tenant");
+    cluster
+        .apply_yaml(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+             metadata: {name: tenant-admin}\n\
+             roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\n\
+             subjects: [{kind: ServiceAccount, name: tenant, namespace: tenantflux-system}]\n",
+        )
+        .unwrap();
+
     cluster.apply_yaml(UNANSWERED_WEBHOOK).expect("webhook");
     // `upgrade apply` follows the upgrade until it ends, so it runs beside the test.
     let apply = cluster
-        .plugin_command(None, &["upgrade", "apply", "--to", "2.8.x", "--yes"])
+        .plugin_command(
+            Some(&tenant),
+            &["upgrade", "apply", "--to", "2.8.x", "--yes"],
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -219,8 +235,21 @@ async fn a_transient_failure_of_the_version_bump_is_retried_not_a_failed_upgrade
             (r["message"].as_str()?.contains("failed calling webhook")).then_some(r)
         },
     )
-    .await
-    .unwrap();
+    .await;
+    let retrying = match retrying {
+        Ok(r) => r,
+        Err(err) => {
+            let mut apply = apply;
+            let _ = apply.kill();
+            let out = apply.wait_with_output().unwrap();
+            panic!(
+                "{err}; the record: {:?}; upgrade apply said: {}{}",
+                record(&client).await,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    };
     assert_eq!(retrying["phase"], "bumping", "{retrying}");
     assert!(
         retrying["message"]

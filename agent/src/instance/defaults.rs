@@ -26,6 +26,8 @@ use crate::policy::store::Held;
 
 /// The ConfigMap that records that the defaults were dealt with.
 pub const RECORD_NAME: &str = "tenantflux-defaults";
+/// What the agent logs once the defaults are dealt with for good (tests wait for it).
+pub const DEALT_WITH: &str = "the policy defaults are dealt with for good";
 /// How soon a failed attempt is retried (e.g. flux-operator's CRD is not installed yet).
 const RETRY: Duration = Duration::from_secs(15);
 
@@ -248,7 +250,13 @@ pub async fn run(
         let mut retry = false;
         if let Some(policy) = policy.filter(|p| p.defaults().is_some()) {
             match defaults.step(&policy).await {
-                Ok(true) => return,
+                Ok(true) => {
+                    tracing::info!(
+                        generation = policy.generation(),
+                        "{DEALT_WITH}: the agent creates no FluxInstance from any policy again"
+                    );
+                    return;
+                }
                 Ok(false) => {}
                 Err(err) => {
                     tracing::warn!(error = %chain(&err), "applying the policy's defaults");
