@@ -5,7 +5,9 @@ use std::{net::SocketAddr, time::Duration};
 
 use clap::{Parser, ValueEnum};
 
-use crate::{bundle::AllowedVersions, bundle_source::BundleSource};
+use tenantflux_core::operator::AllowedVersions;
+
+use crate::operator::source::BundleSource;
 
 /// The default of `--log-level`.
 pub const DEFAULT_LOG_FILTER: &str = "info,kube_client::client::builder=off";
@@ -118,25 +120,13 @@ fn parse_allowed_versions(text: &str) -> Result<AllowedVersions, String> {
     AllowedVersions::parse(text, "--operator-version").map_err(|err| err.to_string())
 }
 
-/// `90s`, `5m`, `1h`, or plain seconds.
+/// A duration as kubectl writes them (`90s`, `5m`, `1h`, `1m30s`, plain seconds), not zero.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration such as 30s, 5m or 1h"))?;
-    let seconds = match unit {
-        "" | "s" => number,
-        "m" => number * 60,
-        "h" => number * 3600,
-        _ => return Err(format!("{text:?} is not a duration such as 30s, 5m or 1h")),
-    };
-    if seconds == 0 {
-        return Err("the interval must be longer than 0s".into());
+    match tenantflux_core::duration::parse(text) {
+        Ok(d) if d.is_zero() => Err("the interval must be longer than 0s".into()),
+        Ok(d) => Ok(d),
+        Err(err) => Err(err.to_string()),
     }
-    Ok(Duration::from_secs(seconds))
 }
 
 /// How log lines are written to stderr.
@@ -287,6 +277,9 @@ mod tests {
         }
         assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
         assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
+        // Used to panic on overflow (number * 3600).
+        let err = parse_duration("18446744073709551615h").unwrap_err();
+        assert!(err.contains("longer than a duration may be"), "{err}");
     }
 
     #[test]

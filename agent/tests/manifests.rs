@@ -11,13 +11,16 @@ use k8s_openapi::api::{
 };
 use serde::Deserialize;
 use tenantflux_agent::{
-    auth::Permission,
-    bundle::{KINDS, Stage},
     cli::Args,
-    operator::RECORD_CONFIGMAP,
-    status::{INSTANCE_NAME, OPERATOR_DEPLOYMENT, flux_instance_resource, flux_report_resource},
+    instance::{flux_instance_resource, flux_report_resource},
+    operator::{
+        RECORD_CONFIGMAP,
+        bundle::{KINDS, Stage},
+    },
+    server::auth::Permission,
     workloads::catalog,
 };
+use tenantflux_core::flux::{INSTANCE_NAME, OPERATOR_DEPLOYMENT};
 
 fn manifests_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/manifests")
@@ -272,7 +275,7 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
                     // The admission policy rendered from the held policy, only by its name.
                     let admission = group == "admissionregistration.k8s.io"
                         && rule.resource_names.as_deref()
-                            == Some(&[tenantflux_agent::policy::admission::NAME.to_string()][..]);
+                            == Some(&[tenantflux_core::policy::admission::NAME.to_string()][..]);
                     // Upgrades: storedVersions of CRDs after their objects were migrated.
                     let stored_versions = group == "apiextensions.k8s.io"
                         && resource == "customresourcedefinitions/status";
@@ -321,7 +324,7 @@ fn agent_cluster_role_may_keep_only_its_own_admission_policy() {
         .expect("ClusterRole tenantflux-agent");
     let rules = role.rules.as_deref().unwrap();
     let group = "admissionregistration.k8s.io";
-    let name = tenantflux_agent::policy::admission::NAME;
+    let name = tenantflux_core::policy::admission::NAME;
     for resource in [
         "validatingadmissionpolicies",
         "validatingadmissionpolicybindings",

@@ -169,8 +169,10 @@ impl Cli {
             return done;
         }
         if let Command::Completion { shell } = self.command {
-            complete::print_script(shell, &mut std::io::stdout().lock());
-            return Ok(());
+            return Ok(complete::print_script(
+                shell,
+                &mut std::io::stdout().lock(),
+            )?);
         }
         // Several crates enable rustls; naming the provider avoids an ambiguous process default.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -233,36 +235,7 @@ impl FromStr for RequestTimeout {
     type Err = String;
 
     fn from_str(value: &str) -> Result<Self, Self::Err> {
-        let invalid = || format!("invalid duration {value:?}: expected e.g. 30s, 1m, 1m30s, 500ms");
-        let total = if let Ok(seconds) = value.parse::<u64>() {
-            Duration::from_secs(seconds)
-        } else {
-            let mut total = Duration::ZERO;
-            let mut rest = value;
-            if rest.is_empty() {
-                return Err(invalid());
-            }
-            while !rest.is_empty() {
-                let digits = rest
-                    .find(|c: char| !c.is_ascii_digit())
-                    .ok_or_else(invalid)?;
-                let amount: u64 = rest[..digits].parse().map_err(|_| invalid())?;
-                rest = &rest[digits..];
-                let unit_len = rest
-                    .find(|c: char| c.is_ascii_digit())
-                    .unwrap_or(rest.len());
-                let unit = match &rest[..unit_len] {
-                    "ms" => Duration::from_millis(1),
-                    "s" => Duration::from_secs(1),
-                    "m" => Duration::from_secs(60),
-                    "h" => Duration::from_secs(3600),
-                    _ => return Err(invalid()),
-                };
-                rest = &rest[unit_len..];
-                total += unit * u32::try_from(amount).map_err(|_| invalid())?;
-            }
-            total
-        };
+        let total = tenantflux_core::duration::parse(value).map_err(|err| err.to_string())?;
         Ok(Self((!total.is_zero()).then_some(total)))
     }
 }
@@ -422,5 +395,9 @@ mod tests {
         assert!(parse("s").is_err());
         assert!(parse("10x").is_err());
         assert!(parse("-5s").is_err());
+        // Used to panic on overflow (Duration * u32).
+        assert!(parse("5000000h").is_ok());
+        assert!(parse("9999999999999999h").is_err());
+        assert!(parse("18446744073709551615h").is_err());
     }
 }

@@ -24,8 +24,18 @@ use crate::{
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Writes the completion script of `shell` for the `kubectl-tenantflux` binary.
-pub fn print_script(shell: Shell, out: &mut dyn io::Write) {
-    clap_complete::generate(shell, &mut Cli::command(), "kubectl-tenantflux", out);
+pub fn print_script(shell: Shell, out: &mut dyn io::Write) -> io::Result<()> {
+    // clap_complete panics when its writer fails; a closed pipe (`completion bash | head -1`)
+    // must end quietly instead, so the script is written from memory.
+    let mut script = Vec::new();
+    clap_complete::generate(
+        shell,
+        &mut Cli::command(),
+        "kubectl-tenantflux",
+        &mut script,
+    );
+    out.write_all(&script)?;
+    out.flush()
 }
 
 /// cobra's ShellCompDirective bits (kubectl reads them from the last line).
@@ -549,10 +559,29 @@ mod tests {
     fn scripts_are_for_the_plugin_binary() {
         for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
             let mut script = Vec::new();
-            print_script(shell, &mut script);
+            print_script(shell, &mut script).unwrap();
             let script = String::from_utf8(script).expect("utf-8 script");
             assert!(script.contains("kubectl-tenantflux"), "{shell}");
             assert!(script.contains("status"), "{shell}");
         }
+    }
+
+    /// What `kubectl-tenantflux completion bash | head -1` gives the plugin once `head` exits.
+    struct ClosedPipe;
+
+    impl io::Write for ClosedPipe {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::ErrorKind::BrokenPipe.into())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Err(io::ErrorKind::BrokenPipe.into())
+        }
+    }
+
+    #[test]
+    fn a_closed_pipe_is_an_error_main_ends_quietly_on_not_a_panic() {
+        let err = print_script(Shell::Bash, &mut ClosedPipe).unwrap_err();
+        assert!(crate::output::is_broken_pipe(&anyhow::Error::from(err)));
     }
 }

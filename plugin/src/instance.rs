@@ -1,6 +1,8 @@
 //! `kubectl tenantflux instance ...`: the tenant's FluxInstance through the agent, which checks
 //! every change against the policy it holds.
 
+use std::io::Write as _;
+
 use anyhow::Context as _;
 use clap::Subcommand;
 use serde_json::Value;
@@ -157,7 +159,7 @@ async fn edit(options: &ConnectOptions) -> anyhow::Result<()> {
                 for warning in &response.get_ref().warnings {
                     eprintln!("warning: {warning}");
                 }
-                println!("fluxinstance/flux edited");
+                writeln!(std::io::stdout().lock(), "fluxinstance/flux edited")?;
                 return Ok(());
             }
             Err(status) => {
@@ -219,8 +221,9 @@ pub async fn run(
                 .map_err(|status| agent.error(&status))
                 .with_context(|| format!("{} cannot be applied", file.path.display()))?
                 .into_inner();
-            print!("{}", diff(&response.live, &response.applied));
-            Ok(())
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(diff(&response.live, &response.applied).as_bytes())?;
+            Ok(stdout.flush()?)
         }
     }
 }

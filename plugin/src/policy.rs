@@ -10,7 +10,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand, ValueHint};
 use serde::Serialize;
-use tenantflux_agent::policy::signing::{self, SignedPolicy};
+use tenantflux_core::policy::signing::{self, SignedPolicy};
 use tenantflux_proto::v1::{GetPolicyRequest, PushPolicyRequest};
 
 use crate::{
@@ -146,7 +146,11 @@ fn sign(file: &FileArg, key: &Path, out: Option<&Path>) -> anyhow::Result<()> {
                 out.display()
             );
         }
-        None => print!("{yaml}"),
+        None => {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(yaml.as_bytes())?;
+            stdout.flush()?;
+        }
     }
     Ok(())
 }

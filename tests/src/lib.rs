@@ -49,6 +49,8 @@ pub enum Error {
     Client { path: PathBuf, source: kube::Error },
     #[error("timed out after {after:?} waiting for {what}")]
     Timeout { what: String, after: Duration },
+    #[error("no agent to stop: {reason}")]
+    NothingToStop { reason: String },
 }
 
 /// The `tests/env/cluster` entry point.
@@ -268,10 +270,11 @@ impl TestCluster {
     }
 
     fn signal_agent(&self, how: &str) -> Result<()> {
+        // A test that stops an agent which is not running proves nothing: say so.
         let pidfile = self.dir().join("agent.pid");
-        let Ok(pid) = std::fs::read_to_string(&pidfile) else {
-            return Ok(());
-        };
+        let pid = std::fs::read_to_string(&pidfile).map_err(|err| Error::NothingToStop {
+            reason: format!("reading {}: {err}", pidfile.display()),
+        })?;
         let pid = pid.trim().to_owned();
         let signal = |args: &[&str]| {
             Command::new("kill")
@@ -280,7 +283,11 @@ impl TestCluster {
                 .status()
                 .is_ok_and(|s| s.success())
         };
-        signal(&[how, &pid]);
+        if !signal(&[how, &pid]) {
+            return Err(Error::NothingToStop {
+                reason: format!("pid {pid} from {} is not running", pidfile.display()),
+            });
+        }
         let timeout = Duration::from_secs(10);
         let deadline = std::time::Instant::now() + timeout;
         while signal(&["-0", &pid]) {
@@ -294,6 +301,26 @@ impl TestCluster {
         }
         let _ = std::fs::remove_file(&pidfile);
         Ok(())
+    }
+
+    /// The length of the agent's log now, for [`Self::wait_agent_log`] to read on from.
+    pub fn agent_log_len(&self) -> u64 {
+        std::fs::metadata(self.dir().join("agent.log")).map_or(0, |m| m.len())
+    }
+
+    /// Waits until the agent logged `needle` after byte `from` of its log: a positive barrier
+    /// for "the agent got this far", where a sleep would only hope so.
+    pub async fn wait_agent_log(&self, from: u64, needle: &str, timeout: Duration) -> Result<()> {
+        let log = self.dir().join("agent.log");
+        wait_for(&format!("{needle:?} in {}", log.display()), timeout, || {
+            let text = std::fs::read(&log).unwrap_or_default();
+            let found = usize::try_from(from)
+                .ok()
+                .and_then(|from| text.get(from..))
+                .is_some_and(|new| String::from_utf8_lossy(new).contains(needle));
+            async move { found.then_some(()) }
+        })
+        .await
     }
 
     /// (Re)starts the agent with extra environment (its flags' env twins, e.g.

@@ -55,10 +55,18 @@ pub fn instance_json(cluster: &TestCluster) -> Option<Value> {
             "json",
         ])
         .expect("kubectl get fluxinstance");
-    output
-        .status
-        .success()
-        .then(|| serde_json::from_slice(&output.stdout).expect("JSON"))
+    if output.status.success() {
+        return Some(serde_json::from_slice(&output.stdout).expect("JSON"));
+    }
+    // Only "not found" (or no FluxInstance API at all) means absent: any other failure (the
+    // API server down, RBAC) would make a test that expects no instance pass for the wrong
+    // reason.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("(NotFound)") || stderr.contains("doesn't have a resource type"),
+        "kubectl get fluxinstance flux failed: {stderr}"
+    );
+    None
 }
 
 /// The agent's defaults record as `outcome/policyGeneration`, empty when there is none.

@@ -6,6 +6,7 @@
 use std::{path::Path, process::Output, time::Duration};
 
 use serde_json::Value;
+use tenantflux_agent::instance::defaults::DEALT_WITH;
 use tenantflux_tests::{
     TestCluster, path, repo_root,
     tenant::{
@@ -903,8 +904,12 @@ async fn defaults_create_the_instance_once_and_then_the_tenant_owns_it() {
     assert!(gen8.contains("version: \"2.8.x\""), "{gen8}");
     platform.sign_and_push("policy-8", &gen8);
     assert_eq!(show(&cluster)["generation"], 8);
-    // The agent acts on a new policy within milliseconds; give it ample time to do wrong.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The agent's defaults task ended once generation 7's were dealt with: nothing is left in
+    // the agent that could act on generation 8's.
+    cluster
+        .wait_agent_log(0, DEALT_WITH, Duration::from_secs(30))
+        .await
+        .expect("the defaults task ended");
     let instance = instance_json(&cluster).expect("instance kept");
     assert_eq!(instance["spec"]["distribution"]["version"], "2.9.x");
     assert_eq!(instance["spec"]["cluster"]["size"], "medium");
@@ -924,6 +929,7 @@ async fn defaults_create_the_instance_once_and_then_the_tenant_owns_it() {
         .expect("tenant delete");
     platform.sign_and_push("policy-9", &gen8.replace("generation: 8", "generation: 9"));
     assert_eq!(show(&cluster)["generation"], 9);
+    let restarted_at = cluster.agent_log_len();
     cluster
         .restart_agent_with(&[(
             "TENANTFLUX_POLICY_PUBLIC_KEY",
@@ -931,7 +937,11 @@ async fn defaults_create_the_instance_once_and_then_the_tenant_owns_it() {
         )])
         .expect("agent restart");
     assert_eq!(show(&cluster)["generation"], 9);
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The restarted agent read the record and decided, for good, to create nothing.
+    cluster
+        .wait_agent_log(restarted_at, DEALT_WITH, Duration::from_secs(30))
+        .await
+        .expect("the restarted agent's defaults task ended");
     assert!(instance_json(&cluster).is_none(), "the instance came back");
     assert_eq!(defaults_record(&cluster), "created/7");
 }

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tenantflux_agent::policy::{Policy, admission::render};
+use tenantflux_core::policy::{Policy, admission::render};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
@@ -20,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
     // Days from the spec's length, so the fuzzer also reaches both sides of a deadline and
     // the extremes of the calendar.
     let day = match spec.to_string().len() % 4 {
-        0 => tenantflux_agent::policy::today(),
+        0 => tenantflux_core::policy::today(),
         1 => i64::MIN,
         2 => i64::MAX,
         _ => 20_000,

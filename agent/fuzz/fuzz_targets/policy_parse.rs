@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tenantflux_agent::policy::{Policy, signing::SignedPolicy};
+use tenantflux_core::policy::{Policy, signing::SignedPolicy};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -1,537 +1,102 @@
-//! The policy rendered as a ValidatingAdmissionPolicy and its binding
-//! (admissionregistration.k8s.io/v1, CEL), so that the API server itself refuses a
-//! non-compliant FluxInstance, with the agent's messages, even while the agent is down.
-//!
-//! Versions: the CEL semver library of the API server reads versions, not ranges, and Flux's
-//! `spec.distribution.version` is usually a range (`2.8.x`). So the rendered CEL parses the
-//! range the way `range.rs` does: it splits it into comparators, turns each into an interval of
-//! releases encoded as one integer (`major·10¹² + minor·10⁶ + patch`), intersects them, and
-//! requires the result to lie within the policy's interval, the same rule as `Range::is_within`.
-//! Known gaps against the agent (the agent's check is the exact one): a minor or patch above
-//! 999,999 is not representable; comparators are recognised by a regular expression, so a
-//! malformed range the semver crate refuses for a subtler reason (e.g. a wildcard after an
-//! operator, `>=2.8.x`) is read leniently (as `>=2.8.0`); an upgrade deadline applies only from
-//! the day the agent renders after its date (it re-renders hourly), since CEL has no clock.
+//! Keeps the API server's own check of FluxInstances in step with the held policy: the
+//! ValidatingAdmissionPolicy and binding rendered by `tenantflux_core::policy::admission`, server-side applied
+//! when a policy is accepted or loaded at start, and re-rendered hourly so that an upgrade
+//! deadline takes effect on its date. Once applied, they refuse a non-compliant FluxInstance
+//! whether or not the agent runs.
 
-use serde_json::{Value, json};
+use std::time::Duration;
 
-use super::{DEFAULT_COMPONENTS, Policy, Release, Requirement, glob};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use kube::{
+    Api, Client,
+    api::{Patch, PatchParams},
+};
+use serde_json::Value;
+use tenantflux_core::{
+    policy::{
+        admission::{NAME, Rendered, render},
+        today,
+    },
+    text::chain,
+};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
-/// The name of both objects (cluster-scoped): one policy per cluster.
-pub const NAME: &str = "tenantflux-policy";
-/// The generation of the policy an object was rendered from.
-pub const GENERATION_ANNOTATION: &str = "tenantflux.io/policy-generation";
+use super::store::Held;
 
-const MAJOR: i64 = 1_000_000_000_000;
-const MINOR: i64 = 1_000_000;
-/// Above every encodable release: "no upper bound".
-const UNBOUNDED: i64 = 9_000_000_000_000_000_000;
+/// How often the policy is re-rendered for the calendar (upgrade deadlines).
+const RERENDER: Duration = Duration::from_secs(3600);
+/// How soon a failed apply is retried.
+const RETRY: Duration = Duration::from_secs(15);
 
-/// One comparator of a range, as CEL finds it: operator, optional `v`, up to three parts
-/// (digits or a wildcard), and a pre-release or build suffix that is ignored.
-const COMPARATOR: &str =
-    r"[<>=~^]*\s*v?[0-9xX*]+(\.[0-9xX*]+){0,2}(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?";
-const CORE: &str = r"[0-9xX*]+(\.[0-9xX*]+){0,2}";
-
-/// The two objects to apply, in this order.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Rendered {
-    pub policy: Value,
-    pub binding: Value,
+#[derive(Debug, thiserror::Error)]
+#[error("applying {kind} {NAME} (policy generation {generation})")]
+pub struct ApplyError {
+    kind: &'static str,
+    generation: u64,
+    #[source]
+    source: Box<kube::Error>,
 }
 
-/// Renders `policy` as it applies on `day` (days since 1970-01-01, UTC).
-pub fn render(policy: &Policy, day: i64) -> Rendered {
-    let rules = &policy.document.spec;
-    let by = format!("policy generation {}", rules.generation);
-    let mut validations = vec![validation(
-        "variables.versionValid",
-        format!(
-            "{VERSION} + ' is neither a version (2.8.0) nor a semver range (2.8.x, >=2.7.0 <2.10.0)'"
-        ),
-    )];
-
-    if let Some(allowed) = &policy.distribution_versions {
-        let high = allowed.high().map_or(UNBOUNDED, encode);
-        validations.push(validation(
-            &format!(
-                "!variables.versionValid || (variables.low >= {} && variables.high <= {high})",
-                encode(allowed.low())
-            ),
-            format!(
-                "{VERSION} + {}",
-                literal(&format!(" is outside {:?} allowed by {by}", allowed.text()))
-            ),
-        ));
-    }
-    if let Some(deadline) = &policy.deadline
-        && day >= deadline.day
-    {
-        validations.push(validation(
-            &format!(
-                "!variables.versionValid || variables.low >= {}",
-                encode(deadline.minimum)
-            ),
-            format!(
-                "{VERSION} + {}",
-                literal(&format!(
-                    " allows versions below {}, which {by} requires since {}",
-                    deadline.minimum_text, deadline.date
-                ))
-            ),
-        ));
-    }
-
-    let distribution = rules.distribution.as_ref();
-    let spec = "object.spec";
-    validations.extend(patterns(
-        "spec.distribution.registry",
-        &[spec, "distribution", "registry"],
-        distribution.and_then(|d| d.registries.as_deref()),
-        &by,
-    ));
-    validations.extend(patterns(
-        "spec.distribution.artifact",
-        &[spec, "distribution", "artifact"],
-        distribution.and_then(|d| d.artifacts.as_deref()),
-        &by,
-    ));
-
-    if let Some(components) = &rules.components {
-        if let Some(allowed) = &components.allowed {
-            let list = list(allowed);
-            validations.push(validation(
-                &format!("variables.components.all(c, c in {list})"),
-                format!(
-                    "'spec.components ' + variables.components.filter(c, !(c in {list})).map(c, '\"' + c + '\"').join(', ') + {}",
-                    literal(&format!(" is not one of {} allowed by {by}", quoted(allowed)))
-                ),
-            ));
+/// Applies the rendered policy for every policy the store holds, until the shutdown.
+pub async fn run(client: Client, mut held: watch::Receiver<Held>, shutdown: CancellationToken) {
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client);
+    let mut applied: Option<Rendered> = None;
+    loop {
+        let accepted = held.borrow_and_update().accepted.clone();
+        let mut wait = RERENDER;
+        if let Some(accepted) = accepted {
+            let rendered = render(&accepted.policy, today());
+            if applied.as_ref() != Some(&rendered) {
+                let generation = accepted.policy.generation();
+                match apply(&policies, &bindings, &rendered, generation).await {
+                    Ok(()) => {
+                        tracing::info!(
+                            generation,
+                            "ValidatingAdmissionPolicy {NAME} applied: the API server enforces the policy"
+                        );
+                        applied = Some(rendered);
+                    }
+                    Err(err) => {
+                        tracing::warn!(error = %chain(&err), "enforcing the policy in the API server");
+                        wait = RETRY;
+                    }
+                }
+            }
         }
-        for name in &components.required {
-            validations.push(validation(
-                &format!("{} in variables.components", literal(name)),
-                literal(&format!("spec.components lacks {name:?}, required by {by}")),
-            ));
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(wait) => {}
+            changed = held.changed() => if changed.is_err() { return },
         }
     }
-
-    if let Some(cluster) = &rules.cluster {
-        validations.extend(requirement(
-            "spec.cluster.multitenant",
-            "multitenant",
-            cluster.multitenant,
-            false,
-            &by,
-        ));
-        validations.extend(requirement(
-            "spec.cluster.networkPolicy",
-            "networkPolicy",
-            cluster.network_policy,
-            true,
-            &by,
-        ));
-        validations.extend(patterns(
-            "spec.cluster.size",
-            &[spec, "cluster", "size"],
-            cluster.sizes.as_deref(),
-            &by,
-        ));
-    }
-
-    if let Some(sync) = &rules.sync {
-        validations.extend(patterns(
-            "spec.sync.url",
-            &[spec, "sync", "url"],
-            Some(&sync.urls),
-            &by,
-        ));
-    }
-
-    if let Some(kustomize) = &rules.kustomize
-        && !kustomize.allow_patches
-    {
-        validations.push(validation(
-            &format!(
-                "!({} && size(object.spec.kustomize.patches) > 0)",
-                present(&[spec, "kustomize", "patches"])
-            ),
-            literal(&format!(
-                "spec.kustomize.patches is set; {by} allows no kustomize patches"
-            )),
-        ));
-    }
-
-    let metadata = json!({
-        "name": NAME,
-        "labels": {"app.kubernetes.io/managed-by": crate::FIELD_MANAGER},
-        "annotations": {GENERATION_ANNOTATION: rules.generation.to_string()},
-    });
-    let policy = json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": metadata,
-        "spec": {
-            // A check that cannot run (e.g. a version too large for an integer) refuses.
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [{
-                    "apiGroups": ["fluxcd.controlplane.io"],
-                    "apiVersions": ["*"],
-                    "operations": ["CREATE", "UPDATE"],
-                    "resources": ["fluxinstances"],
-                }],
-            },
-            // Only a change to the spec is judged: an instance that a newer policy made
-            // non-compliant can still get finalizers and annotations (and so be deleted or
-            // reconciled); the agent reports it in `status`.
-            "matchConditions": [{
-                "name": "spec-changed",
-                "expression": "request.operation == 'CREATE' || object.spec != oldObject.spec",
-            }],
-            "variables": variables(),
-            "validations": validations,
-        },
-    });
-    let binding = json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": metadata,
-        "spec": {
-            "policyName": NAME,
-            "validationActions": ["Deny"],
-        },
-    });
-    Rendered { policy, binding }
 }
 
-/// `"spec.distribution.version \"<value>\""` as a CEL expression.
-const VERSION: &str = "'spec.distribution.version \"' + variables.version + '\"'";
-
-/// The version range of the instance as an interval `[low, high)` of encoded releases.
-fn variables() -> Value {
-    let t = |i: usize| format!("t[{i}]");
-    let number = |i: usize| format!("({0}.matches('^[0-9]+$') ? int({0}) : -1)", t(i));
-    let (m, n, p) = (number(1), number(2), number(3));
-    let wildcard = (1..=3)
-        .map(|i| format!("{} in ['x', 'X', '*']", t(i)))
-        .collect::<Vec<_>>()
-        .join(" || ");
-    let base = format!("({m} * {MAJOR} + ({n} < 0 ? 0 : {n}) * {MINOR} + ({p} < 0 ? 0 : {p}))");
-    // The first release after everything the written parts match (`2.8` → 2.9.0).
-    let after = format!(
-        "({n} < 0 ? ({m} + 1) * {MAJOR} : {p} < 0 ? {m} * {MAJOR} + ({n} + 1) * {MINOR} : {base} + 1)"
-    );
-    let next_minor = format!("({m} * {MAJOR} + (({n} < 0 ? 0 : {n}) + 1) * {MINOR})");
-    let next_major = format!("(({m} + 1) * {MAJOR})");
-    let caret = format!(
-        "({m} == 0 && {n} == 0 && {p} >= 0 ? {base} + 1 : {m} == 0 && {n} >= 0 ? {next_minor} : {next_major})"
-    );
-    // As `range::bounds` reads each comparator; a bare full version alone is that version
-    // only (Flux's reading), a bare version among others a caret (the semver crate's).
-    let bound = format!(
-        "{m} < 0 ? [0, {UNBOUNDED}] : \
-         t[0] == '>=' ? [{base}, {UNBOUNDED}] : \
-         t[0] == '>' ? [{after}, {UNBOUNDED}] : \
-         t[0] == '<=' ? [0, {after}] : \
-         t[0] == '<' ? [0, {base}] : \
-         t[0] == '~' ? [{base}, {n} < 0 ? {next_major} : {next_minor}] : \
-         t[0] == '^' ? [{base}, {caret}] : \
-         t[0] == '=' || (t[0] == '' && ({wildcard})) ? [{base}, {after}] : \
-         t[0] == '' && size(variables.comparators) == 1 && {p} >= 0 ? [{base}, {base} + 1] : \
-         t[0] == '' ? [{base}, {caret}] : [1, 0]"
-    );
-    let whole = format!("^{COMPARATOR}([\\s,]+{COMPARATOR})*$");
-    let components = format!(
-        "has(object.spec.components) ? object.spec.components : {}",
-        list(DEFAULT_COMPONENTS)
-    );
-    json!([
-        {"name": "version", "expression": "object.spec.distribution.version.trim()"},
-        {"name": "comparators", "expression": format!("variables.version.findAll({})", literal(COMPARATOR))},
-        {"name": "parts", "expression": format!(
-            "variables.comparators.map(c, [c.find('^[<>=~^]*')] + (c.find({}) + '..').split('.'))",
-            literal(CORE)
-        )},
-        {"name": "bounds", "expression": format!("variables.parts.map(t, {bound})")},
-        {"name": "low", "expression": "size(variables.bounds) == 0 ? 0 : variables.bounds.map(b, b[0]).max()"},
-        {"name": "high", "expression": format!("size(variables.bounds) == 0 ? {UNBOUNDED} : variables.bounds.map(b, b[1]).min()")},
-        {"name": "versionValid", "expression": format!(
-            "variables.version.matches({}) && variables.low < variables.high",
-            literal(&whole)
-        )},
-        {"name": "components", "expression": components},
-    ])
-}
-
-fn validation(expression: &str, message_expression: String) -> Value {
-    json!({
-        "expression": expression,
-        "messageExpression": message_expression,
-        "reason": "Invalid",
-    })
-}
-
-/// `field` at `path`, when set, must match one of `patterns`.
-fn patterns(field: &str, path: &[&str], patterns: Option<&[String]>, by: &str) -> Option<Value> {
-    let patterns = patterns?;
-    let regex = patterns
-        .iter()
-        .map(|p| glob::to_regex(p))
-        .collect::<Vec<_>>()
-        .join("|");
-    let value = path.join(".");
-    Some(validation(
-        &format!(
-            "!({}) || {value}.matches({})",
-            present(path),
-            literal(&regex)
-        ),
-        format!(
-            "{} + {value} + {}",
-            literal(&format!("{field} \"")),
-            literal(&format!(
-                "\" is not one of {} allowed by {by}",
-                quoted(patterns)
-            ))
-        ),
-    ))
-}
-
-/// The boolean `spec.cluster.<name>` (default `default`) against `requirement`.
-fn requirement(
-    field: &str,
-    name: &str,
-    requirement: Requirement,
-    default: bool,
-    by: &str,
-) -> Option<Value> {
-    let value = format!(
-        // `== true` types the unknown (`dyn`) field as the bool a validation must return.
-        "({} ? object.spec.cluster.{name} == true : {default})",
-        present(&["object.spec", "cluster", name])
-    );
-    let (expression, message) = match requirement {
-        Requirement::Optional => return None,
-        Requirement::Required => (
-            value,
-            format!("{field} false must be true, as {by} requires"),
-        ),
-        Requirement::Forbidden => (
-            format!("!{value}"),
-            format!("{field} true is forbidden by {by}"),
-        ),
+async fn apply(
+    policies: &Api<ValidatingAdmissionPolicy>,
+    bindings: &Api<ValidatingAdmissionPolicyBinding>,
+    rendered: &Rendered,
+    generation: u64,
+) -> Result<(), ApplyError> {
+    let params = PatchParams::apply(tenantflux_core::FIELD_MANAGER).force();
+    let error = |kind| {
+        move |source| ApplyError {
+            kind,
+            generation,
+            source: Box::new(source),
+        }
     };
-    Some(validation(&expression, literal(&message)))
-}
-
-/// `has(a.b) && has(a.b.c)` for the path `a`, `b`, `c`.
-fn present(path: &[&str]) -> String {
-    (2..=path.len())
-        .map(|end| format!("has({})", path[..end].join(".")))
-        .collect::<Vec<_>>()
-        .join(" && ")
-}
-
-/// A CEL string literal.
-fn literal(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('\'');
-    for c in text.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\'' => out.push_str("\\'"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    out
-}
-
-fn list<S: AsRef<str>>(items: &[S]) -> String {
-    let items: Vec<String> = items.iter().map(|i| literal(i.as_ref())).collect();
-    format!("[{}]", items.join(", "))
-}
-
-/// `"a", "b"`, as the agent's messages quote.
-fn quoted(items: &[String]) -> String {
-    items
-        .iter()
-        .map(|i| format!("{i:?}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// A release as one comparable integer; parts too large to encode saturate.
-fn encode(release: Release) -> i64 {
-    let part = |v: u64, limit: i64| i64::try_from(v).unwrap_or(i64::MAX).min(limit - 1);
-    let major = part(release.major, UNBOUNDED / MAJOR);
-    major * MAJOR + part(release.minor, MAJOR / MINOR) * MINOR + part(release.patch, MINOR)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn policy(spec: &str) -> Policy {
-        let text = format!(
-            "apiVersion: tenantflux.io/v1alpha1\nkind: Policy\nmetadata:\n  name: p\nspec:\n  generation: 7\n{spec}"
-        );
-        Policy::parse(&text).unwrap_or_else(|err| panic!("{err}"))
-    }
-
-    fn expressions(rendered: &Rendered) -> Vec<(String, String)> {
-        rendered.policy["spec"]["validations"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| {
-                (
-                    v["expression"].as_str().unwrap().to_owned(),
-                    v["messageExpression"].as_str().unwrap().to_owned(),
-                )
-            })
-            .collect()
-    }
-
-    #[test]
-    fn an_empty_policy_checks_only_that_the_version_parses() {
-        let rendered = render(&policy(""), 0);
-        assert_eq!(
-            expressions(&rendered),
-            [(
-                "variables.versionValid".to_owned(),
-                "'spec.distribution.version \"' + variables.version + '\"' + ' is neither a version (2.8.0) nor a semver range (2.8.x, >=2.7.0 <2.10.0)'".to_owned()
-            )]
-        );
-        assert_eq!(rendered.policy["metadata"]["name"], NAME);
-        assert_eq!(
-            rendered.policy["metadata"]["annotations"][GENERATION_ANNOTATION],
-            "7"
-        );
-        assert_eq!(rendered.binding["spec"]["policyName"], NAME);
-        assert_eq!(
-            rendered.binding["spec"]["validationActions"],
-            json!(["Deny"])
-        );
-        assert_eq!(
-            rendered.policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"],
-            json!(["fluxinstances"])
-        );
-    }
-
-    #[test]
-    fn every_constraint_becomes_a_validation_with_the_agents_message() {
-        let rendered = render(
-            &policy(
-                r#"  distribution:
-    versions: ">=2.7.0 <2.10.0"
-    registries: ["ghcr.io/fluxcd", "registry.example.com/*"]
-  components:
-    allowed: [source-controller, kustomize-controller, helm-controller, notification-controller]
-    required: [kustomize-controller]
-  cluster:
-    multitenant: required
-    networkPolicy: forbidden
-    sizes: [small]
-  sync:
-    urls: ["https://github.com/acme/*"]
-  kustomize:
-    allowPatches: false
-"#,
-            ),
-            0,
-        );
-        let got = expressions(&rendered);
-        let all = |i: usize| got[i].clone();
-        assert_eq!(got.len(), 10, "{got:#?}");
-        assert_eq!(
-            all(1).0,
-            format!(
-                "!variables.versionValid || (variables.low >= {} && variables.high <= {})",
-                2 * MAJOR + 7 * MINOR,
-                2 * MAJOR + 10 * MINOR
-            )
-        );
-        assert!(
-            all(1)
-                .1
-                .ends_with("' is outside \">=2.7.0 <2.10.0\" allowed by policy generation 7'")
-        );
-        assert_eq!(
-            all(2).0,
-            "!(has(object.spec.distribution) && has(object.spec.distribution.registry)) || object.spec.distribution.registry.matches('^ghcr\\\\.io/fluxcd$|^registry\\\\.example\\\\.com/.*$')"
-        );
-        assert_eq!(
-            all(2).1,
-            "'spec.distribution.registry \"' + object.spec.distribution.registry + '\" is not one of \"ghcr.io/fluxcd\", \"registry.example.com/*\" allowed by policy generation 7'"
-        );
-        assert!(
-            all(3)
-                .0
-                .starts_with("variables.components.all(c, c in ['source-controller'")
-        );
-        assert_eq!(
-            all(4),
-            (
-                "'kustomize-controller' in variables.components".to_owned(),
-                "'spec.components lacks \"kustomize-controller\", required by policy generation 7'"
-                    .to_owned()
-            )
-        );
-        assert_eq!(
-            all(5).0,
-            "(has(object.spec.cluster) && has(object.spec.cluster.multitenant) ? object.spec.cluster.multitenant == true : false)"
-        );
-        assert_eq!(
-            all(6).1,
-            "'spec.cluster.networkPolicy true is forbidden by policy generation 7'"
-        );
-        assert!(
-            all(7)
-                .0
-                .contains("object.spec.cluster.size.matches('^small$')")
-        );
-        assert!(
-            all(8)
-                .0
-                .contains("object.spec.sync.url.matches('^https://github\\\\.com/acme/.*$')")
-        );
-        assert!(all(9).0.contains("has(object.spec.kustomize.patches)"));
-    }
-
-    #[test]
-    fn a_deadline_applies_from_its_date() {
-        let policy = policy(
-            "  distribution:\n    upgradeDeadline:\n      minimumVersion: 2.8.0\n      date: \"2026-03-01\"\n",
-        );
-        let day = super::super::parse_date("2026-03-01").unwrap();
-        assert_eq!(expressions(&render(&policy, day - 1)).len(), 1);
-        let after = expressions(&render(&policy, day));
-        assert_eq!(
-            after[1].0,
-            format!(
-                "!variables.versionValid || variables.low >= {}",
-                2 * MAJOR + 8 * MINOR
-            )
-        );
-        assert!(after[1].1.ends_with(
-            "' allows versions below 2.8.0, which policy generation 7 requires since 2026-03-01'"
-        ));
-    }
-
-    #[test]
-    fn literals_escape_quotes_and_backslashes() {
-        assert_eq!(literal(r"a'b\c"), r"'a\'b\\c'");
-        assert_eq!(list(&["x", "y"]), "['x', 'y']");
-    }
-
-    #[test]
-    fn releases_encode_in_order_and_saturate() {
-        assert!(encode(Release::new(2, 10, 0)) > encode(Release::new(2, 9, 999)));
-        assert_eq!(encode(Release::new(2, 8, 1)), 2_000_008_000_001);
-        assert!(encode(Release::new(u64::MAX, u64::MAX, u64::MAX)) < UNBOUNDED);
-    }
+    // The policy first: a binding to a policy the server does not have yet enforces nothing.
+    policies
+        .patch(NAME, &params, &Patch::Apply::<&Value>(&rendered.policy))
+        .await
+        .map_err(error("ValidatingAdmissionPolicy"))?;
+    bindings
+        .patch(NAME, &params, &Patch::Apply::<&Value>(&rendered.binding))
+        .await
+        .map_err(error("ValidatingAdmissionPolicyBinding"))?;
+    Ok(())
 }

@@ -10,12 +10,23 @@ use tenantflux_proto::v1::{
     PolicyStatus, Status,
 };
 
-use crate::{operator::InstallState, policy::Policy, policy_service::Held};
+use tenantflux_core::{
+    flux::{OPERATOR_DEPLOYMENT, OPERATOR_RECONCILE_ANNOTATION, image_tag},
+    policy::Policy,
+};
 
-/// Name of the flux-operator Deployment (flux-operator's own manifests).
-pub const OPERATOR_DEPLOYMENT: &str = "flux-operator";
-/// The one FluxInstance (and FluxReport) a cluster has; flux-operator refuses other names.
-pub const INSTANCE_NAME: &str = "flux";
+use crate::{operator::InstallState, policy::store::Held};
+
+/// The policy's upgrade deadline as the API reports it.
+pub fn upgrade_deadline(policy: &Policy) -> Option<tenantflux_proto::v1::UpgradeDeadline> {
+    policy
+        .upgrade_deadline()
+        .map(|d| tenantflux_proto::v1::UpgradeDeadline {
+            minimum_version: d.minimum_version().to_owned(),
+            date: d.date().to_owned(),
+            warn_days: d.warn_days(),
+        })
+}
 
 /// Facts about the agent itself that go into every status.
 #[derive(Clone, Debug)]
@@ -137,7 +148,7 @@ fn policy_status(policy: &Policy, instance: Option<&DynamicObject>) -> PolicySta
             .map(|v| v.message)
             .collect(),
         warnings: evaluation.warnings,
-        upgrade_deadline: policy.upgrade_deadline(),
+        upgrade_deadline: upgrade_deadline(policy),
     }
 }
 
@@ -239,16 +250,6 @@ fn operator_version(deployment: &Deployment) -> String {
         .to_owned()
 }
 
-/// The tag of an image reference (`registry:5000/repo:tag@sha256:…` → `tag`), if it has one.
-pub fn image_tag(image: &str) -> Option<&str> {
-    let without_digest = image.split_once('@').map_or(image, |(name, _)| name);
-    let last_segment = without_digest.rsplit('/').next().unwrap_or(without_digest);
-    last_segment
-        .split_once(':')
-        .map(|(_, tag)| tag)
-        .filter(|t| !t.is_empty())
-}
-
 fn instance_status(
     instance: Option<&DynamicObject>,
     report: Option<&DynamicObject>,
@@ -270,7 +271,7 @@ fn instance_status(
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get("fluxcd.controlplane.io/reconcile"))
+        .and_then(|a| a.get(OPERATOR_RECONCILE_ANNOTATION))
         .is_some_and(|v| v == "disabled");
     InstanceStatus {
         present: true,
@@ -686,22 +687,10 @@ mod tests {
                 warn_days: 30,
             })
         );
-        let without =
-            Policy::parse(include_str!("../policy/fixtures/policy-minimal.yaml")).unwrap();
+        let without = Policy::parse(include_str!(
+            "../../core/src/policy/fixtures/policy-minimal.yaml"
+        ))
+        .unwrap();
         assert_eq!(policy_status(&without, None).upgrade_deadline, None);
-    }
-
-    #[test]
-    fn image_tags() {
-        assert_eq!(
-            image_tag("ghcr.io/x/flux-operator:v0.58.1"),
-            Some("v0.58.1")
-        );
-        assert_eq!(
-            image_tag("localhost:5000/flux-operator:v1@sha256:ab"),
-            Some("v1")
-        );
-        assert_eq!(image_tag("localhost:5000/flux-operator"), None);
-        assert_eq!(image_tag("flux-operator@sha256:ab"), None);
     }
 }

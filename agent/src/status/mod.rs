@@ -3,6 +3,7 @@
 //! in a `tokio::sync::watch` channel that the RPCs read.
 
 mod derive;
+mod readiness;
 
 use std::{
     sync::Arc,
@@ -13,7 +14,7 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::{
     Api, Client,
-    api::{ApiResource, DynamicObject, Patch, PatchParams},
+    api::{DynamicObject, Patch, PatchParams},
     runtime::{
         WatchStreamExt,
         watcher::{self, Event},
@@ -22,15 +23,18 @@ use kube::{
 use tenantflux_proto::v1::Status;
 use tokio::sync::watch;
 
-pub use derive::{
-    AgentFacts, INSTANCE_NAME, OPERATOR_DEPLOYMENT, Observed, Source, Tracked, derive, image_tag,
-    report_lags,
+pub use derive::{AgentFacts, Observed, Source, Tracked, derive, report_lags, upgrade_deadline};
+pub use readiness::Readiness;
+use tenantflux_core::flux::{
+    INSTANCE_NAME, OPERATOR_DEPLOYMENT, OPERATOR_GROUP, REPORT_KIND, REQUESTED_AT_ANNOTATION,
 };
+use tokio_util::sync::CancellationToken;
 
-use crate::{admin::Readiness, operator::InstallState, policy_service::Held, shutdown::Shutdown};
-
-/// API group of flux-operator's CRDs.
-const FLUX_OPERATOR_GROUP: &str = "fluxcd.controlplane.io";
+use crate::{
+    instance::{flux_instance_resource, flux_report_resource},
+    operator::InstallState,
+    policy::store::Held,
+};
 /// How often the Kubernetes version is asked again once known (it changes on upgrades only).
 const VERSION_REFRESH: Duration = Duration::from_secs(60);
 /// How often a lagging FluxReport is asked to catch up (see [`report_lags`]).
@@ -40,26 +44,6 @@ const VERSION_RETRY: Duration = Duration::from_secs(2);
 
 /// How long one version request may take; the watchers wait while it runs.
 const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The FluxInstance API (`fluxinstances.fluxcd.controlplane.io/v1`).
-pub fn flux_instance_resource() -> ApiResource {
-    flux_operator_resource("FluxInstance", "fluxinstances")
-}
-
-/// The FluxReport API (`fluxreports.fluxcd.controlplane.io/v1`).
-pub fn flux_report_resource() -> ApiResource {
-    flux_operator_resource("FluxReport", "fluxreports")
-}
-
-fn flux_operator_resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: FLUX_OPERATOR_GROUP.into(),
-        version: "v1".into(),
-        api_version: format!("{FLUX_OPERATOR_GROUP}/v1"),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
 
 /// The initial status, before anything was observed.
 pub fn initial(facts: &AgentFacts) -> Status {
@@ -75,7 +59,7 @@ pub async fn run(
     readiness: Arc<Readiness>,
     install: Option<watch::Receiver<InstallState>>,
     mut policy: watch::Receiver<Held>,
-    shutdown: Shutdown,
+    shutdown: CancellationToken,
 ) {
     let ns = facts.operator_namespace.clone();
     let by_name = |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
@@ -125,7 +109,7 @@ pub async fn run(
     report_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            () = shutdown.wait() => return,
+            () = shutdown.cancelled() => return,
             () = tokio::time::sleep_until(next_version_check) => {
                 let answer = tokio::time::timeout(VERSION_TIMEOUT, client.apiserver_version()).await;
                 let delay = match answer.unwrap_or_else(|_| Err(version_timeout())) {
@@ -181,14 +165,14 @@ async fn request_report_refresh(client: &Client, namespace: &str) {
         .map(|d| d.as_secs())
         .unwrap_or_default();
     let patch = serde_json::json!({
-        "apiVersion": format!("{FLUX_OPERATOR_GROUP}/v1"),
-        "kind": "FluxReport",
+        "apiVersion": format!("{OPERATOR_GROUP}/v1"),
+        "kind": REPORT_KIND,
         "metadata": {
             "name": INSTANCE_NAME,
-            "annotations": {"reconcile.fluxcd.io/requestedAt": requested_at.to_string()},
+            "annotations": {REQUESTED_AT_ANNOTATION: requested_at.to_string()},
         },
     });
-    let params = PatchParams::apply(crate::FIELD_MANAGER).force();
+    let params = PatchParams::apply(tenantflux_core::FIELD_MANAGER).force();
     match reports
         .patch(INSTANCE_NAME, &params, &Patch::Apply(&patch))
         .await
@@ -218,7 +202,7 @@ fn watcher<K>(
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    watcher::watcher(api, config).backoff(crate::backoff::watch())
+    watcher::watcher(api, config).backoff(crate::watch_backoff())
 }
 
 fn map_event<K>(event: Event<K>, f: impl FnOnce(K) -> Object) -> Event<Object> {
@@ -305,11 +289,11 @@ impl Tracker {
             ),
             Source::Instance => (
                 format!("FluxInstance {namespace}/{INSTANCE_NAME}"),
-                format!("fluxinstances.{FLUX_OPERATOR_GROUP}"),
+                format!("fluxinstances.{OPERATOR_GROUP}"),
             ),
             Source::Report => (
                 format!("FluxReport {namespace}/{INSTANCE_NAME}"),
-                format!("fluxreports.{FLUX_OPERATOR_GROUP}"),
+                format!("fluxreports.{OPERATOR_GROUP}"),
             ),
             Source::KubernetesApi => return,
         };

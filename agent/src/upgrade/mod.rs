@@ -5,15 +5,12 @@
 //! concurrency, then trim `status.storedVersions`), bump the FluxInstance's distribution
 //! version through the same policy check and server-side apply as `instance apply`, and wait
 //! until flux-operator reports it Ready. A restarted agent resumes an unfinished upgrade.
-//! Serves `tenantflux.v1.Upgrade`.
+//! `server::upgrade` serves it as `tenantflux.v1.Upgrade`.
 
 pub mod health;
+pub mod migrate;
 pub mod plan;
-pub mod releases;
-mod service;
 pub mod state;
-
-pub use service::UpgradeService;
 
 use std::{
     collections::BTreeSet,
@@ -42,13 +39,16 @@ use self::{
     plan::{CrdFacts, Facts, InventoryEntry, ManagedEntry, ObjectRef},
     state::{CrdRecord, Phase, RECORD_KEY, RECORD_NAME, Record, Rollout},
 };
-use crate::{
-    auth::Authorizer,
-    instance::InstanceService,
+use tenantflux_core::{
+    flux::{INSTANCE_API_VERSION, INSTANCE_KIND, INSTANCE_NAME},
     policy::today,
-    policy_service::{Held, chain},
-    shutdown::Shutdown,
-    status::{INSTANCE_NAME, flux_instance_resource},
+    text::chain,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    instance::{InstanceError, Instances},
+    policy::store::Held,
     workloads::catalog,
 };
 
@@ -82,23 +82,41 @@ pub enum StepError {
         #[source]
         source: Box<kube::Error>,
     },
+    /// The FluxInstance could not be read or written; retried when transient.
+    #[error(transparent)]
+    Instance(InstanceError),
     #[error("{0}")]
     Refused(String),
 }
 
-/// The status a failed read or write of the agent's is reported with: the agent's own RBAC
-/// refusing it will not pass by retrying, anything else may.
-fn unavailable(err: StepError) -> tonic::Status {
-    let forbidden = matches!(&err, StepError::Kube { source, .. }
-        if matches!(source.as_ref(), kube::Error::Api(status) if status.code == 403));
-    if forbidden {
-        tonic::Status::failed_precondition(format!(
-            "{}; the agent's RBAC lacks it (see deploy/manifests/agent-rbac.yaml)",
-            chain(&err)
-        ))
-    } else {
-        tonic::Status::unavailable(chain(&err))
+impl StepError {
+    /// Whether the agent's own RBAC refused it: retrying will not help.
+    pub fn is_forbidden(&self) -> bool {
+        let source = match self {
+            Self::Kube { source, .. } => source.as_ref(),
+            Self::Instance(InstanceError::Kube { source, .. }) => source.as_ref(),
+            _ => return false,
+        };
+        matches!(source, kube::Error::Api(status) if status.code == 403)
     }
+}
+
+/// Why an upgrade did not start; nothing was changed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(
+        "an upgrade to {target} is already {phase} (started {started_at} by {requested_by}); follow it with `kubectl tenantflux upgrade status --wait`"
+    )]
+    Busy {
+        target: String,
+        phase: &'static str,
+        started_at: String,
+        requested_by: String,
+    },
+    #[error("the upgrade to {to:?} is blocked; nothing was changed:\n{}", blockers.join("\n"))]
+    Blocked { to: String, blockers: Vec<String> },
+    #[error(transparent)]
+    Step(StepError),
 }
 
 fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> StepError {
@@ -217,14 +235,14 @@ pub struct Upgrader {
     client: Client,
     config: UpgradeConfig,
     policy: watch::Receiver<Held>,
-    instance: InstanceService,
+    instance: Instances,
     records: Api<ConfigMap>,
     state: watch::Sender<Option<Record>>,
     /// Whether the stored record was read: until then "no upgrade" is not known.
     loaded: watch::Sender<bool>,
     /// Held while a run executes; ApplyUpgrade takes it to decide.
     running: Arc<Mutex<()>>,
-    shutdown: Shutdown,
+    shutdown: CancellationToken,
 }
 
 impl Upgrader {
@@ -232,16 +250,10 @@ impl Upgrader {
         client: Client,
         config: UpgradeConfig,
         policy: watch::Receiver<Held>,
-        authorizer: Arc<Authorizer>,
-        shutdown: Shutdown,
+        shutdown: CancellationToken,
     ) -> Arc<Self> {
         Arc::new(Self {
-            instance: InstanceService::new(
-                client.clone(),
-                &config.operator_namespace,
-                policy.clone(),
-                authorizer,
-            ),
+            instance: Instances::new(client.clone(), &config.operator_namespace, policy.clone()),
             records: Api::namespaced(client.clone(), &config.agent_namespace),
             client,
             config,
@@ -261,7 +273,7 @@ impl Upgrader {
                 Err(err) => {
                     tracing::warn!(error = %chain(&err), "reading the upgrade record");
                     tokio::select! {
-                        () = self.shutdown.wait() => return,
+                        () = self.shutdown.cancelled() => return,
                         () = tokio::time::sleep(RETRY) => {}
                     }
                 }
@@ -299,28 +311,15 @@ impl Upgrader {
     pub async fn wait_loaded(&self) {
         let mut loaded = self.loaded.subscribe();
         tokio::select! {
-            () = self.shutdown.wait() => {}
+            () = self.shutdown.cancelled() => {}
             _ = loaded.wait_for(|l| *l) => {}
         }
     }
 
     async fn store(&self, record: &mut Record) -> Result<(), StepError> {
         record.updated_at = Timestamp::now().to_string();
-        let body = json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": RECORD_NAME,
-                "labels": {"app.kubernetes.io/managed-by": crate::FIELD_MANAGER},
-            },
-            "data": {RECORD_KEY: record.to_json()},
-        });
-        self.records
-            .patch(
-                RECORD_NAME,
-                &PatchParams::apply(crate::FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
+        let data = [(RECORD_KEY.to_owned(), record.to_json())].into();
+        crate::apply_record(&self.records, RECORD_NAME, data)
             .await
             .map_err(kube_err(format!(
                 "writing ConfigMap {}/{RECORD_NAME}",
@@ -338,7 +337,7 @@ impl Upgrader {
                 Err(err) => tracing::warn!(error = %chain(&err), "storing the upgrade record"),
             }
             tokio::select! {
-                () = self.shutdown.wait() => return false,
+                () = self.shutdown.cancelled() => return false,
                 () = tokio::time::sleep(RETRY) => {}
             }
         }
@@ -346,13 +345,7 @@ impl Upgrader {
 
     /// The live FluxInstance, when there is one.
     async fn live_instance(&self) -> Result<Option<DynamicObject>, StepError> {
-        let ns = &self.config.operator_namespace;
-        Api::<DynamicObject>::namespaced_with(self.client.clone(), ns, &flux_instance_resource())
-            .get_opt(INSTANCE_NAME)
-            .await
-            .map_err(kube_err(format!(
-                "reading FluxInstance {ns}/{INSTANCE_NAME}"
-            )))
+        self.instance.live().await.map_err(StepError::Instance)
     }
 
     /// Reads what the planner needs from the cluster.
@@ -456,12 +449,12 @@ impl Upgrader {
     }
 
     /// Plans, and starts the upgrade unless blocked or one is running.
-    async fn start(
+    pub async fn start(
         self: &Arc<Self>,
         request: ApplyUpgradeRequest,
         plan: UpgradePlan,
         user: &str,
-    ) -> Result<Record, tonic::Status> {
+    ) -> Result<Record, StartError> {
         self.wait_loaded().await;
         let Ok(guard) = self.running.clone().try_lock_owned() else {
             return Err(self.busy());
@@ -475,15 +468,16 @@ impl Upgrader {
             return Err(self.busy());
         }
         if plan.blocked {
-            let lines: Vec<String> = plan.blockers.iter().map(|b| b.message.clone()).collect();
-            return Err(tonic::Status::failed_precondition(format!(
-                "the upgrade to {:?} is blocked; nothing was changed:\n{}",
-                request.to,
-                lines.join("\n")
-            )));
+            return Err(StartError::Blocked {
+                to: request.to.clone(),
+                blockers: plan.blockers.iter().map(|b| b.message.clone()).collect(),
+            });
         }
         let now = Timestamp::now();
-        let crds = self.migration_targets(&plan).await.map_err(unavailable)?;
+        let crds = self
+            .migration_targets(&plan)
+            .await
+            .map_err(StartError::Step)?;
         let mut record = Record {
             id: format!("{}-{}", plan.target, now.as_second()),
             requested: request.to.clone(),
@@ -507,7 +501,7 @@ impl Upgrader {
             requested_by: user.to_owned(),
             ..Record::default()
         };
-        self.store(&mut record).await.map_err(unavailable)?;
+        self.store(&mut record).await.map_err(StartError::Step)?;
         tracing::info!(
             id = record.id,
             target = record.target,
@@ -520,15 +514,14 @@ impl Upgrader {
         Ok(first)
     }
 
-    fn busy(&self) -> tonic::Status {
+    fn busy(&self) -> StartError {
         let current = self.state.borrow().clone().unwrap_or_default();
-        tonic::Status::failed_precondition(format!(
-            "an upgrade to {} is already {} (started {} by {}); follow it with `kubectl tenantflux upgrade status --wait`",
-            current.target,
-            current.phase.name(),
-            current.started_at,
-            current.requested_by
-        ))
+        StartError::Busy {
+            target: current.target,
+            phase: current.phase.name(),
+            started_at: current.started_at,
+            requested_by: current.requested_by,
+        }
     }
 
     /// The CRDs the plan migrates, with what migrating them needs.
@@ -589,13 +582,13 @@ impl Upgrader {
                         );
                         record.message = format!("retrying: {reason}");
                         tokio::select! {
-                            () = self.shutdown.wait() => return,
+                            () = self.shutdown.cancelled() => return,
                             () = tokio::time::sleep(RETRY) => {}
                         }
                     }
                 }
             }
-            if self.shutdown.is_triggered() {
+            if self.shutdown.is_cancelled() {
                 return;
             }
             if !self.store_retrying(&mut record).await {
@@ -626,7 +619,7 @@ impl Upgrader {
             self.store(record).await?;
             let started = Instant::now();
             self.migrate_crd(record, index).await?;
-            if self.shutdown.is_triggered() {
+            if self.shutdown.is_cancelled() {
                 return Ok(());
             }
             let crd = &mut record.crds[index];
@@ -668,7 +661,7 @@ impl Upgrader {
                 move |object| {
                     let (client, resource, done) = (client.clone(), resource.clone(), done.clone());
                     async move {
-                        migrate_object(&client, &resource, &object).await?;
+                        migrate::migrate_object(&client, &resource, &object).await?;
                         done.fetch_add(1, Ordering::Relaxed);
                         Ok::<_, StepError>(())
                     }
@@ -681,7 +674,7 @@ impl Upgrader {
         tick.tick().await;
         loop {
             tokio::select! {
-                () = self.shutdown.wait() => return Ok(()),
+                () = self.shutdown.cancelled() => return Ok(()),
                 result = &mut work => { result?; break; }
                 _ = tick.tick() => {
                     record.crds[index].migrated = done.load(Ordering::Relaxed);
@@ -728,19 +721,32 @@ impl Upgrader {
             );
             live.metadata.generation.unwrap_or_default()
         } else {
-            let mut spec = value.get("spec").cloned().unwrap_or_default();
-            spec["distribution"]["version"] = Value::String(record.written_version.clone());
+            let spec = plan::with_version(value.get("spec"), &record.written_version).ok_or_else(|| {
+                StepError::Refused(format!(
+                    "FluxInstance {ns}/{INSTANCE_NAME} has a spec.distribution that is not an object; fix it with `kubectl tenantflux instance apply`"
+                ))
+            })?;
             let manifest = json!({
-                "apiVersion": "fluxcd.controlplane.io/v1",
-                "kind": "FluxInstance",
+                "apiVersion": INSTANCE_API_VERSION,
+                "kind": INSTANCE_KIND,
                 "metadata": {"name": INSTANCE_NAME, "namespace": ns},
                 "spec": spec,
             });
-            let (_, applied, _) = self
+            // A transient failure (the API server unavailable, a webhook not answering) is
+            // retried like every other step; only the manifest, the policy or the schema
+            // refusing the new version fails the upgrade.
+            let applied = self
                 .instance
                 .apply(&manifest.to_string(), false)
                 .await
-                .map_err(|status| StepError::Refused(status.message().to_owned()))?;
+                .map_err(|err| {
+                    if err.is_transient() {
+                        StepError::Instance(err)
+                    } else {
+                        StepError::Refused(chain(&err))
+                    }
+                })?
+                .applied;
             tracing::info!(
                 version = record.written_version,
                 generation = applied.metadata.generation,
@@ -818,7 +824,7 @@ impl Upgrader {
                 }
             }
             tokio::select! {
-                () = self.shutdown.wait() => return Ok(()),
+                () = self.shutdown.cancelled() => return Ok(()),
                 () = tokio::time::sleep(POLL) => {}
             }
         }
@@ -827,48 +833,15 @@ impl Upgrader {
     pub fn subscribe(&self) -> watch::Receiver<Option<Record>> {
         self.state.subscribe()
     }
-}
 
-/// As flux-operator migrates: an empty merge patch makes the API server store the object
-/// again at the storage version; managedFields naming another version are rewritten to it,
-/// since the API server cannot convert managed fields of a version it no longer serves.
-async fn migrate_object(
-    client: &Client,
-    resource: &ApiResource,
-    object: &DynamicObject,
-) -> Result<(), StepError> {
-    let name = object.metadata.name.clone().unwrap_or_default();
-    let api: Api<DynamicObject> = match &object.metadata.namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
-        None => Api::all_with(client.clone(), resource),
-    };
-    let entries = object.metadata.managed_fields.clone().unwrap_or_default();
-    let patch = if entries
-        .iter()
-        .any(|e| e.api_version.as_deref() != Some(resource.api_version.as_str()))
-    {
-        let entries: Vec<_> = entries
-            .into_iter()
-            .map(|mut e| {
-                e.api_version = Some(resource.api_version.clone());
-                e
-            })
-            .collect();
-        json!({"metadata": {"managedFields": entries}})
-    } else {
-        json!({})
-    };
-    match api
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(err) => Err(kube_err(format!(
-            "migrating {} {}/{name}",
-            resource.kind,
-            object.metadata.namespace.as_deref().unwrap_or_default()
-        ))(err)),
+    /// The operator namespace, where the FluxInstance lives.
+    pub fn operator_namespace(&self) -> &str {
+        &self.config.operator_namespace
+    }
+
+    /// Ends when the agent shuts down.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
     }
 }
 

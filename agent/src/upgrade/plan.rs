@@ -3,11 +3,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tenantflux_proto::v1::{CrdMigration, Finding, RemovedApiUse, UpgradePlan};
 
-use super::releases::{self, KindVersions};
-use crate::policy::{Policy, Range, Release};
+use tenantflux_core::policy::{Policy, Range, Release};
+use tenantflux_core::releases::{self, KindVersions};
 
 /// What the planner needs to know about the cluster.
 #[derive(Clone, Debug, Default)]
@@ -93,6 +93,27 @@ fn target_kind<'a>(
     target.kind(group, kind)
 }
 
+/// `spec` with `distribution.version` set to `version`; `None` when `spec` or its
+/// `distribution` is something other than an object (a tenant can write that, the API server's
+/// schema aside, and it must fail the upgrade, not the agent).
+pub fn with_version(spec: Option<&Value>, version: &str) -> Option<Value> {
+    let mut spec = match spec {
+        None | Some(Value::Null) => json!({}),
+        Some(spec) => spec.clone(),
+    };
+    let distribution = spec
+        .as_object_mut()?
+        .entry("distribution")
+        .or_insert_with(|| json!({}));
+    if distribution.is_null() {
+        *distribution = json!({});
+    }
+    distribution
+        .as_object_mut()?
+        .insert("version".to_owned(), Value::String(version.to_owned()));
+    Some(spec)
+}
+
 /// Plans an upgrade to `requested` under `policy` (the held one, if any).
 pub fn plan(requested: &str, policy: Option<&Policy>, facts: &Facts) -> UpgradePlan {
     let mut plan = UpgradePlan {
@@ -122,7 +143,7 @@ pub fn plan(requested: &str, policy: Option<&Policy>, facts: &Facts) -> UpgradeP
             .as_ref()
             .map(|r| r.text().to_owned())
             .unwrap_or_default();
-        plan.deadline = policy.upgrade_deadline();
+        plan.deadline = crate::status::upgrade_deadline(policy);
     }
     let mut blockers = Vec::new();
     let mut warnings = Vec::new();
@@ -191,9 +212,9 @@ pub fn plan(requested: &str, policy: Option<&Policy>, facts: &Facts) -> UpgradeP
                 .to_owned(),
         )),
         Some(spec) => {
-            if let Some(policy) = policy {
-                let mut bumped = spec.clone();
-                bumped["distribution"]["version"] = Value::String(plan.written_version.clone());
+            if let Some(policy) = policy
+                && let Some(bumped) = with_version(Some(spec), &plan.written_version)
+            {
                 let evaluation = policy.evaluate_at(&bumped, facts.day);
                 // The range check is reported above with the resolution when nothing fits.
                 let range_refused = blockers.iter().any(|b| b.code == "policy");
@@ -461,7 +482,7 @@ mod tests {
                     objects: 3,
                 },
             ],
-            day: crate::policy::parse_date("2026-11-30").unwrap(),
+            day: tenantflux_core::policy::parse_date("2026-11-30").unwrap(),
             ..Facts::default()
         }
     }
@@ -553,6 +574,24 @@ mod tests {
     }
 
     #[test]
+    fn the_version_is_set_only_where_the_spec_has_room_for_it() {
+        assert_eq!(
+            with_version(Some(&json!({"distribution": {"registry": "r"}})), "2.8.x"),
+            Some(json!({"distribution": {"registry": "r", "version": "2.8.x"}}))
+        );
+        assert_eq!(
+            with_version(None, "2.8.x"),
+            Some(json!({"distribution": {"version": "2.8.x"}}))
+        );
+        // Used to panic the agent (indexing into a string).
+        assert_eq!(
+            with_version(Some(&json!({"distribution": "2.7"})), "2.8.x"),
+            None
+        );
+        assert_eq!(with_version(Some(&json!([1])), "2.8.x"), None);
+    }
+
+    #[test]
     fn the_deadline_is_reported_and_a_target_below_it_warns_then_blocks() {
         let policy = policy(
             "    upgradeDeadline: {minimumVersion: 2.8.0, date: \"2026-12-15\", warnDays: 30}\n",
@@ -567,7 +606,7 @@ mod tests {
             soon.warnings
         );
         let mut late = facts();
-        late.day = crate::policy::parse_date("2027-01-01").unwrap();
+        late.day = tenantflux_core::policy::parse_date("2027-01-01").unwrap();
         let after = plan("2.7.x", Some(&policy), &late);
         assert_eq!(codes(&after.blockers), ["policy"]);
         assert!(

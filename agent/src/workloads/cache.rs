@@ -26,7 +26,7 @@ use tokio::{
 };
 
 use super::catalog::{self, FluxKind, GroupVersions, Served};
-use crate::shutdown::Shutdown;
+use tokio_util::sync::CancellationToken;
 
 /// How often discovery runs without a CRD change (a missed watch event is caught up here).
 const REDISCOVER_EVERY: Duration = Duration::from_secs(30);
@@ -117,14 +117,14 @@ impl Caches {
 
     /// Discovers, starts and replaces reflectors, and re-discovers on CRD changes, until the
     /// shutdown.
-    pub async fn run(self: Arc<Self>, client: Client, shutdown: Shutdown) {
+    pub async fn run(self: Arc<Self>, client: Client, shutdown: CancellationToken) {
         let groups = catalog::groups();
         // Metadata only: a CRD's name is `<plural>.<group>`, which is all that is needed.
         let crds = watcher::watcher(
             Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()),
             watcher::Config::default(),
         )
-        .backoff(crate::backoff::watch())
+        .backoff(crate::watch_backoff())
         .filter_map(|event| {
             let relevant = match event {
                 Ok(Event::Apply(crd) | Event::Delete(crd)) => groups
@@ -144,7 +144,7 @@ impl Caches {
         let mut last_error: Option<String> = None;
         loop {
             tokio::select! {
-                () = shutdown.wait() => break,
+                () = shutdown.cancelled() => break,
                 Some(()) = crds.next() => {
                     next = next.min(tokio::time::Instant::now() + DEBOUNCE);
                     continue;
@@ -312,7 +312,7 @@ async fn reflect(
     let reader = writer.as_reader();
     let url = api.resource_url().to_owned();
     let stream = watcher::watcher(api, watcher::Config::default())
-        .backoff(crate::backoff::watch())
+        .backoff(crate::watch_backoff())
         // Nobody reads managedFields from the cache; they are often half of an object.
         .modify(|object| object.metadata.managed_fields = None);
     let mut stream = std::pin::pin!(stream);

@@ -2,16 +2,14 @@
 //! version of each the cluster serves (from discovery data), the row `flux get` shows for an
 //! object, the selectors, and the patches that suspend, resume and reconcile.
 
-use std::collections::BTreeMap;
-
 use serde_json::{Value, json};
+use tenantflux_core::flux::{
+    INSTANCE_KIND, INSTANCE_PLURAL, OPERATOR_GROUP, OPERATOR_RECONCILE_ANNOTATION,
+    REQUESTED_AT_ANNOTATION,
+};
 
-/// Annotation Flux controllers reconcile on when its value changes.
-pub const REQUESTED_AT: &str = "reconcile.fluxcd.io/requestedAt";
 /// Annotation helm-controller forces a one-off install or upgrade on (same value as requestedAt).
 pub const FORCE_AT: &str = "reconcile.fluxcd.io/forceAt";
-/// Annotation flux-operator suspends (`disabled`) or resumes (`enabled`) a FluxInstance with.
-pub const INSTANCE_RECONCILE: &str = "fluxcd.controlplane.io/reconcile";
 
 /// How a kind is suspended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,7 +86,6 @@ const KUSTOMIZE: &str = "kustomize.toolkit.fluxcd.io";
 const HELM: &str = "helm.toolkit.fluxcd.io";
 const NOTIFICATION: &str = "notification.toolkit.fluxcd.io";
 const IMAGE: &str = "image.toolkit.fluxcd.io";
-const OPERATOR: &str = "fluxcd.controlplane.io";
 
 const fn toolkit(
     kind: &'static str,
@@ -216,9 +213,9 @@ pub static KINDS: &[FluxKind] = &[
         SourceRef::None,
     ),
     FluxKind {
-        kind: "FluxInstance",
-        group: OPERATOR,
-        plural: "fluxinstances",
+        kind: INSTANCE_KIND,
+        group: OPERATOR_GROUP,
+        plural: INSTANCE_PLURAL,
         short_names: &["instance", "instances"],
         revision: Revision::LastApplied,
         suspend: SuspendBy::Annotation,
@@ -342,7 +339,10 @@ pub fn suspended(kind: &FluxKind, object: &Value) -> bool {
         SuspendBy::Spec => object.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true),
         SuspendBy::Annotation => text(
             object,
-            &format!("/metadata/annotations/{}", escape(INSTANCE_RECONCILE)),
+            &format!(
+                "/metadata/annotations/{}",
+                escape(OPERATOR_RECONCILE_ANNOTATION)
+            ),
         )
         .is_some_and(|v| v.eq_ignore_ascii_case("disabled")),
     }
@@ -429,7 +429,7 @@ pub fn row(kind: &FluxKind, object: &Value) -> Row {
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
     "invalid status selector {}: {reason} (expected CONDITION=STATUS, e.g. ready=false)",
-    crate::input::quote(selector)
+    tenantflux_core::text::quote(selector)
 )]
 pub struct StatusSelectorError {
     pub selector: String,
@@ -474,141 +474,6 @@ impl StatusSelector {
     }
 }
 
-/// Why a label selector was refused.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid label selector {}: {reason}", crate::input::quote(selector))]
-pub struct LabelSelectorError {
-    pub selector: String,
-    pub reason: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Requirement {
-    Equal(String, String),
-    NotEqual(String, String),
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
-    Exists(String),
-    DoesNotExist(String),
-}
-
-/// A label selector in Kubernetes' string syntax (`a=b,c!=d,e in (f,g),!h`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LabelSelector(Vec<Requirement>);
-
-impl LabelSelector {
-    pub fn parse(selector: &str) -> Result<Self, LabelSelectorError> {
-        let invalid = |reason: &str| LabelSelectorError {
-            selector: selector.to_owned(),
-            reason: reason.to_owned(),
-        };
-        if selector.len() > crate::input::MAX_SELECTOR {
-            return Err(invalid(&format!(
-                "{} bytes is longer than the {} a selector may have",
-                selector.len(),
-                crate::input::MAX_SELECTOR
-            )));
-        }
-        let mut requirements = Vec::new();
-        let mut depth = 0;
-        let mut start = 0;
-        let mut parts = Vec::new();
-        for (i, c) in selector.char_indices() {
-            match c {
-                '(' => depth += 1,
-                ')' if depth == 0 => return Err(invalid("unbalanced ')'")),
-                ')' => depth -= 1,
-                ',' if depth == 0 => {
-                    parts.push(&selector[start..i]);
-                    start = i + 1;
-                }
-                _ => {}
-            }
-        }
-        if depth != 0 {
-            return Err(invalid("unbalanced '('"));
-        }
-        parts.push(&selector[start..]);
-        for part in parts.into_iter().map(str::trim) {
-            if part.is_empty() {
-                if selector.trim().is_empty() {
-                    break;
-                }
-                return Err(invalid("empty requirement"));
-            }
-            let key_ok = |k: &str| {
-                !k.is_empty()
-                    && k.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
-            };
-            let requirement = if let Some(key) = part.strip_prefix('!') {
-                Requirement::DoesNotExist(key.trim().to_owned())
-            } else if let Some((key, value)) = part.split_once("!=") {
-                Requirement::NotEqual(key.trim().to_owned(), value.trim().to_owned())
-            } else if let Some((key, value)) = part.split_once("==") {
-                Requirement::Equal(key.trim().to_owned(), value.trim().to_owned())
-            } else if let Some((key, value)) = part.split_once('=') {
-                Requirement::Equal(key.trim().to_owned(), value.trim().to_owned())
-            } else if let Some((key, rest)) = set_operator(part, " notin ") {
-                Requirement::NotIn(
-                    key,
-                    set_values(rest).ok_or_else(|| invalid("expected (v1,v2) after notin"))?,
-                )
-            } else if let Some((key, rest)) = set_operator(part, " in ") {
-                Requirement::In(
-                    key,
-                    set_values(rest).ok_or_else(|| invalid("expected (v1,v2) after in"))?,
-                )
-            } else {
-                Requirement::Exists(part.to_owned())
-            };
-            let key = match &requirement {
-                Requirement::Equal(k, _)
-                | Requirement::NotEqual(k, _)
-                | Requirement::In(k, _)
-                | Requirement::NotIn(k, _)
-                | Requirement::Exists(k)
-                | Requirement::DoesNotExist(k) => k,
-            };
-            if !key_ok(key) {
-                return Err(invalid(&format!(
-                    "{} is not a label key",
-                    crate::input::quote(key)
-                )));
-            }
-            requirements.push(requirement);
-        }
-        Ok(Self(requirements))
-    }
-
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.0.iter().all(|r| match r {
-            Requirement::Equal(k, v) => labels.get(k) == Some(v),
-            Requirement::NotEqual(k, v) => labels.get(k) != Some(v),
-            Requirement::In(k, vs) => labels.get(k).is_some_and(|l| vs.contains(l)),
-            Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|l| !vs.contains(l)),
-            Requirement::Exists(k) => labels.contains_key(k),
-            Requirement::DoesNotExist(k) => !labels.contains_key(k),
-        })
-    }
-}
-
-fn set_operator(part: &str, operator: &str) -> Option<(String, String)> {
-    let (key, rest) = part.split_once(operator)?;
-    Some((key.trim().to_owned(), rest.trim().to_owned()))
-}
-
-fn set_values(rest: String) -> Option<Vec<String>> {
-    let inner = rest.strip_prefix('(')?.strip_suffix(')')?;
-    Some(
-        inner
-            .split(',')
-            .map(|v| v.trim().to_owned())
-            .filter(|v| !v.is_empty())
-            .collect(),
-    )
-}
-
 /// The identity of the object a patch is for.
 #[derive(Clone, Copy, Debug)]
 pub struct Target<'a> {
@@ -638,7 +503,7 @@ fn apply_object(target: Target<'_>, annotations: Value, spec: Option<Value>) -> 
 pub fn suspend_patch(target: Target<'_>, suspend: bool, requested_at: Option<&str>) -> Value {
     let mut annotations = serde_json::Map::new();
     if let Some(at) = requested_at {
-        annotations.insert(REQUESTED_AT.into(), at.into());
+        annotations.insert(REQUESTED_AT_ANNOTATION.into(), at.into());
     }
     match target.kind.suspend {
         SuspendBy::Spec => apply_object(
@@ -648,7 +513,7 @@ pub fn suspend_patch(target: Target<'_>, suspend: bool, requested_at: Option<&st
         ),
         SuspendBy::Annotation => {
             let value = if suspend { "disabled" } else { "enabled" };
-            annotations.insert(INSTANCE_RECONCILE.into(), value.into());
+            annotations.insert(OPERATOR_RECONCILE_ANNOTATION.into(), value.into());
             apply_object(target, annotations.into(), None)
         }
     }
@@ -658,7 +523,7 @@ pub fn suspend_patch(target: Target<'_>, suspend: bool, requested_at: Option<&st
 /// (HelmRelease) also forces a one-off install or upgrade.
 pub fn reconcile_patch(target: Target<'_>, requested_at: &str, force: bool) -> Value {
     let mut annotations = serde_json::Map::new();
-    annotations.insert(REQUESTED_AT.into(), requested_at.into());
+    annotations.insert(REQUESTED_AT_ANNOTATION.into(), requested_at.into());
     if force {
         annotations.insert(FORCE_AT.into(), requested_at.into());
     }
@@ -893,7 +758,7 @@ mod tests {
         assert_eq!(kind("receiver").revision_column(), "");
         assert_eq!(kind("ks").revision_column(), "REVISION");
 
-        let instance = |value: &str| json!({"metadata": {"annotations": {INSTANCE_RECONCILE: value}}, "spec": {"suspend": true}});
+        let instance = |value: &str| json!({"metadata": {"annotations": {OPERATOR_RECONCILE_ANNOTATION: value}}, "spec": {"suspend": true}});
         assert!(suspended(kind("instance"), &instance("disabled")));
         assert!(!suspended(kind("instance"), &instance("enabled")));
         assert!(!suspended(kind("instance"), &json!({})));
@@ -932,46 +797,6 @@ mod tests {
         assert!(StatusSelector::new("", "true").is_err());
     }
 
-    #[test]
-    fn label_selectors_parse_and_match_like_kubernetes() {
-        let labels: BTreeMap<String, String> = [("app", "podinfo"), ("tier", "web"), ("team", "a")]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect();
-        let matches = |s: &str| LabelSelector::parse(s).unwrap().matches(&labels);
-        assert!(matches(""));
-        assert!(matches("app=podinfo"));
-        assert!(matches("app==podinfo,tier!=db"));
-        assert!(!matches("app=other"));
-        assert!(matches("tier in (web, db),team notin (b)"));
-        assert!(!matches("tier in (db)"));
-        assert!(matches("app,!missing"));
-        assert!(!matches("missing"));
-        assert!(!matches("!app"));
-        assert!(LabelSelector::parse("app in (a").is_err());
-        assert!(LabelSelector::parse("a=b,,c=d").is_err());
-        assert!(LabelSelector::parse("a b=c").is_err());
-    }
-
-    #[test]
-    fn a_huge_selector_is_refused_and_quoted_short() {
-        let huge = format!("team in ({})", vec!["a"; 10_000].join(","));
-        let err = LabelSelector::parse(&huge).unwrap_err().to_string();
-        assert!(
-            err.ends_with("20009 bytes is longer than the 16384 a selector may have"),
-            "{err}"
-        );
-        assert!(err.len() < 200, "{err}");
-        let long_key = format!("{}=b", "k".repeat(1000));
-        let err = LabelSelector::parse(&format!("{long_key},a b=c"))
-            .unwrap_err()
-            .to_string();
-        assert!(err.len() < 300, "{err}");
-        let at_limit = format!("a in ({})", vec!["b"; (16384 - 7) / 2].join(","));
-        assert!(at_limit.len() <= 16384);
-        assert!(LabelSelector::parse(&at_limit).is_ok());
-    }
-
     fn target(name: &str) -> Target<'static> {
         Target {
             kind: kind(name),
@@ -989,15 +814,15 @@ mod tests {
         );
         assert_eq!(
             suspend_patch(target("ks"), false, Some("t1")),
-            json!({"apiVersion": "v", "kind": "Kustomization", "metadata": {"name": "podinfo", "namespace": "apps", "annotations": {REQUESTED_AT: "t1"}}, "spec": {"suspend": false}})
+            json!({"apiVersion": "v", "kind": "Kustomization", "metadata": {"name": "podinfo", "namespace": "apps", "annotations": {REQUESTED_AT_ANNOTATION: "t1"}}, "spec": {"suspend": false}})
         );
         assert_eq!(
             suspend_patch(target("instance"), true, None),
-            json!({"apiVersion": "v", "kind": "FluxInstance", "metadata": {"name": "podinfo", "namespace": "apps", "annotations": {INSTANCE_RECONCILE: "disabled"}}})
+            json!({"apiVersion": "v", "kind": "FluxInstance", "metadata": {"name": "podinfo", "namespace": "apps", "annotations": {OPERATOR_RECONCILE_ANNOTATION: "disabled"}}})
         );
         assert_eq!(
             suspend_patch(target("instance"), false, Some("t2"))["metadata"]["annotations"],
-            json!({INSTANCE_RECONCILE: "enabled", REQUESTED_AT: "t2"})
+            json!({OPERATOR_RECONCILE_ANNOTATION: "enabled", REQUESTED_AT_ANNOTATION: "t2"})
         );
     }
 
@@ -1005,11 +830,11 @@ mod tests {
     fn reconcile_patches_request_and_force_with_one_timestamp() {
         assert_eq!(
             reconcile_patch(target("ks"), "t1", false),
-            json!({"apiVersion": "v", "kind": "Kustomization", "metadata": {"name": "podinfo", "namespace": "apps", "annotations": {REQUESTED_AT: "t1"}}})
+            json!({"apiVersion": "v", "kind": "Kustomization", "metadata": {"name": "podinfo", "namespace": "apps", "annotations": {REQUESTED_AT_ANNOTATION: "t1"}}})
         );
         assert_eq!(
             reconcile_patch(target("hr"), "t1", true)["metadata"]["annotations"],
-            json!({REQUESTED_AT: "t1", FORCE_AT: "t1"})
+            json!({REQUESTED_AT_ANNOTATION: "t1", FORCE_AT: "t1"})
         );
     }
 }

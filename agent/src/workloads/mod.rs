@@ -1,9 +1,7 @@
-//! Local control of Flux objects: the catalog of Flux kinds (pure), the caches of what the
-//! cluster serves, and the `tenantflux.v1.Workloads` gRPC service.
+//! Local control of Flux objects: the catalog of Flux kinds (pure) and the caches of what the
+//! cluster serves; `server::workloads` serves them as `tenantflux.v1.Workloads`.
 
 pub mod cache;
 pub mod catalog;
-pub mod service;
 
 pub use cache::Caches;
-pub use service::WorkloadsService;

@@ -27,8 +27,9 @@ use kube::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::{selector::Selector, untrusted};
+use super::untrusted;
 use crate::connect::describe;
+use tenantflux_core::selector::Selector;
 
 /// Name suffix of the admin kubeconfig Secret Kamaji writes for a tenant control plane.
 pub const ADMIN_KUBECONFIG_SUFFIX: &str = "-admin-kubeconfig";

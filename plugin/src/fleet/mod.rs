@@ -3,7 +3,6 @@
 //! cluster's agent at once, a bounded number at a time, each within its own timeout.
 
 pub mod discover;
-pub mod selector;
 pub mod untrusted;
 pub mod view;
 
@@ -19,13 +18,15 @@ use clap::{Args, Subcommand, ValueHint};
 use futures::{StreamExt as _, stream};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use tenantflux_agent::policy::{signing::SignedPolicy, today};
+use tenantflux_core::{
+    policy::{signing::SignedPolicy, today},
+    selector::Selector,
+};
 use tenantflux_proto::v1::PushPolicyRequest;
 use tonic::Code;
 
 use self::{
     discover::{Discovery, Member, Source},
-    selector::Selector,
     view::{Failure, FleetPush, FleetStatus, PushResult, PushRow, Reach, StatusRow},
 };
 use crate::{
@@ -237,7 +238,7 @@ pub async fn run(
             // here instead of once per cluster.
             let signed = SignedPolicy::parse(&text)
                 .with_context(|| format!("{} is not a signed policy", file.path.display()))?;
-            let policy = tenantflux_agent::policy::Policy::parse(&signed.policy)
+            let policy = tenantflux_core::policy::Policy::parse(&signed.policy)
                 .with_context(|| format!("{} holds no valid policy", file.path.display()))?;
             let fleet = Fleet::new(&discovery, options).await?;
             let view = fleet.push(&fan_out, &text, &policy).await?;
@@ -407,7 +408,7 @@ impl Fleet {
         &self,
         fan_out: &FanOutArgs,
         text: &str,
-        policy: &tenantflux_agent::policy::Policy,
+        policy: &tenantflux_core::policy::Policy,
     ) -> anyhow::Result<FleetPush> {
         let members = self.members().await?;
         if members.is_empty() {

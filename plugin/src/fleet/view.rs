@@ -3,7 +3,7 @@
 
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
-use tenantflux_agent::policy::{Range, parse_date};
+use tenantflux_core::policy::{Range, parse_date};
 
 use super::discover::Member;
 use crate::{

@@ -12,7 +12,8 @@ use std::fmt;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{DEFAULT_COMPONENTS, Policy, Range, Requirement, glob};
+use super::{Policy, Range, Requirement, glob};
+use crate::flux::DEFAULT_COMPONENTS;
 
 /// One field that breaks the policy.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

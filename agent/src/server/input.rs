@@ -1,22 +1,9 @@
-//! Checks of the names and sizes callers send, made before anything reaches the API server,
-//! and the short form of a caller's text that error messages quote. A name goes into the API
-//! server's URL as it is (kube does not escape it), so `podinfo/status` would address a
-//! subresource: only what Kubernetes accepts as a name passes. A message that quotes a
-//! megabyte of input would travel in a gRPC trailer, so quotes are cut.
+//! Checks of the names callers send, made before anything reaches the API server. A name goes
+//! into the API server's URL as it is (kube does not escape it), so `podinfo/status` would
+//! address a subresource: only what Kubernetes accepts as a name passes. Error text quotes
+//! the caller's input through `tenantflux_core::text::quote`, which cuts it short.
 
-/// The longest label selector accepted. Kubernetes' own limits (keys of 317 characters,
-/// values of 63) leave thousands of requirements within it.
-pub const MAX_SELECTOR: usize = 16 * 1024;
-/// How much of a caller's text an error message quotes.
-const QUOTE: usize = 64;
-
-/// `text` quoted (`"…"`), cut to its first 64 characters when longer, saying how long it was.
-pub fn quote(text: &str) -> String {
-    match text.char_indices().nth(QUOTE) {
-        None => format!("{text:?}"),
-        Some((end, _)) => format!("{:?}… ({} bytes)", &text[..end], text.len()),
-    }
-}
+use tenantflux_core::text::quote;
 
 /// Checks an object name: a DNS subdomain (RFC 1123), as Kubernetes requires.
 pub fn object_name(field: &str, name: &str) -> Result<(), String> {
@@ -81,16 +68,5 @@ mod tests {
         for bad in ["a.b", &"a".repeat(64), "kube_system", ""] {
             assert!(namespace("namespace", bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn quotes_are_cut_to_64_characters() {
-        assert_eq!(quote("ks"), "\"ks\"");
-        let long = "x".repeat(100_000);
-        let quoted = quote(&long);
-        assert_eq!(quoted, format!("\"{}\"… (100000 bytes)", "x".repeat(64)));
-        // Cut on a character boundary.
-        let wide = "é".repeat(100);
-        assert!(quote(&wide).ends_with("… (200 bytes)"));
     }
 }

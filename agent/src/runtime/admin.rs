@@ -1,10 +1,7 @@
 //! The admin HTTP server: `/livez`, `/readyz` and `/metrics`, on a port of its own so probes and
 //! scrapes never compete with (or need the credentials of) the gRPC API.
 
-use std::sync::{
-    Arc, Mutex,
-    atomic::{AtomicBool, Ordering},
-};
+use std::sync::Arc;
 
 use axum::{
     Router,
@@ -15,70 +12,9 @@ use axum::{
 };
 use tokio::net::TcpListener;
 
-use crate::{metrics::Metrics, shutdown::Shutdown};
+use tokio_util::sync::CancellationToken;
 
-/// What `/readyz` waits for: the gRPC listener bound and one answer from the Kubernetes API.
-#[derive(Debug, Default)]
-pub struct Readiness {
-    grpc_bound: AtomicBool,
-    kube_api: Mutex<KubeApi>,
-}
-
-#[derive(Debug, Default)]
-enum KubeApi {
-    #[default]
-    NotAsked,
-    Failed(String),
-    Answered,
-}
-
-impl Readiness {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    pub fn set_grpc_bound(&self) {
-        self.grpc_bound.store(true, Ordering::Release);
-    }
-
-    /// Records that the Kubernetes API answered. Readiness stays once reached: losing the API
-    /// later is reported in the status (`problems`), and restarting would not bring it back.
-    pub fn set_kube_api_answered(&self) {
-        *self.lock() = KubeApi::Answered;
-    }
-
-    /// Records why the Kubernetes API did not answer, while it never has.
-    pub fn set_kube_api_failed(&self, reason: impl Into<String>) {
-        let mut state = self.lock();
-        if !matches!(*state, KubeApi::Answered) {
-            *state = KubeApi::Failed(reason.into());
-        }
-    }
-
-    /// `Ok` when ready, else every reason why not.
-    pub fn check(&self) -> Result<(), String> {
-        let mut reasons = Vec::new();
-        if !self.grpc_bound.load(Ordering::Acquire) {
-            reasons.push("the gRPC listener is not bound yet".to_owned());
-        }
-        match &*self.lock() {
-            KubeApi::Answered => {}
-            KubeApi::NotAsked => reasons.push("the Kubernetes API has not answered yet".into()),
-            KubeApi::Failed(reason) => {
-                reasons.push(format!("the Kubernetes API has not answered: {reason}"))
-            }
-        }
-        if reasons.is_empty() {
-            Ok(())
-        } else {
-            Err(reasons.join("; "))
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, KubeApi> {
-        self.kube_api.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
+use crate::{server::metrics::Metrics, status::Readiness};
 
 #[derive(Clone)]
 struct AdminState {
@@ -119,39 +55,16 @@ async fn metrics_text(State(state): State<AdminState>) -> impl IntoResponse {
 pub async fn serve(
     listener: TcpListener,
     router: Router,
-    shutdown: Shutdown,
+    shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     axum::serve(listener, router)
-        .with_graceful_shutdown(async move { shutdown.wait().await })
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ready_only_with_listener_bound_and_api_answered() {
-        let readiness = Readiness::new();
-        let reason = readiness.check().unwrap_err();
-        assert!(reason.contains("gRPC listener is not bound"), "{reason}");
-        assert!(
-            reason.contains("Kubernetes API has not answered yet"),
-            "{reason}"
-        );
-
-        readiness.set_grpc_bound();
-        readiness.set_kube_api_failed("connection refused");
-        assert_eq!(
-            readiness.check().unwrap_err(),
-            "the Kubernetes API has not answered: connection refused"
-        );
-
-        readiness.set_kube_api_answered();
-        assert_eq!(readiness.check(), Ok(()));
-        readiness.set_kube_api_failed("later failure");
-        assert_eq!(readiness.check(), Ok(()), "readiness latches");
-    }
 
     #[tokio::test]
     async fn endpoints_answer_over_http() {
@@ -164,7 +77,7 @@ mod tests {
         );
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let shutdown = Shutdown::new();
+        let shutdown = CancellationToken::new();
         let server = tokio::spawn(serve(
             listener,
             router(readiness.clone(), metrics),
@@ -186,7 +99,7 @@ mod tests {
             "{body}"
         );
 
-        shutdown.trigger();
+        shutdown.cancel();
         server.await.unwrap().unwrap();
     }
 

@@ -1,29 +1,46 @@
 //! The tenant's FluxInstance through the agent: read it, and apply a manifest the tenant wrote
 //! after checking it (its shape here, the policy the agent holds, then the API server's schema
-//! with strict field validation, as a dry run first). Serves `tenantflux.v1.Instance`.
+//! with strict field validation, as a dry run first). `server::instance` serves it over gRPC;
+//! upgrades bump the version through here too, so they pass the same checks. `defaults`
+//! creates the first FluxInstance from the policy's defaults.
 
-use std::sync::Arc;
+pub mod defaults;
 
 use kube::{
     Api, Client,
-    api::{DynamicObject, Patch, PatchParams, ValidationDirective},
+    api::{ApiResource, DynamicObject, Patch, PatchParams, ValidationDirective},
 };
 use serde_json::Value;
-use tenantflux_proto::v1::{
-    ApplyInstanceRequest, ApplyInstanceResponse, DiffInstanceResponse, GetInstanceRequest,
-    InstanceState, instance_server,
+use tenantflux_core::{
+    FIELD_MANAGER,
+    flux::{
+        INSTANCE_API_VERSION, INSTANCE_KIND, INSTANCE_NAME, INSTANCE_PLURAL, INSTANCE_VERSION,
+        OPERATOR_GROUP, REPORT_KIND, REPORT_PLURAL,
+    },
 };
 use tokio::sync::watch;
-use tonic::{Request, Response};
 
-use crate::{
-    auth::{Authorizer, Permission},
-    policy_service::{Held, chain},
-    status::{INSTANCE_NAME, flux_instance_resource},
-};
+use crate::policy::store::Held;
 
-const API_VERSION: &str = "fluxcd.controlplane.io/v1";
-const KIND: &str = "FluxInstance";
+/// The FluxInstance API (`fluxinstances.fluxcd.controlplane.io/v1`).
+pub fn flux_instance_resource() -> ApiResource {
+    flux_operator_resource(INSTANCE_KIND, INSTANCE_PLURAL)
+}
+
+/// The FluxReport API (`fluxreports.fluxcd.controlplane.io/v1`).
+pub fn flux_report_resource() -> ApiResource {
+    flux_operator_resource(REPORT_KIND, REPORT_PLURAL)
+}
+
+fn flux_operator_resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: OPERATOR_GROUP.into(),
+        version: INSTANCE_VERSION.into(),
+        api_version: INSTANCE_API_VERSION.into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
 
 /// Why a manifest is not a FluxInstance the agent may apply.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -32,9 +49,9 @@ pub enum ManifestError {
     Yaml(String),
     #[error("the manifest is not an object")]
     NotAnObject,
-    #[error("apiVersion is {found:?}; a FluxInstance is {API_VERSION}")]
+    #[error("apiVersion is {found:?}; a FluxInstance is {INSTANCE_API_VERSION}")]
     ApiVersion { found: String },
-    #[error("kind is {found:?}; expected {KIND}")]
+    #[error("kind is {found:?}; expected {INSTANCE_KIND}")]
     Kind { found: String },
     #[error(
         "metadata.name is {found:?}; flux-operator reconciles only the FluxInstance named {INSTANCE_NAME:?}"
@@ -53,11 +70,11 @@ pub fn parse_manifest(text: &str, namespace: &str) -> Result<Value, ManifestErro
     let object = value.as_object_mut().ok_or(ManifestError::NotAnObject)?;
     let text_of = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_owned();
     let found = text_of(object.get("apiVersion"));
-    if found != API_VERSION {
+    if found != INSTANCE_API_VERSION {
         return Err(ManifestError::ApiVersion { found });
     }
     let found = text_of(object.get("kind"));
-    if found != KIND {
+    if found != INSTANCE_KIND {
         return Err(ManifestError::Kind { found });
     }
     let metadata = object
@@ -97,79 +114,98 @@ pub fn clean(object: &DynamicObject) -> Value {
     value
 }
 
-fn yaml(value: &Value) -> String {
-    serde_yaml_ng::to_string(value).unwrap_or_default()
+/// Why the FluxInstance could not be read or applied.
+#[derive(Debug, thiserror::Error)]
+pub enum InstanceError {
+    #[error(transparent)]
+    Manifest(ManifestError),
+    #[error("the FluxInstance breaks {policy}; nothing was changed:\n{}", violations.join("\n"))]
+    Policy {
+        policy: String,
+        violations: Vec<String>,
+    },
+    #[error("the API server refused the FluxInstance; nothing was changed: {message}")]
+    Refused { message: String },
+    #[error("{action} FluxInstance {namespace}/{INSTANCE_NAME}")]
+    Kube {
+        action: &'static str,
+        namespace: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
 }
 
-/// The `tenantflux.v1.Instance` service.
-pub struct InstanceService {
+impl InstanceError {
+    /// Whether trying again may succeed: the API server did not answer or failed, rather than
+    /// the manifest, the policy or the schema refusing it.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Kube { .. })
+    }
+}
+
+/// An apply: the live object before, the object after, and the policy's warnings.
+#[derive(Debug)]
+pub struct Applied {
+    pub live: Option<DynamicObject>,
+    pub applied: DynamicObject,
+    pub warnings: Vec<String>,
+}
+
+/// The FluxInstance of the operator namespace, checked against the held policy.
+#[derive(Clone)]
+pub struct Instances {
     api: Api<DynamicObject>,
     namespace: String,
     policy: watch::Receiver<Held>,
-    authorizer: Arc<Authorizer>,
 }
 
-impl InstanceService {
+impl Instances {
     /// `namespace` is the operator namespace, where the FluxInstance lives.
-    pub fn new(
-        client: Client,
-        namespace: &str,
-        policy: watch::Receiver<Held>,
-        authorizer: Arc<Authorizer>,
-    ) -> Self {
+    pub fn new(client: Client, namespace: &str, policy: watch::Receiver<Held>) -> Self {
         Self {
             api: Api::namespaced_with(client, namespace, &flux_instance_resource()),
             namespace: namespace.to_owned(),
             policy,
-            authorizer,
         }
     }
 
-    fn permission(&self, verb: &str) -> Permission {
-        Permission {
-            verb: verb.into(),
-            group: "fluxcd.controlplane.io".into(),
-            resource: "fluxinstances".into(),
-            subresource: None,
-            namespace: Some(self.namespace.clone()),
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn kube_err(&self, action: &'static str) -> impl FnOnce(kube::Error) -> InstanceError {
+        let namespace = self.namespace.clone();
+        move |source| InstanceError::Kube {
+            action,
+            namespace,
+            source: Box::new(source),
         }
     }
 
-    async fn live(&self) -> Result<Option<DynamicObject>, tonic::Status> {
-        self.api.get_opt(INSTANCE_NAME).await.map_err(|err| {
-            tonic::Status::unavailable(format!(
-                "reading FluxInstance {}/{INSTANCE_NAME}: {}",
-                self.namespace,
-                chain(&err)
-            ))
-        })
+    pub async fn live(&self) -> Result<Option<DynamicObject>, InstanceError> {
+        self.api
+            .get_opt(INSTANCE_NAME)
+            .await
+            .map_err(self.kube_err("reading"))
     }
 
     /// Checks `manifest` and applies it (`dry_run`: on the API server, storing nothing).
-    /// Returns the live object before and the object after. Upgrades bump the version through
-    /// here too, so they pass the same checks.
-    pub(crate) async fn apply(
-        &self,
-        manifest: &str,
-        dry_run: bool,
-    ) -> Result<(Option<DynamicObject>, DynamicObject, Vec<String>), tonic::Status> {
-        let manifest = parse_manifest(manifest, &self.namespace)
-            .map_err(|err| tonic::Status::invalid_argument(err.to_string()))?;
+    pub async fn apply(&self, manifest: &str, dry_run: bool) -> Result<Applied, InstanceError> {
+        let manifest =
+            parse_manifest(manifest, &self.namespace).map_err(InstanceError::Manifest)?;
         let held = self.policy.borrow().accepted.clone();
         let mut warnings = Vec::new();
         if let Some(accepted) = held {
             let evaluation = accepted.policy.evaluate(&manifest["spec"]);
             if !evaluation.compliant() {
-                let lines: Vec<String> = evaluation
-                    .violations
-                    .iter()
-                    .map(|v| v.message.clone())
-                    .collect();
-                return Err(tonic::Status::failed_precondition(format!(
-                    "the FluxInstance breaks {}; nothing was changed:\n{}",
-                    accepted.policy,
-                    lines.join("\n")
-                )));
+                return Err(InstanceError::Policy {
+                    policy: accepted.policy.to_string(),
+                    violations: evaluation
+                        .violations
+                        .iter()
+                        .map(|v| v.message.clone())
+                        .collect(),
+                });
             }
             warnings = evaluation.warnings;
         }
@@ -177,7 +213,7 @@ impl InstanceService {
         let params = PatchParams {
             dry_run,
             force: true,
-            field_manager: Some(crate::FIELD_MANAGER.to_owned()),
+            field_manager: Some(FIELD_MANAGER.to_owned()),
             field_validation: Some(ValidationDirective::Strict),
         };
         let applied = self
@@ -191,77 +227,17 @@ impl InstanceService {
                     if matches!(status.code, 400 | 409 | 422)
                         || status.message.contains("field not declared in schema") =>
                 {
-                    tonic::Status::invalid_argument(format!(
-                        "the API server refused the FluxInstance; nothing was changed: {}",
-                        status.message
-                    ))
+                    InstanceError::Refused {
+                        message: status.message.clone(),
+                    }
                 }
-                _ => tonic::Status::unavailable(format!(
-                    "applying FluxInstance {}/{INSTANCE_NAME}: {}",
-                    self.namespace,
-                    chain(&err)
-                )),
+                _ => self.kube_err("applying")(err),
             })?;
-        Ok((live, applied, warnings))
-    }
-}
-
-#[tonic::async_trait]
-impl instance_server::Instance for InstanceService {
-    async fn get_instance(
-        &self,
-        request: Request<GetInstanceRequest>,
-    ) -> Result<Response<InstanceState>, tonic::Status> {
-        self.authorizer
-            .authorize(request.metadata(), &self.permission("get"))
-            .await?;
-        let live = self.live().await?;
-        Ok(Response::new(InstanceState {
-            present: live.is_some(),
-            manifest: live.map(|o| yaml(&clean(&o))).unwrap_or_default(),
-        }))
-    }
-
-    async fn apply_instance(
-        &self,
-        request: Request<ApplyInstanceRequest>,
-    ) -> Result<Response<ApplyInstanceResponse>, tonic::Status> {
-        self.authorizer
-            .authorize(request.metadata(), &self.permission("patch"))
-            .await?;
-        // Applying where there is no instance yet creates one: the caller must be allowed that
-        // too, as `kubectl apply` would need.
-        if !request.get_ref().dry_run && self.live().await?.is_none() {
-            self.authorizer
-                .authorize(request.metadata(), &self.permission("create"))
-                .await?;
-        }
-        let message = request.into_inner();
-        let (live, applied, warnings) = self.apply(&message.manifest, message.dry_run).await?;
-        let after = clean(&applied);
-        Ok(Response::new(ApplyInstanceResponse {
-            created: live.is_none(),
-            changed: live
-                .as_ref()
-                .is_none_or(|l| clean(l)["spec"] != after["spec"]),
-            manifest: yaml(&after),
+        Ok(Applied {
+            live,
+            applied,
             warnings,
-        }))
-    }
-
-    async fn diff_instance(
-        &self,
-        request: Request<ApplyInstanceRequest>,
-    ) -> Result<Response<DiffInstanceResponse>, tonic::Status> {
-        self.authorizer
-            .authorize(request.metadata(), &self.permission("patch"))
-            .await?;
-        let message = request.into_inner();
-        let (live, applied, _) = self.apply(&message.manifest, true).await?;
-        Ok(Response::new(DiffInstanceResponse {
-            live: live.map(|o| yaml(&clean(&o))).unwrap_or_default(),
-            applied: yaml(&clean(&applied)),
-        }))
+        })
     }
 }
 

@@ -169,7 +169,7 @@ fn bounds(c: &semver::Comparator) -> (Release, Option<Release>) {
     }
 }
 
-pub(crate) fn strip_v(version: &str) -> &str {
+pub fn strip_v(version: &str) -> &str {
     version.strip_prefix('v').unwrap_or(version)
 }
 

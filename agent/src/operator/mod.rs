@@ -14,10 +14,7 @@
 //! A bundle that fails a check changes nothing: the previous install keeps running and the
 //! phase is FAILED with the reason.
 
-use std::{
-    collections::BTreeMap,
-    time::{Duration, SystemTime},
-};
+use std::time::{Duration, SystemTime};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::{
@@ -36,26 +33,27 @@ use kube::{
         watcher::{self, Event},
     },
 };
-use serde::{Deserialize, Serialize};
 use tenantflux_proto::v1::OperatorPhase;
 use tokio::sync::watch;
 
-use crate::{
-    FIELD_MANAGER,
-    bundle::{
-        AllowedVersions, Bundle, BundleError, BundleObject, MANAGED_BY_LABEL, ObjectRef, Stage,
-        kind_of, to_prune,
-    },
-    bundle_source::{BundleSource, Fetcher, SourceError},
-    policy::Policy,
-    policy_service::Held,
-    shutdown::Shutdown,
-    status::OPERATOR_DEPLOYMENT,
+use tenantflux_core::{
+    FIELD_MANAGER, MANAGED_BY_LABEL, flux::OPERATOR_DEPLOYMENT, operator::AllowedVersions,
+    policy::Policy, text::chain,
 };
+use tokio_util::sync::CancellationToken;
 
-/// The ConfigMap in the agent's namespace that remembers what the agent applied (version,
-/// digest, source, objects), and the object the agent's install Events are about.
-pub const RECORD_CONFIGMAP: &str = "tenantflux-operator-install";
+pub mod bundle;
+mod record;
+mod rollout;
+pub mod source;
+
+use bundle::{Bundle, BundleError, BundleObject, ObjectRef, Stage, kind_of, to_prune};
+pub use record::RECORD_CONFIGMAP;
+use record::Record;
+pub use rollout::rollout;
+use source::{BundleSource, Fetcher, SourceError};
+
+use crate::policy::store::Held;
 
 /// How long CRDs may take to become Established once the API server serves.
 const CRD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -101,45 +99,6 @@ impl InstallState {
             digest: String::new(),
             last_transition: SystemTime::now(),
         }
-    }
-}
-
-/// What the agent remembers it applied, stored in [`RECORD_CONFIGMAP`].
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Record {
-    pub version: String,
-    pub digest: String,
-    pub source: String,
-    pub objects: Vec<ObjectRef>,
-}
-
-impl Record {
-    fn from_config_map(map: &ConfigMap) -> Option<Self> {
-        let data = map.data.as_ref()?;
-        Some(Self {
-            version: data.get("version")?.clone(),
-            digest: data.get("digest")?.clone(),
-            source: data.get("source").cloned().unwrap_or_default(),
-            objects: serde_json::from_str(data.get("objects")?).ok()?,
-        })
-    }
-
-    fn to_config_map(&self, namespace: &str) -> serde_json::Value {
-        serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": RECORD_CONFIGMAP,
-                "namespace": namespace,
-                "labels": {MANAGED_BY_LABEL: FIELD_MANAGER, "app.kubernetes.io/part-of": "tenantflux"},
-            },
-            "data": {
-                "version": self.version,
-                "digest": self.digest,
-                "source": self.source,
-                "objects": serde_json::to_string_pretty(&self.objects).unwrap_or_default(),
-            },
-        })
     }
 }
 
@@ -269,7 +228,7 @@ pub async fn run(
     config: InstallConfig,
     policy: watch::Receiver<Held>,
     tx: watch::Sender<InstallState>,
-    shutdown: Shutdown,
+    shutdown: CancellationToken,
 ) {
     let mut policy_changes = policy.clone();
     let record_ref = ObjectReference {
@@ -302,7 +261,7 @@ pub async fn run(
         Api::<Deployment>::namespaced(client.clone(), &installer.config.operator_namespace),
         watcher::Config::default().fields(&format!("metadata.name={OPERATOR_DEPLOYMENT}")),
     )
-    .backoff(crate::backoff::watch());
+    .backoff(crate::watch_backoff());
     let sources = source_changes(&client, &installer.config);
     let mut deployments = std::pin::pin!(deployments);
     let mut sources = std::pin::pin!(sources);
@@ -311,7 +270,7 @@ pub async fn run(
     let mut backoff = BACKOFF_MIN;
     loop {
         tokio::select! {
-            () = shutdown.wait() => return,
+            () = shutdown.cancelled() => return,
             () = installer.wait_for_api() => {}
         }
         let attempt = match trigger {
@@ -339,7 +298,7 @@ pub async fn run(
         let retry_at = tokio::time::Instant::now() + next_try;
         trigger = loop {
             tokio::select! {
-                () = shutdown.wait() => return,
+                () = shutdown.cancelled() => return,
                 () = tokio::time::sleep_until(retry_at) => {
                     break if installer.failure.is_some() { Trigger::Retry } else { Trigger::Resync };
                 }
@@ -376,7 +335,7 @@ fn source_changes(
                 api,
                 watcher::Config::default().fields(&format!("metadata.name={name}")),
             )
-            .backoff(crate::backoff::watch())
+            .backoff(crate::watch_backoff())
             .filter_map(move |event| {
                 let version = match event {
                     Ok(Event::Apply(o) | Event::InitApply(o)) => {
@@ -499,7 +458,7 @@ impl Installer {
                 .await
                 .map_err(|err: SourceError| InstallError::Source {
                     source_name: source_name.clone(),
-                    message: crate::bundle_source::error_text(&err),
+                    message: chain(&err),
                 })?;
         let bundle = Bundle::parse(
             &fetched.yaml,
@@ -757,20 +716,16 @@ impl Installer {
 
     async fn write_record(&self, record: &Record) -> Result<(), InstallError> {
         let api = Api::<ConfigMap>::namespaced(self.client.clone(), &self.config.agent_namespace);
-        api.patch(
-            RECORD_CONFIGMAP,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(record.to_config_map(&self.config.agent_namespace)),
-        )
-        .await
-        .map(|_| tracing::debug!(version = %record.version, "install recorded"))
-        .map_err(|err| InstallError::Kube {
-            what: format!(
-                "writing ConfigMap {}/{RECORD_CONFIGMAP}",
-                self.config.agent_namespace
-            ),
-            message: kube_message(&err),
-        })
+        crate::apply_record(&api, RECORD_CONFIGMAP, record.to_data())
+            .await
+            .map(|_| tracing::debug!(version = %record.version, "install recorded"))
+            .map_err(|err| InstallError::Kube {
+                what: format!(
+                    "writing ConfigMap {}/{RECORD_CONFIGMAP}",
+                    self.config.agent_namespace
+                ),
+                message: kube_message(&err),
+            })
     }
 
     /// Deletes what `previous` applied and `next` no longer has, when the live object still
@@ -829,158 +784,11 @@ fn as_deployment(object: DynamicObject) -> Option<Deployment> {
         .ok()
 }
 
-/// Whether `deployment` has rolled out (`kubectl rollout status` semantics), else why not.
-pub fn rollout(deployment: &Deployment) -> Result<(), String> {
-    let generation = deployment.metadata.generation.unwrap_or_default();
-    let desired = deployment
-        .spec
-        .as_ref()
-        .and_then(|s| s.replicas)
-        .unwrap_or(1);
-    let Some(status) = &deployment.status else {
-        return Err("the Deployment controller has not reported on it yet".into());
-    };
-    if status.observed_generation.unwrap_or_default() < generation {
-        return Err(format!(
-            "the Deployment controller has not observed generation {generation} yet"
-        ));
-    }
-    let conditions: BTreeMap<&str, _> = status
-        .conditions
-        .iter()
-        .flatten()
-        .map(|c| (c.type_.as_str(), c))
-        .collect();
-    if let Some(c) = conditions.get("Progressing")
-        && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
-    {
-        return Err(format!(
-            "rollout stalled: {}",
-            c.message.as_deref().unwrap_or("progress deadline exceeded")
-        ));
-    }
-    let updated = status.updated_replicas.unwrap_or(0);
-    let total = status.replicas.unwrap_or(0);
-    let available = status.available_replicas.unwrap_or(0);
-    if updated < desired {
-        return Err(format!("{updated} of {desired} replicas updated"));
-    }
-    if total > updated {
-        return Err(format!(
-            "{} old replicas still terminating",
-            total - updated
-        ));
-    }
-    if available < updated {
-        return Err(format!(
-            "{available} of {updated} updated replicas available"
-        ));
-    }
-    match conditions.get("Available") {
-        Some(c) if c.status == "True" => Ok(()),
-        Some(c) => Err(format!(
-            "not available: {}",
-            c.message.as_deref().unwrap_or("no message")
-        )),
-        None => Err("no Available condition yet".into()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn deployment(value: serde_json::Value) -> Deployment {
-        serde_json::from_value(value).unwrap()
-    }
-
-    #[test]
-    fn rollout_is_done_only_when_the_new_generation_is_available() {
-        let base = serde_json::json!({
-            "metadata": {"name": "flux-operator", "generation": 2},
-            "spec": {"replicas": 1, "selector": {}, "template": {}},
-        });
-        let with_status = |status: serde_json::Value| {
-            let mut d = base.clone();
-            d["status"] = status;
-            deployment(d)
-        };
-        assert_eq!(
-            rollout(&deployment(base.clone())).unwrap_err(),
-            "the Deployment controller has not reported on it yet"
-        );
-        let available = serde_json::json!([{"type": "Available", "status": "True"}]);
-        assert_eq!(
-            rollout(&with_status(serde_json::json!({
-                "observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
-                "availableReplicas": 1, "conditions": available,
-            })))
-            .unwrap_err(),
-            "the Deployment controller has not observed generation 2 yet",
-            "Available from the old generation does not count"
-        );
-        assert_eq!(
-            rollout(&with_status(serde_json::json!({
-                "observedGeneration": 2, "replicas": 2, "updatedReplicas": 1,
-                "availableReplicas": 1, "conditions": available,
-            })))
-            .unwrap_err(),
-            "1 old replicas still terminating"
-        );
-        assert_eq!(
-            rollout(&with_status(serde_json::json!({
-                "observedGeneration": 2, "replicas": 1, "updatedReplicas": 1,
-                "availableReplicas": 0,
-                "conditions": [{"type": "Available", "status": "False", "message": "Deployment does not have minimum availability."}],
-            })))
-            .unwrap_err(),
-            "0 of 1 updated replicas available"
-        );
-        assert_eq!(
-            rollout(&with_status(serde_json::json!({
-                "observedGeneration": 2, "replicas": 1, "updatedReplicas": 1,
-                "availableReplicas": 1,
-                "conditions": [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded", "message": "ReplicaSet \"x\" has timed out progressing."}],
-            })))
-            .unwrap_err(),
-            "rollout stalled: ReplicaSet \"x\" has timed out progressing."
-        );
-        rollout(&with_status(serde_json::json!({
-            "observedGeneration": 2, "replicas": 1, "updatedReplicas": 1,
-            "availableReplicas": 1, "conditions": available,
-        })))
-        .unwrap();
-    }
-
-    #[test]
-    fn the_record_round_trips_through_its_config_map() {
-        let record = Record {
-            version: "v0.58.1".into(),
-            digest: "sha256:abc".into(),
-            source: "configmap:bundle".into(),
-            objects: vec![ObjectRef {
-                api_version: "v1".into(),
-                kind: "ServiceAccount".into(),
-                namespace: Some("flux-system".into()),
-                name: "flux-operator".into(),
-            }],
-        };
-        let map: ConfigMap =
-            serde_json::from_value(record.to_config_map("tenantflux-system")).unwrap();
-        assert_eq!(
-            map.metadata.labels.as_ref().unwrap()[MANAGED_BY_LABEL],
-            FIELD_MANAGER
-        );
-        assert_eq!(Record::from_config_map(&map), Some(record));
-        assert_eq!(Record::from_config_map(&ConfigMap::default()), None);
-    }
-}
-
 #[cfg(test)]
 mod policy_rules {
     use super::*;
 
-    const EXAMPLE: &str = include_str!("../../deploy/policy/example.yaml");
+    const EXAMPLE: &str = include_str!("../../../deploy/policy/example.yaml");
 
     fn policy(text: &str) -> Policy {
         Policy::parse(text).unwrap()

@@ -19,16 +19,17 @@ use tenantflux_proto::v1::{
 use tokio_stream::wrappers::{BroadcastStream, errors::BroadcastStreamRecvError};
 use tonic::{Code, Request, Response, metadata::MetadataMap};
 
+use tenantflux_core::{FIELD_MANAGER, selector::Selector};
+use tokio_util::sync::CancellationToken;
+
 use super::{
-    cache::{Caches, Change, ChangeType, KindCache},
-    catalog::{self, FluxKind, LabelSelector, StatusSelector, Target},
-};
-use crate::{
-    FIELD_MANAGER,
     auth::{AuthError, Authorizer, Permission},
     input,
     metrics::{Metrics, code_name},
-    shutdown::Shutdown,
+};
+use crate::workloads::{
+    cache::{Caches, Change, ChangeType, KindCache},
+    catalog::{self, FluxKind, StatusSelector, Target},
 };
 
 /// How long a call waits for the first discovery, or for a cache's first list.
@@ -37,7 +38,10 @@ const CACHE_WAIT: Duration = Duration::from_secs(10);
 /// Why a Workloads call failed. Each says what failed, on which object, and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadsError {
-    #[error("unknown kind {}; known kinds: {known}", crate::input::quote(name))]
+    #[error(
+        "unknown kind {}; known kinds: {known}",
+        tenantflux_core::text::quote(name)
+    )]
     UnknownKind { name: String, known: String },
 
     #[error(
@@ -132,7 +136,7 @@ pub struct WorkloadsService {
     client: Client,
     authorizer: Arc<Authorizer>,
     metrics: Arc<Metrics>,
-    shutdown: Shutdown,
+    shutdown: CancellationToken,
 }
 
 impl WorkloadsService {
@@ -141,7 +145,7 @@ impl WorkloadsService {
         client: Client,
         authorizer: Arc<Authorizer>,
         metrics: Arc<Metrics>,
-        shutdown: Shutdown,
+        shutdown: CancellationToken,
     ) -> Self {
         Self {
             caches,
@@ -442,7 +446,7 @@ fn matching(cache: &KindCache, filter: &Filter) -> Vec<FluxObject> {
 struct Filter {
     namespace: Option<String>,
     name: Option<String>,
-    labels: LabelSelector,
+    labels: Selector,
     status: Option<StatusSelector>,
 }
 
@@ -462,7 +466,7 @@ impl Filter {
         Ok(Self {
             namespace: non_empty(namespace).map(str::to_owned),
             name: non_empty(name).map(str::to_owned),
-            labels: LabelSelector::parse(labels)
+            labels: Selector::parse(labels)
                 .map_err(|e| WorkloadsError::InvalidArgument(e.to_string()))?,
             status: status
                 .map(|s| StatusSelector::new(&s.r#type, &s.status))
@@ -559,7 +563,7 @@ impl Workloads for WorkloadsService {
         let metadata = request.metadata().clone();
         self.rpc("ListKinds", async {
             // Any authenticated caller may learn which Flux APIs exist, as discovery allows.
-            let token = crate::auth::bearer_token(&metadata)?;
+            let token = super::auth::bearer_token(&metadata)?;
             self.authorizer.authenticate(&token).await?;
             self.wait_discovered().await?;
             let served = self.caches.served();
@@ -707,7 +711,7 @@ impl Workloads for WorkloadsService {
                     ended = item.is_err();
                     std::future::ready(go)
                 })
-                .take_until(async move { shutdown.wait().await });
+                .take_until(async move { shutdown.cancelled().await });
             Ok(Box::pin(stream) as EventStream)
         })
         .await

@@ -1,9 +1,9 @@
 //! A flux-operator install bundle (a release's `install.yaml`), parsed and checked before the
-//! agent applies anything from it. Pure: no client. [`crate::operator`] applies what this module
+//! agent applies anything from it. Pure: no client. [`super`] applies what this module
 //! accepts, in the order it gives.
 //!
 //! flux-operator is AGPL-3.0: the agent never ships a bundle, it reads the one the platform
-//! configures (see [`crate::bundle_source`]).
+//! configures (see [`super::source`]).
 
 use std::{collections::BTreeSet, fmt};
 
@@ -12,22 +12,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::{
+use tenantflux_core::{
+    FIELD_MANAGER, MANAGED_BY_LABEL,
+    flux::{OPERATOR_CRDS, OPERATOR_DEPLOYMENT, image_tag},
+    operator::AllowedVersions,
     policy::range,
-    status::{OPERATOR_DEPLOYMENT, image_tag},
 };
-
-/// The label every object the agent applies carries, so pruning touches only its own objects;
-/// its value is [`crate::FIELD_MANAGER`].
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-
-/// The CRDs a bundle must hold: without them the agent (and the tenant) cannot manage Flux.
-pub const REQUIRED_CRDS: [&str; 4] = [
-    "fluxinstances.fluxcd.controlplane.io",
-    "fluxreports.fluxcd.controlplane.io",
-    "resourcesets.fluxcd.controlplane.io",
-    "resourcesetinputproviders.fluxcd.controlplane.io",
-];
 
 /// Apply order: each stage is applied (and, for CRDs and the operator, waited for) before the
 /// next starts.
@@ -257,62 +247,6 @@ pub enum BundleError {
     },
 }
 
-/// The flux-operator versions the agent may install, and who said so: the held policy's
-/// `spec.operator.versions`, else the agent's `--operator-version`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AllowedVersions {
-    requirement: semver::VersionReq,
-    text: String,
-    by: String,
-}
-
-impl fmt::Display for AllowedVersions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?} allowed by {}", self.text, self.by)
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("{text:?} is neither a version (v0.58.1) nor a semver range (>=0.58.0 <0.59.0)")]
-pub struct BadRequirement {
-    text: String,
-    #[source]
-    source: semver::Error,
-}
-
-impl AllowedVersions {
-    /// `text` is an exact version (`v0.58.1`, `0.58.1`: that one only) or a range in the
-    /// notation Flux uses (`>=0.58.0 <0.59.0`, `0.58.x`; a `v` before numbers is ignored).
-    /// `by` names who allows it, for messages (`--operator-version`).
-    pub fn parse(text: &str, by: impl Into<String>) -> Result<Self, BadRequirement> {
-        let requirement = match semver::Version::parse(range::strip_v(text.trim())) {
-            Ok(exact) => Ok(semver::VersionReq {
-                comparators: vec![semver::Comparator {
-                    op: semver::Op::Exact,
-                    major: exact.major,
-                    minor: Some(exact.minor),
-                    patch: Some(exact.patch),
-                    pre: exact.pre,
-                }],
-            }),
-            Err(_) => semver::VersionReq::parse(&range::normalize(text)),
-        }
-        .map_err(|source| BadRequirement {
-            text: text.to_owned(),
-            source,
-        })?;
-        Ok(Self {
-            requirement,
-            text: text.trim().to_owned(),
-            by: by.into(),
-        })
-    }
-
-    pub fn allows(&self, version: &semver::Version) -> bool {
-        self.requirement.matches(version)
-    }
-}
-
 /// `sha256:<hex>` of `bytes`.
 pub fn digest_of(bytes: &[u8]) -> String {
     let hash = Sha256::digest(bytes);
@@ -356,7 +290,7 @@ impl Bundle {
         if objects.is_empty() {
             return Err(BundleError::Empty);
         }
-        for name in REQUIRED_CRDS {
+        for name in OPERATOR_CRDS {
             if !objects
                 .iter()
                 .any(|o| o.kind.stage == Stage::Crds && o.reference.name == name)
@@ -495,7 +429,7 @@ fn bundle_object(
     labels
         .as_object_mut()
         .ok_or_else(|| malformed("metadata.labels is not a mapping"))?
-        .insert(MANAGED_BY_LABEL.into(), crate::FIELD_MANAGER.into());
+        .insert(MANAGED_BY_LABEL.into(), FIELD_MANAGER.into());
     Ok(BundleObject {
         kind,
         reference,
@@ -554,7 +488,7 @@ mod tests {
             "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: flux-operator\n  namespace: flux-system\n".to_owned(),
             "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: flux-operator-cluster-admin\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: cluster-admin\nsubjects:\n- kind: ServiceAccount\n  name: flux-operator\n  namespace: flux-system\n".to_owned(),
         ];
-        docs.extend(REQUIRED_CRDS.iter().map(|n| crd(n)));
+        docs.extend(OPERATOR_CRDS.iter().map(|n| crd(n)));
         format!("---\n{}---\n", docs.join("---\n"))
     }
 
@@ -589,8 +523,7 @@ mod tests {
         );
         for object in &bundle.objects {
             assert_eq!(
-                object.manifest["metadata"]["labels"][MANAGED_BY_LABEL],
-                crate::FIELD_MANAGER,
+                object.manifest["metadata"]["labels"][MANAGED_BY_LABEL], FIELD_MANAGER,
                 "{}",
                 object.reference
             );

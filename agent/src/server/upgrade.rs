@@ -4,6 +4,10 @@
 use std::{pin::Pin, sync::Arc};
 
 use futures::{Stream, StreamExt};
+use tenantflux_core::{
+    flux::{INSTANCE_PLURAL, OPERATOR_GROUP},
+    text::chain,
+};
 use tenantflux_proto::v1::{
     ApplyUpgradeRequest, GetUpgradeRequest, PlanUpgradeRequest, UpgradePlan, UpgradeState,
     upgrade_server,
@@ -11,8 +15,30 @@ use tenantflux_proto::v1::{
 use tokio_stream::wrappers::WatchStream;
 use tonic::{Request, Response};
 
-use super::{Upgrader, unavailable};
-use crate::auth::{Authorizer, Permission};
+use super::auth::{Authorizer, Permission};
+use crate::upgrade::{StartError, StepError, Upgrader, state::Record};
+
+/// The status a failed read or write of the agent's is reported with: the agent's own RBAC
+/// refusing it will not pass by retrying, anything else may.
+fn unavailable(err: StepError) -> tonic::Status {
+    if err.is_forbidden() {
+        tonic::Status::failed_precondition(format!(
+            "{}; the agent's RBAC lacks it (see deploy/manifests/agent-rbac.yaml)",
+            chain(&err)
+        ))
+    } else {
+        tonic::Status::unavailable(chain(&err))
+    }
+}
+
+fn start_status(err: StartError) -> tonic::Status {
+    match err {
+        StartError::Busy { .. } | StartError::Blocked { .. } => {
+            tonic::Status::failed_precondition(err.to_string())
+        }
+        StartError::Step(err) => unavailable(err),
+    }
+}
 
 pub struct UpgradeService {
     upgrader: Arc<Upgrader>,
@@ -30,10 +56,10 @@ impl UpgradeService {
     fn instance(&self, verb: &str) -> Permission {
         Permission {
             verb: verb.into(),
-            group: "fluxcd.controlplane.io".into(),
-            resource: "fluxinstances".into(),
+            group: OPERATOR_GROUP.into(),
+            resource: INSTANCE_PLURAL.into(),
             subresource: None,
-            namespace: Some(self.upgrader.config.operator_namespace.clone()),
+            namespace: Some(self.upgrader.operator_namespace().to_owned()),
         }
     }
 }
@@ -45,7 +71,7 @@ fn current(upgrader: &Upgrader) -> UpgradeState {
         .subscribe()
         .borrow()
         .as_ref()
-        .map(super::state::Record::to_proto)
+        .map(Record::to_proto)
         .unwrap_or_default()
 }
 
@@ -111,7 +137,8 @@ impl upgrade_server::Upgrade for UpgradeService {
         let record = self
             .upgrader
             .start(request.into_inner(), plan, &user.username)
-            .await?;
+            .await
+            .map_err(start_status)?;
         Ok(Response::new(record.to_proto()))
     }
 
@@ -136,21 +163,17 @@ impl upgrade_server::Upgrade for UpgradeService {
             .authorize(request.metadata(), &self.instance("get"))
             .await?;
         self.upgrader.wait_loaded().await;
-        let shutdown = self.upgrader.shutdown.clone();
+        let shutdown = self.upgrader.shutdown().clone();
         // Up to and including the first finished state; the agent's shutdown ends it too.
         let stream = WatchStream::new(self.upgrader.subscribe())
-            .map(|r| {
-                r.as_ref()
-                    .map(super::state::Record::to_proto)
-                    .unwrap_or_default()
-            })
+            .map(|r| r.as_ref().map(Record::to_proto).unwrap_or_default())
             .scan(false, |ended, state| {
                 let out = (!*ended).then_some(state.clone());
                 *ended = !state.present || matches!(state.phase.as_str(), "succeeded" | "failed");
                 futures::future::ready(out)
             })
             .map(Ok)
-            .take_until(async move { shutdown.wait().await });
+            .take_until(async move { shutdown.cancelled().await });
         Ok(Response::new(Box::pin(stream)))
     }
 }

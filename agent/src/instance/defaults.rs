@@ -13,17 +13,21 @@ use kube::{
     api::{DynamicObject, Patch, PatchParams},
 };
 use serde_json::{Value, json};
-use tokio::sync::watch;
-
-use crate::{
+use tenantflux_core::{
+    flux::{INSTANCE_API_VERSION, INSTANCE_KIND, INSTANCE_NAME},
     policy::Policy,
-    policy_service::{Held, chain},
-    shutdown::Shutdown,
-    status::{INSTANCE_NAME, flux_instance_resource},
+    text::chain,
 };
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::flux_instance_resource;
+use crate::policy::store::Held;
 
 /// The ConfigMap that records that the defaults were dealt with.
 pub const RECORD_NAME: &str = "tenantflux-defaults";
+/// What the agent logs once the defaults are dealt with for good (tests wait for it).
+pub const DEALT_WITH: &str = "the policy defaults are dealt with for good";
 /// How soon a failed attempt is retried (e.g. flux-operator's CRD is not installed yet).
 const RETRY: Duration = Duration::from_secs(15);
 
@@ -170,8 +174,8 @@ impl Defaults {
             }
             Decision::Create { generation, spec } => {
                 let instance = json!({
-                    "apiVersion": "fluxcd.controlplane.io/v1",
-                    "kind": "FluxInstance",
+                    "apiVersion": INSTANCE_API_VERSION,
+                    "kind": INSTANCE_KIND,
                     "metadata": {"name": INSTANCE_NAME, "namespace": self.operator_namespace},
                     "spec": spec,
                 });
@@ -186,7 +190,7 @@ impl Defaults {
                 self.instances
                     .patch(
                         INSTANCE_NAME,
-                        &PatchParams::apply(crate::FIELD_MANAGER),
+                        &PatchParams::apply(tenantflux_core::FIELD_MANAGER),
                         &Patch::Apply(&instance),
                     )
                     .await
@@ -207,24 +211,12 @@ impl Defaults {
     }
 
     async fn record(&self, generation: u64, outcome: &str) -> Result<(), DefaultsError> {
-        let body = json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": RECORD_NAME,
-                "labels": {"app.kubernetes.io/managed-by": crate::FIELD_MANAGER},
-            },
-            "data": {
-                "policyGeneration": generation.to_string(),
-                "outcome": outcome,
-            },
-        });
-        self.records
-            .patch(
-                RECORD_NAME,
-                &PatchParams::apply(crate::FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
+        let data = [
+            ("policyGeneration".to_owned(), generation.to_string()),
+            ("outcome".to_owned(), outcome.to_owned()),
+        ]
+        .into();
+        crate::apply_record(&self.records, RECORD_NAME, data)
             .await
             .map(drop)
             .map_err(|source| DefaultsError::WriteRecord {
@@ -241,7 +233,7 @@ pub async fn run(
     agent_namespace: &str,
     operator_namespace: &str,
     mut held: watch::Receiver<Held>,
-    shutdown: Shutdown,
+    shutdown: CancellationToken,
 ) {
     let defaults = Defaults {
         records: Api::namespaced(client.clone(), agent_namespace),
@@ -258,7 +250,13 @@ pub async fn run(
         let mut retry = false;
         if let Some(policy) = policy.filter(|p| p.defaults().is_some()) {
             match defaults.step(&policy).await {
-                Ok(true) => return,
+                Ok(true) => {
+                    tracing::info!(
+                        generation = policy.generation(),
+                        "{DEALT_WITH}: the agent creates no FluxInstance from any policy again"
+                    );
+                    return;
+                }
                 Ok(false) => {}
                 Err(err) => {
                     tracing::warn!(error = %chain(&err), "applying the policy's defaults");
@@ -267,7 +265,7 @@ pub async fn run(
             }
         }
         tokio::select! {
-            () = shutdown.wait() => return,
+            () = shutdown.cancelled() => return,
             () = tokio::time::sleep(RETRY), if retry => {}
             changed = held.changed() => if changed.is_err() { return },
         }

@@ -1,7 +1,7 @@
 //! The policy the agent holds: verified against the installed key, stored in the cluster
 //! (ConfigMap `tenantflux-policy` in the agent's namespace) so it survives restarts, re-verified
 //! at start, and watched, so that an edit to the stored copy is detected, reported, and undone
-//! from the last verified policy held in memory. Serves the `tenantflux.v1.Policy` service.
+//! from the last verified policy held in memory. `server::policy` serves it over gRPC.
 
 use std::{sync::Arc, time::SystemTime};
 
@@ -10,24 +10,18 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api, Client,
-    api::{Patch, PatchParams},
     runtime::{WatchStreamExt, watcher},
 };
-use serde_json::json;
-use tenantflux_proto::v1::{
-    GetPolicyRequest, PolicyState, PushPolicyRequest, PushPolicyResponse, policy_server,
-};
-use tokio::sync::{Mutex, watch};
-use tonic::{Request, Response};
-
-use crate::{
-    auth::{Authorizer, Permission},
+use tenantflux_core::{
     policy::{
         Policy,
         signing::{SignedError, SignedPolicy, key_id},
     },
-    shutdown::Shutdown,
+    text::chain,
 };
+use tenantflux_proto::v1::{PolicyState, PushPolicyResponse};
+use tokio::sync::{Mutex, watch};
+use tokio_util::sync::CancellationToken;
 
 /// The ConfigMap that holds the accepted signed policy.
 pub const STORE_NAME: &str = "tenantflux-policy";
@@ -46,6 +40,26 @@ pub struct Accepted {
     pub signed: SignedPolicy,
     pub policy: Arc<Policy>,
     pub accepted_at: SystemTime,
+}
+
+/// Why a pushed policy was not accepted; the held policy stays in force.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    #[error(
+        "this agent was installed without a policy key (--policy-public-key, Helm value policy.publicKey), so it accepts no policy"
+    )]
+    NoKey,
+    #[error(transparent)]
+    Invalid(SignedError),
+    #[error(transparent)]
+    Untrusted(SignedError),
+    #[error(
+        "stale generation {new} ≤ {old}: the agent holds {held}; sign the change as generation {} or higher",
+        old + 1
+    )]
+    Stale { new: u64, old: u64, held: String },
+    #[error(transparent)]
+    Store(StoreError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +97,11 @@ impl PolicyStore {
             held: watch::Sender::new(Held::default()),
             push: Mutex::new(()),
         })
+    }
+
+    /// The agent's namespace, where the policy is stored.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
     }
 
     pub fn subscribe(&self) -> watch::Receiver<Held> {
@@ -171,21 +190,8 @@ impl PolicyStore {
     }
 
     async fn store(&self, signed: &SignedPolicy) -> Result<(), StoreError> {
-        let body = json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": STORE_NAME,
-                "labels": {"app.kubernetes.io/managed-by": crate::FIELD_MANAGER},
-            },
-            "data": {STORE_KEY: signed.to_yaml()},
-        });
-        self.configmaps
-            .patch(
-                STORE_NAME,
-                &PatchParams::apply(crate::FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
+        let data = [(STORE_KEY.to_owned(), signed.to_yaml())].into();
+        crate::apply_record(&self.configmaps, STORE_NAME, data)
             .await
             .map(drop)
             .map_err(|source| StoreError::Write {
@@ -196,17 +202,17 @@ impl PolicyStore {
 
     /// Reads the stored copy once (so the policy is in force before gRPC answers), then
     /// watches it until the shutdown.
-    pub async fn run(self: Arc<Self>, shutdown: Shutdown) {
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let watcher = watcher::watcher(
             self.configmaps.clone(),
             watcher::Config::default().fields(&format!("metadata.name={STORE_NAME}")),
         )
-        .backoff(crate::backoff::watch());
+        .backoff(crate::watch_backoff());
         let mut watcher = std::pin::pin!(watcher);
         let mut relist: Option<Option<ConfigMap>> = None;
         loop {
             let event = tokio::select! {
-                () = shutdown.wait() => return,
+                () = shutdown.cancelled() => return,
                 event = watcher.next() => event,
             };
             match event {
@@ -224,20 +230,15 @@ impl PolicyStore {
     }
 
     /// Accepts `text` (a SignedPolicy) if signed by the installed key with a higher generation.
-    pub async fn push(&self, text: &str) -> Result<PushPolicyResponse, tonic::Status> {
+    pub async fn push(&self, text: &str) -> Result<PushPolicyResponse, PushError> {
         let _one_at_a_time = self.push.lock().await;
-        let key = self.key.as_ref().ok_or_else(|| {
-            tonic::Status::failed_precondition(
-                "this agent was installed without a policy key (--policy-public-key, Helm value policy.publicKey), so it accepts no policy",
-            )
-        })?;
-        let signed = SignedPolicy::parse(text)
-            .map_err(|err| tonic::Status::invalid_argument(chain(&err)))?;
+        let key = self.key.as_ref().ok_or(PushError::NoKey)?;
+        let signed = SignedPolicy::parse(text).map_err(PushError::Invalid)?;
         let policy = signed.verify(key).map_err(|err| match err {
             SignedError::UnknownKey { .. } | SignedError::BadSignature { .. } => {
-                tonic::Status::permission_denied(chain(&err))
+                PushError::Untrusted(err)
             }
-            _ => tonic::Status::invalid_argument(chain(&err)),
+            _ => PushError::Invalid(err),
         })?;
         let held = self.held.borrow().accepted.clone();
         let previous_generation = held.as_ref().map_or(0, |a| a.policy.generation());
@@ -252,16 +253,14 @@ impl PolicyStore {
                 });
             }
             if new <= old {
-                return Err(tonic::Status::failed_precondition(format!(
-                    "stale generation {new} ≤ {old}: the agent holds {}; sign the change as generation {} or higher",
-                    held.policy,
-                    old + 1
-                )));
+                return Err(PushError::Stale {
+                    new,
+                    old,
+                    held: held.policy.to_string(),
+                });
             }
         }
-        self.store(&signed)
-            .await
-            .map_err(|err| tonic::Status::unavailable(chain(&err)))?;
+        self.store(&signed).await.map_err(PushError::Store)?;
         tracing::info!(
             name = policy.name(),
             generation = policy.generation(),
@@ -300,67 +299,5 @@ impl PolicyStore {
             state.accepted_at = Some(accepted.accepted_at.into());
         }
         state
-    }
-}
-
-/// `err: cause: cause`, as one line for a gRPC message or a status problem.
-pub(crate) fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
-/// The `tenantflux.v1.Policy` service.
-pub struct PolicyService {
-    store: Arc<PolicyStore>,
-    authorizer: Arc<Authorizer>,
-}
-
-impl PolicyService {
-    pub fn new(store: Arc<PolicyStore>, authorizer: Arc<Authorizer>) -> Self {
-        Self { store, authorizer }
-    }
-
-    fn permission(&self, verb: &str) -> Permission {
-        Permission {
-            verb: verb.into(),
-            group: "tenantflux.io".into(),
-            resource: "policies".into(),
-            subresource: None,
-            namespace: Some(self.store.namespace.clone()),
-        }
-    }
-}
-
-#[tonic::async_trait]
-impl policy_server::Policy for PolicyService {
-    async fn push_policy(
-        &self,
-        request: Request<PushPolicyRequest>,
-    ) -> Result<Response<PushPolicyResponse>, tonic::Status> {
-        let (metadata, _, message) = request.into_parts();
-        self.authorizer
-            .authorize(&metadata, &self.permission("update"))
-            .await?;
-        self.store
-            .push(&message.signed_policy)
-            .await
-            .map(Response::new)
-    }
-
-    async fn get_policy(
-        &self,
-        request: Request<GetPolicyRequest>,
-    ) -> Result<Response<PolicyState>, tonic::Status> {
-        let (metadata, _, _) = request.into_parts();
-        self.authorizer
-            .authorize(&metadata, &self.permission("get"))
-            .await?;
-        Ok(Response::new(self.store.state()))
     }
 }

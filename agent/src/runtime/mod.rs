@@ -1,5 +1,7 @@
-//! Wiring: logging, the Kubernetes client, the listeners, and the tasks that run until the
-//! shutdown.
+//! Wiring: logging, the Kubernetes client, the listeners, the admin endpoints, the signal
+//! handlers, and the tasks that run until the shutdown.
+
+pub mod admin;
 
 use std::{io::IsTerminal, sync::Arc, time::SystemTime};
 
@@ -8,22 +10,22 @@ use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
 use tenantflux_proto::v1::Status;
 
+use tenantflux_core::policy::signing;
+use tokio_util::sync::CancellationToken;
+
 use crate::{
-    VERSION, admin, admission,
-    auth::Authorizer,
-    bundle_source::Fetcher,
+    VERSION,
     cli::{Args, LogFormat},
-    defaults,
-    instance::InstanceService,
-    metrics::Metrics,
-    operator::{self, InstallConfig, InstallState},
-    policy::signing,
-    policy_service::{PolicyService, PolicyStore},
-    server::{self, AgentService},
-    shutdown::Shutdown,
-    status::{self, AgentFacts},
-    upgrade::{UpgradeConfig, UpgradeService, Upgrader},
-    workloads::{Caches, WorkloadsService},
+    instance::{self, Instances},
+    operator::{self, InstallConfig, InstallState, source::Fetcher},
+    policy::{admission, store::PolicyStore},
+    server::{
+        self, AgentService, InstanceService, PolicyService, UpgradeService, WorkloadsService,
+        auth::Authorizer, metrics::Metrics,
+    },
+    status::{self, AgentFacts, Readiness},
+    upgrade::{UpgradeConfig, Upgrader},
+    workloads::Caches,
 };
 
 /// Why the agent stopped with an error. Messages leave the cause out: `main` prints the
@@ -73,7 +75,7 @@ pub enum Error {
     PolicyKey {
         path: std::path::PathBuf,
         #[source]
-        source: crate::policy::signing::KeyError,
+        source: signing::KeyError,
     },
 }
 
@@ -89,7 +91,7 @@ impl Args {
 async fn record_operator_phase(
     mut status: watch::Receiver<Status>,
     metrics: Arc<Metrics>,
-    shutdown: Shutdown,
+    shutdown: CancellationToken,
 ) {
     loop {
         let phase = status
@@ -101,10 +103,25 @@ async fn record_operator_phase(
             metrics.set_operator_phase(phase);
         }
         tokio::select! {
-            () = shutdown.wait() => return,
+            () = shutdown.cancelled() => return,
             changed = status.changed() => if changed.is_err() { return },
         }
     }
+}
+
+/// Cancels `shutdown` on the first SIGTERM or SIGINT.
+async fn cancel_on_signal(shutdown: CancellationToken) -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let name = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+        () = shutdown.cancelled() => return Ok(()),
+    };
+    tracing::info!(signal = name, "shutting down: draining gRPC calls");
+    shutdown.cancel();
+    Ok(())
 }
 
 fn init_logging(format: LogFormat, filter: &str) -> Result<(), Error> {
@@ -132,13 +149,13 @@ fn init_logging(format: LogFormat, filter: &str) -> Result<(), Error> {
 }
 
 async fn run(args: Args) -> Result<(), Error> {
-    let shutdown = Shutdown::new();
-    let signals = tokio::spawn(shutdown.clone().on_signal());
+    let shutdown = CancellationToken::new();
+    let signals = tokio::spawn(cancel_on_signal(shutdown.clone()));
 
     let client = kube::Client::try_default()
         .await
         .map_err(Error::KubeConfig)?;
-    let readiness = Arc::new(admin::Readiness::new());
+    let readiness = Arc::new(Readiness::new());
     let metrics = Arc::new(Metrics::new(VERSION));
 
     let bind = |what, address| async move {
@@ -219,7 +236,7 @@ async fn run(args: Args) -> Result<(), Error> {
     let defaults = tokio::spawn({
         let (client, held, shutdown) = (client.clone(), policy_store.subscribe(), shutdown.clone());
         let (agent, operator) = (args.namespace.clone(), args.operator_namespace.clone());
-        async move { defaults::run(client, &agent, &operator, held, shutdown).await }
+        async move { instance::defaults::run(client, &agent, &operator, held, shutdown).await }
     });
     let enforcement = tokio::spawn(admission::run(
         client.clone(),
@@ -261,9 +278,11 @@ async fn run(args: Args) -> Result<(), Error> {
         shutdown.clone(),
     );
     let instance = InstanceService::new(
-        client.clone(),
-        &args.operator_namespace,
-        policy_store.subscribe(),
+        Instances::new(
+            client.clone(),
+            &args.operator_namespace,
+            policy_store.subscribe(),
+        ),
         authorizer.clone(),
     );
     let upgrader = Upgrader::new(
@@ -274,7 +293,6 @@ async fn run(args: Args) -> Result<(), Error> {
             concurrency: args.upgrade_concurrency,
         },
         policy_store.subscribe(),
-        authorizer.clone(),
         shutdown.clone(),
     );
     // An upgrade an earlier agent left unfinished goes on from its record.
@@ -293,7 +311,7 @@ async fn run(args: Args) -> Result<(), Error> {
     )
     .await;
     // However gRPC ended, stop the rest too.
-    shutdown.trigger();
+    shutdown.cancel();
     let admin = admin.await;
     let _ = watchers.await;
     let _ = reflectors.await;

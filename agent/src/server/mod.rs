@@ -1,5 +1,7 @@
-//! The gRPC server: the `tenantflux.v1.Agent` service, `grpc.health.v1` and server reflection,
-//! with a graceful drain on shutdown.
+//! The gRPC edge: every `tenantflux.v1` service (each call authorized with TokenReview and
+//! SubjectAccessReview in `auth`, its input checked in `input`, domain errors mapped to gRPC
+//! codes here and nowhere else), `grpc.health.v1` and reflection, with a graceful drain on
+//! shutdown.
 
 use std::{future::Future, pin::Pin, sync::Arc, time::Instant};
 
@@ -12,19 +14,26 @@ use tokio::{net::TcpListener, sync::watch};
 use tokio_stream::wrappers::{TcpListenerStream, WatchStream};
 use tonic::{Code, Request, Response};
 
-use crate::instance::InstanceService;
-use crate::policy_service::PolicyService;
-use crate::upgrade::UpgradeService;
-use crate::{
-    auth::{Authorizer, Permission, UserInfo},
-    metrics::{Metrics, code_name},
-    shutdown::Shutdown,
-    workloads::WorkloadsService,
-};
 use tenantflux_proto::v1::{
     instance_server::InstanceServer, policy_server::PolicyServer, upgrade_server::UpgradeServer,
     workloads_server::WorkloadsServer,
 };
+use tokio_util::sync::CancellationToken;
+
+pub mod auth;
+pub mod input;
+pub mod instance;
+pub mod metrics;
+pub mod policy;
+pub mod upgrade;
+pub mod workloads;
+
+pub use self::{
+    instance::InstanceService, policy::PolicyService, upgrade::UpgradeService,
+    workloads::WorkloadsService,
+};
+use auth::{Authorizer, Permission, UserInfo};
+use metrics::{Metrics, code_name};
 
 /// The largest request the agent decodes. The largest legitimate one is a policy push, and the
 /// accepted policy must fit in a ConfigMap (1 MiB); tonic's own default is 4 MiB. Larger
@@ -51,7 +60,7 @@ pub struct AgentService {
     status: watch::Receiver<Status>,
     authorizer: Arc<Authorizer>,
     metrics: Arc<Metrics>,
-    shutdown: Shutdown,
+    shutdown: CancellationToken,
 }
 
 impl AgentService {
@@ -62,7 +71,7 @@ impl AgentService {
         status: watch::Receiver<Status>,
         authorizer: Arc<Authorizer>,
         metrics: Arc<Metrics>,
-        shutdown: Shutdown,
+        shutdown: CancellationToken,
     ) -> Self {
         Self {
             namespace: namespace.into(),
@@ -144,10 +153,10 @@ impl Agent for AgentService {
 
 /// The current status, then each published change (the publisher publishes only real
 /// changes), until the shutdown or until the publisher is gone.
-fn status_stream(status: watch::Receiver<Status>, shutdown: Shutdown) -> StatusStream {
+fn status_stream(status: watch::Receiver<Status>, shutdown: CancellationToken) -> StatusStream {
     let stream = WatchStream::new(status)
         .map(Ok)
-        .take_until(async move { shutdown.wait().await });
+        .take_until(async move { shutdown.cancelled().await });
     Box::pin(stream)
 }
 
@@ -160,7 +169,7 @@ pub async fn serve(
     policy: PolicyService,
     instance: InstanceService,
     upgrade: UpgradeService,
-    shutdown: Shutdown,
+    shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     let address = listener
         .local_addr()
@@ -193,7 +202,7 @@ pub async fn serve(
         .add_service(InstanceServer::new(instance).max_decoding_message_size(MAX_REQUEST_BYTES))
         .add_service(UpgradeServer::new(upgrade).max_decoding_message_size(MAX_REQUEST_BYTES))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-            shutdown.wait().await;
+            shutdown.cancelled().await;
             health.set_not_serving::<AgentServer<AgentService>>().await;
             health
                 .set_not_serving::<WorkloadsServer<WorkloadsService>>()
@@ -241,14 +250,14 @@ mod tests {
             ..Default::default()
         };
         let (tx, rx) = watch::channel(version("1"));
-        let shutdown = Shutdown::new();
+        let shutdown = CancellationToken::new();
         let mut stream = status_stream(rx, shutdown.clone());
         let next =
             |s: Option<Result<Status, tonic::Status>>| s.unwrap().unwrap().agent.unwrap().version;
         assert_eq!(next(stream.next().await), "1");
         tx.send_replace(version("2"));
         assert_eq!(next(stream.next().await), "2");
-        shutdown.trigger();
+        shutdown.cancel();
         let end = tokio::time::timeout(Duration::from_secs(1), stream.next()).await;
         assert!(matches!(end, Ok(None)), "stream ends on shutdown");
     }
@@ -263,7 +272,7 @@ mod tests {
         };
         let (_tx, rx) = watch::channel(initial(&facts));
         let metrics = Arc::new(Metrics::new("0.1.0"));
-        let shutdown = Shutdown::new();
+        let shutdown = CancellationToken::new();
         let authorizer = Arc::new(Authorizer::new(offline_client(), "tenantflux-agent"));
         let service = AgentService::new(
             "tenantflux-system",
@@ -280,11 +289,9 @@ mod tests {
             shutdown.clone(),
         );
         let store =
-            crate::policy_service::PolicyStore::new(offline_client(), "tenantflux-system", None);
+            crate::policy::store::PolicyStore::new(offline_client(), "tenantflux-system", None);
         let instance = InstanceService::new(
-            offline_client(),
-            "flux-system",
-            store.subscribe(),
+            crate::instance::Instances::new(offline_client(), "flux-system", store.subscribe()),
             authorizer.clone(),
         );
         let upgrade = UpgradeService::new(
@@ -296,7 +303,6 @@ mod tests {
                     concurrency: 8,
                 },
                 store.subscribe(),
-                authorizer.clone(),
                 shutdown.clone(),
             ),
             authorizer.clone(),
@@ -355,7 +361,7 @@ mod tests {
             "{text}"
         );
 
-        shutdown.trigger();
+        shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(5), server)
             .await
             .expect("server drained")

@@ -16,7 +16,7 @@ use oci_client::{
 };
 use serde::Deserialize;
 
-use crate::bundle::digest_of;
+use super::bundle::digest_of;
 
 /// The key of a ConfigMap or Secret source, and the file name in the OCI artifact's directory.
 pub const INSTALL_KEY: &str = "install.yaml";
@@ -327,7 +327,7 @@ impl Fetcher {
             move |err: oci_client::errors::OciDistributionError| SourceError::Registry {
                 step,
                 artifact,
-                message: error_text(&err),
+                message: tenantflux_core::text::chain(&err),
             }
         };
         // The digest to pull: the pin, after checking that the tag (when given) still points
@@ -411,21 +411,6 @@ fn text(bytes: Vec<u8>, what: impl FnOnce() -> String) -> Result<Fetched, Source
     let digest = digest_of(&bytes);
     let yaml = String::from_utf8(bytes).map_err(|_| SourceError::NotText { what: what() })?;
     Ok(Fetched { yaml, digest })
-}
-
-/// An error and its causes on one line (`what: why: why`), for status reasons.
-pub fn error_text(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        source = cause.source();
-    }
-    message
 }
 
 /// `flux-operator/install.yaml` from the artifact's layer (a gzipped tarball, as `flux push

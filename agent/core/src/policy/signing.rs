@@ -221,7 +221,7 @@ impl SignedPolicy {
 mod tests {
     use super::*;
 
-    const POLICY: &str = include_str!("../../../deploy/policy/example.yaml");
+    const POLICY: &str = include_str!("../../../../deploy/policy/example.yaml");
 
     #[test]
     fn keys_round_trip_through_pem_and_bare_base64() {

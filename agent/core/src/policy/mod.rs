@@ -1,0 +1,477 @@
+//! The platform's policy: the constraints a tenant's FluxInstance must stay within, parsed
+//! strictly and evaluated without a cluster. `signing` wraps a policy in a signed envelope.
+//!
+//! Every constraint is optional; an absent one constrains nothing. The generation is
+//! `spec.generation` (not `metadata.generation`, which the API server owns on stored objects):
+//! the agent accepts only a higher one than it holds.
+
+pub mod admission;
+mod evaluate;
+pub mod glob;
+pub mod range;
+pub mod signing;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use evaluate::{Evaluation, Violation};
+pub use range::{Range, RangeError, Release};
+
+use crate::flux::{KNOWN_COMPONENTS, KNOWN_SIZES};
+use crate::operator::{AllowedVersions, BadRequirement};
+
+pub const API_VERSION: &str = "tenantflux.io/v1alpha1";
+pub const KIND: &str = "Policy";
+
+/// The document as written.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Document {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: Metadata,
+    pub spec: Spec,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Metadata {
+    pub name: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Spec {
+    /// Monotonic: the agent refuses a generation lower than the one it holds.
+    pub generation: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<OperatorRules>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distribution: Option<DistributionRules>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub components: Option<ComponentRules>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterRules>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<SyncRules>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kustomize: Option<KustomizeRules>,
+    /// The FluxInstance spec created when the cluster has none (once; then the tenant owns it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defaults: Option<Value>,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct OperatorRules {
+    /// flux-operator versions the agent may install (`>=0.58.0 <0.59.0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versions: Option<String>,
+    /// Patterns of the bundle sources the agent may install from (`oci://ghcr.io/acme/*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundles: Option<Vec<String>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DistributionRules {
+    /// The range every version of `spec.distribution.version` must fall in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versions: Option<String>,
+    /// Patterns of `spec.distribution.registry`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registries: Option<Vec<String>>,
+    /// Patterns of `spec.distribution.artifact`, when the instance sets one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifacts: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_deadline: Option<UpgradeDeadline>,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct UpgradeDeadline {
+    /// From `date` on, the instance's range must allow nothing below this version.
+    pub minimum_version: String,
+    /// `YYYY-MM-DD` (UTC).
+    pub date: String,
+    /// How many days before `date` the agent warns (default 30).
+    #[serde(default = "default_warn_days")]
+    pub warn_days: u32,
+}
+
+fn default_warn_days() -> u32 {
+    30
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ComponentRules {
+    /// Components the instance may run; absent: any known one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed: Option<Vec<String>>,
+    /// Components the instance must run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required: Vec<String>,
+}
+
+/// Whether a boolean setting of the instance must be on, may be either, or must be off.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Requirement {
+    Required,
+    #[default]
+    Optional,
+    Forbidden,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClusterRules {
+    #[serde(default)]
+    pub multitenant: Requirement,
+    #[serde(default)]
+    pub network_policy: Requirement,
+    /// Sizes the instance may choose (`spec.cluster.size`); absent: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sizes: Option<Vec<String>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SyncRules {
+    /// Patterns of `spec.sync.url`.
+    pub urls: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KustomizeRules {
+    /// Whether `spec.kustomize.patches` may be set.
+    pub allow_patches: bool,
+}
+
+/// Why a policy document is refused. Each says which field and what to write instead.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("the policy is not valid YAML or has a field the schema lacks")]
+    Yaml(#[source] serde_yaml_ng::Error),
+    #[error("apiVersion is {found:?}; a policy is {API_VERSION}")]
+    ApiVersion { found: String },
+    #[error("kind is {found:?}; a policy is {KIND}")]
+    Kind { found: String },
+    #[error("metadata.name must not be empty")]
+    Name,
+    #[error("spec.generation must be 1 or more")]
+    Generation,
+    #[error("{field}")]
+    Range {
+        field: &'static str,
+        #[source]
+        source: RangeError,
+    },
+    #[error("spec.operator.versions")]
+    OperatorVersions(#[source] BadRequirement),
+    #[error("{field} {value:?} is not a date (YYYY-MM-DD)")]
+    Date { field: &'static str, value: String },
+    #[error("{field} names {name:?}, which is not a Flux component (one of {})", KNOWN_COMPONENTS.join(", "))]
+    Component { field: &'static str, name: String },
+    #[error("spec.components.required names {name:?}, which spec.components.allowed leaves out")]
+    RequiredNotAllowed { name: String },
+    #[error("spec.cluster.sizes names {name:?}; sizes are {}", KNOWN_SIZES.join(", "))]
+    Size { name: String },
+    #[error("{field} is empty: nothing could match; leave it out to allow anything")]
+    EmptyList { field: &'static str },
+    #[error("spec.defaults is not a FluxInstance spec (an object)")]
+    DefaultsShape,
+    #[error("spec.defaults breaks the policy itself: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Defaults(Vec<Violation>),
+}
+
+/// A parsed and checked policy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Policy {
+    document: Document,
+    distribution_versions: Option<Range>,
+    operator_versions: Option<AllowedVersions>,
+    deadline: Option<Deadline>,
+}
+
+/// An upgrade deadline as the agent reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Deadline {
+    minimum: Release,
+    minimum_text: String,
+    date: String,
+    day: i64,
+    warn_days: u32,
+}
+
+impl Deadline {
+    /// The minimum version as written, without a leading `v`.
+    pub fn minimum_version(&self) -> &str {
+        &self.minimum_text
+    }
+
+    /// `YYYY-MM-DD`, UTC.
+    pub fn date(&self) -> &str {
+        &self.date
+    }
+
+    /// How many days before the date warnings start.
+    pub fn warn_days(&self) -> u32 {
+        self.warn_days
+    }
+}
+
+impl Policy {
+    /// Parses and checks a policy document (YAML or JSON).
+    pub fn parse(text: &str) -> Result<Self, PolicyError> {
+        let document: Document = serde_yaml_ng::from_str(text).map_err(PolicyError::Yaml)?;
+        Self::from_document(document)
+    }
+
+    pub fn from_document(document: Document) -> Result<Self, PolicyError> {
+        if document.api_version != API_VERSION {
+            return Err(PolicyError::ApiVersion {
+                found: document.api_version,
+            });
+        }
+        if document.kind != KIND {
+            return Err(PolicyError::Kind {
+                found: document.kind,
+            });
+        }
+        if document.metadata.name.trim().is_empty() {
+            return Err(PolicyError::Name);
+        }
+        let spec = &document.spec;
+        if spec.generation == 0 {
+            return Err(PolicyError::Generation);
+        }
+        let by = format!("policy generation {}", spec.generation);
+        let operator_versions = spec
+            .operator
+            .as_ref()
+            .and_then(|o| o.versions.as_deref())
+            .map(|v| AllowedVersions::parse(v, by.clone()))
+            .transpose()
+            .map_err(PolicyError::OperatorVersions)?;
+        non_empty(
+            spec.operator.as_ref().and_then(|o| o.bundles.as_ref()),
+            "spec.operator.bundles",
+        )?;
+        let distribution = spec.distribution.as_ref();
+        let distribution_versions = distribution
+            .and_then(|d| d.versions.as_deref())
+            .map(Range::parse)
+            .transpose()
+            .map_err(|source| PolicyError::Range {
+                field: "spec.distribution.versions",
+                source,
+            })?;
+        non_empty(
+            distribution.and_then(|d| d.registries.as_ref()),
+            "spec.distribution.registries",
+        )?;
+        non_empty(
+            distribution.and_then(|d| d.artifacts.as_ref()),
+            "spec.distribution.artifacts",
+        )?;
+        let deadline = distribution
+            .and_then(|d| d.upgrade_deadline.as_ref())
+            .map(|d| -> Result<Deadline, PolicyError> {
+                let minimum = Range::parse(&d.minimum_version)
+                    .map_err(|source| PolicyError::Range {
+                        field: "spec.distribution.upgradeDeadline.minimumVersion",
+                        source,
+                    })?
+                    .low();
+                let day = parse_date(&d.date).ok_or_else(|| PolicyError::Date {
+                    field: "spec.distribution.upgradeDeadline.date",
+                    value: d.date.clone(),
+                })?;
+                Ok(Deadline {
+                    minimum,
+                    minimum_text: d.minimum_version.trim().trim_start_matches('v').to_owned(),
+                    date: d.date.clone(),
+                    day,
+                    warn_days: d.warn_days,
+                })
+            })
+            .transpose()?;
+        if let Some(components) = &spec.components {
+            let allowed = components.allowed.as_deref();
+            non_empty(
+                allowed.map(<[_]>::to_vec).as_ref(),
+                "spec.components.allowed",
+            )?;
+            for (field, names) in [
+                ("spec.components.allowed", allowed.unwrap_or_default()),
+                ("spec.components.required", &components.required[..]),
+            ] {
+                if let Some(name) = names
+                    .iter()
+                    .find(|n| !KNOWN_COMPONENTS.contains(&n.as_str()))
+                {
+                    return Err(PolicyError::Component {
+                        field,
+                        name: name.clone(),
+                    });
+                }
+            }
+            if let Some(allowed) = allowed
+                && let Some(name) = components.required.iter().find(|n| !allowed.contains(n))
+            {
+                return Err(PolicyError::RequiredNotAllowed { name: name.clone() });
+            }
+        }
+        if let Some(sizes) = spec.cluster.as_ref().and_then(|c| c.sizes.as_ref()) {
+            non_empty(Some(sizes), "spec.cluster.sizes")?;
+            if let Some(name) = sizes.iter().find(|s| !KNOWN_SIZES.contains(&s.as_str())) {
+                return Err(PolicyError::Size { name: name.clone() });
+            }
+        }
+        if let Some(sync) = &spec.sync {
+            non_empty(Some(&sync.urls), "spec.sync.urls")?;
+        }
+        let policy = Self {
+            document,
+            distribution_versions,
+            operator_versions,
+            deadline,
+        };
+        if let Some(defaults) = &policy.document.spec.defaults {
+            if !defaults.is_object() {
+                return Err(PolicyError::DefaultsShape);
+            }
+            // Defaults that the policy would refuse could never be created: say so now, at
+            // signing time, rather than in the tenant's cluster. Deadlines are left out: they
+            // move with the calendar.
+            let violations = policy.evaluate_at(defaults, i64::MIN).violations;
+            if !violations.is_empty() {
+                return Err(PolicyError::Defaults(violations));
+            }
+        }
+        Ok(policy)
+    }
+
+    pub fn document(&self) -> &Document {
+        &self.document
+    }
+
+    pub fn name(&self) -> &str {
+        &self.document.metadata.name
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.document.spec.generation
+    }
+
+    /// The flux-operator versions the agent may install under this policy.
+    pub fn operator_versions(&self) -> Option<&AllowedVersions> {
+        self.operator_versions.as_ref()
+    }
+
+    /// Whether the agent may install flux-operator from `source` (as `--operator-bundle`
+    /// writes it).
+    pub fn allows_bundle(&self, source: &str) -> bool {
+        self.document
+            .spec
+            .operator
+            .as_ref()
+            .and_then(|o| o.bundles.as_ref())
+            .is_none_or(|patterns| patterns.iter().any(|p| glob::matches(p, source)))
+    }
+
+    /// The upgrade deadline, when the policy sets one.
+    pub fn upgrade_deadline(&self) -> Option<&Deadline> {
+        self.deadline.as_ref()
+    }
+
+    /// The FluxInstance spec to create when the cluster has none.
+    pub fn defaults(&self) -> Option<&Value> {
+        self.document.spec.defaults.as_ref()
+    }
+
+    /// The document as YAML (what `policy show` prints).
+    pub fn to_yaml(&self) -> String {
+        serde_yaml_ng::to_string(&self.document).expect("a policy document serializes")
+    }
+
+    /// Evaluates a FluxInstance `spec` today (UTC).
+    pub fn evaluate(&self, spec: &Value) -> Evaluation {
+        self.evaluate_at(spec, today())
+    }
+
+    /// Evaluates `spec` on `day` (days since 1970-01-01, UTC).
+    pub fn evaluate_at(&self, spec: &Value, day: i64) -> Evaluation {
+        evaluate::evaluate(self, spec, day)
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "policy {:?} generation {}",
+            self.name(),
+            self.generation()
+        )
+    }
+}
+
+fn non_empty(list: Option<&Vec<String>>, field: &'static str) -> Result<(), PolicyError> {
+    match list {
+        Some(list) if list.is_empty() => Err(PolicyError::EmptyList { field }),
+        _ => Ok(()),
+    }
+}
+
+/// Today, as days since 1970-01-01 (UTC).
+pub fn today() -> i64 {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    i64::try_from(seconds / 86_400).unwrap_or(i64::MAX)
+}
+
+/// `YYYY-MM-DD` → days since 1970-01-01 (proleptic Gregorian; Howard Hinnant's algorithm).
+pub fn parse_date(text: &str) -> Option<i64> {
+    let mut parts = text.split('-');
+    let (y, m, d) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || y.len() != 4 || m.len() != 2 || d.len() != 2 {
+        return None;
+    }
+    let (y, m, d): (i64, i64, i64) = (y.parse().ok()?, m.parse().ok()?, d.parse().ok()?);
+    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let days_in_month = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if !(1..=12).contains(&m) || d < 1 || d > days_in_month[(m - 1) as usize] {
+        return None;
+    }
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Some(era * 146_097 + doe - 719_468)
+}
+
+#[cfg(test)]
+mod tests;
