@@ -7,8 +7,10 @@ use std::{fs, path::PathBuf};
 use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{Namespace, Service, ServiceAccount},
+    networking::v1::NetworkPolicy,
     rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding},
 };
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Deserialize;
 use tenantflux_agent::{
     cli::Args,
@@ -36,6 +38,7 @@ struct Objects {
     role_bindings: Vec<RoleBinding>,
     deployments: Vec<Deployment>,
     services: Vec<Service>,
+    network_policies: Vec<NetworkPolicy>,
 }
 
 fn load() -> Objects {
@@ -80,6 +83,7 @@ fn load() -> Objects {
                 "RoleBinding" => push!(role_bindings),
                 "Deployment" => push!(deployments),
                 "Service" => push!(services),
+                "NetworkPolicy" => push!(network_policies),
                 other => panic!("{file}: unexpected kind {other:?}"),
             }
         }
@@ -581,5 +585,29 @@ fn deployment_matches_the_agent_flags_and_is_locked_down() {
         .iter()
         .filter_map(|p| p.name.as_deref())
         .collect();
-    assert_eq!(names, ["grpc", "admin"]);
+    // gRPC listens on the pod's loopback (reached through port-forwards only), so neither the
+    // Service nor the NetworkPolicy offers it.
+    assert!(
+        defaults.grpc_address.ip().is_loopback(),
+        "{}",
+        defaults.grpc_address
+    );
+    assert_eq!(names, ["admin"]);
+    let policy = &objects.network_policies[0];
+    let spec = policy.spec.as_ref().unwrap();
+    assert_eq!(
+        spec.pod_selector
+            .as_ref()
+            .and_then(|s| s.match_labels.as_ref())
+            .map(|l| l["app.kubernetes.io/name"].as_str()),
+        Some("tenantflux-agent")
+    );
+    let admitted: Vec<_> = spec
+        .ingress
+        .iter()
+        .flatten()
+        .flat_map(|rule| rule.ports.iter().flatten())
+        .map(|p| p.port.clone())
+        .collect();
+    assert_eq!(admitted, [Some(IntOrString::String("admin".into()))]);
 }

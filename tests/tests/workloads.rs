@@ -832,6 +832,59 @@ async fn reconciles_from_git(cluster: &TestCluster, admin: &Path) {
         "{}",
         stderr(&output)
     );
+
+    // A Git URL that does not answer (nothing listens on port 1): source-controller's own
+    // error is shown, `reconcile --wait` fails with it, and nothing else changes.
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\n\
+             metadata: {{name: unreachable, namespace: {GIT_NS}}}\n\
+             spec: {{interval: 1h, url: \"http://127.0.0.1:1/fleet.git\", ref: {{branch: main}}}}\n"
+        ))
+        .expect("the unreachable GitRepository");
+    let unreachable = cluster
+        .settled(GIT_REPOSITORIES, GIT_NS, "unreachable", RECONCILE)
+        .await
+        .expect("settled");
+    assert_eq!(ready_now(&unreachable), Some("False"), "{unreachable:#}");
+    assert!(
+        ready_message(&unreachable).contains("127.0.0.1:1"),
+        "names the URL: {unreachable:#}"
+    );
+    let shown = plugin_json(
+        cluster,
+        admin,
+        &["get", "gitrepo", "unreachable", "-n", GIT_NS],
+    );
+    assert_eq!(shown["ready"]["status"], "False", "{shown:#}");
+    let output = plugin(
+        cluster,
+        admin,
+        &[
+            "reconcile",
+            "gitrepo",
+            "unreachable",
+            "-n",
+            GIT_NS,
+            "--wait",
+            "--timeout",
+            "2m",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let failed = cluster
+        .object(GIT_REPOSITORIES, GIT_NS, "unreachable")
+        .unwrap();
+    assert!(
+        stderr(&output).contains(&format!(
+            "GitRepository wl-git/unreachable reconciliation failed: {}",
+            ready_message(&failed)
+        )),
+        "{}",
+        stderr(&output)
+    );
+    let app = get_json(cluster, KUSTOMIZATIONS, GIT_NS, "app");
+    assert_eq!(app["status"]["lastAppliedRevision"], revision(&rev3));
 }
 
 /// A tenant allowed list/get/watch/patch on Kustomizations in NS only.
