@@ -652,6 +652,26 @@ where
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
+/// A finished command's standard output, as text.
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A finished command's standard error, as text.
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A finished command's standard output as JSON; panics with both streams when it is not.
+pub fn json(output: &Output) -> serde_json::Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+        panic!(
+            "not JSON ({err}): {}\nstderr: {}",
+            stdout(output),
+            stderr(output)
+        )
+    })
+}
 
 /// The status of condition `type_` in a JSON object's `status.conditions`, if present.
 pub fn condition_status<'a>(object: &'a serde_json::Value, type_: &str) -> Option<&'a str> {

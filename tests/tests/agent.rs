@@ -6,23 +6,15 @@
 use std::{
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Output, Stdio},
+    process::{Child, Stdio},
     sync::mpsc,
     time::{Duration, Instant},
 };
 
 use serde_json::Value;
-use tenantflux_tests::{TestCluster, apply_flux_instance, repo_root, wait_for};
+use tenantflux_tests::{TestCluster, apply_flux_instance, repo_root, stderr, stdout, wait_for};
 
 const AGENT_NAMESPACE: &str = "tenantflux-system";
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
 
 fn status_json(cluster: &TestCluster, kubeconfig: Option<&Path>) -> Value {
     let output = cluster

@@ -19,7 +19,8 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, ObjectMeta, PostParams};
 use serde_json::Value;
 use tenantflux_tests::{
-    TestCluster, apply_flux_instance, condition_status, flux_instances, path, wait_for,
+    TestCluster, apply_flux_instance, condition_status, flux_instances, json, path, stderr, stdout,
+    wait_for,
 };
 
 /// `kubectl tenantflux ARGS` with the management cluster's kubeconfig.
@@ -27,24 +28,6 @@ fn fleet(management: &TestCluster, args: &[&str]) -> Output {
     management
         .kubectl_tenantflux(None, args)
         .unwrap_or_else(|err| panic!("kubectl tenantflux {args:?}: {err}"))
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn json(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
-        panic!(
-            "not JSON ({err}): {}\nstderr: {}",
-            stdout(output),
-            stderr(output)
-        )
-    })
 }
 
 /// The rows of a fleet JSON answer, by cluster name.

@@ -7,7 +7,6 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::Output,
     sync::{
         Arc,
         atomic::{AtomicUsize, Ordering},
@@ -17,29 +16,10 @@ use std::{
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, ObjectMeta, PostParams};
-use serde_json::Value;
-use tenantflux_tests::{TestCluster, path, wait_for};
+use tenantflux_tests::{TestCluster, json, path, stderr, stdout, wait_for};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const AGENT_NAMESPACE: &str = "tenantflux-system";
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn json(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
-        panic!(
-            "not JSON ({err}): {}\nstderr: {}",
-            stdout(output),
-            stderr(output)
-        )
-    })
-}
 
 /// A field of the cluster admin's kubeconfig (kwokctl's: file paths for the CA and the
 /// client certificate and key).

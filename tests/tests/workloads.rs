@@ -20,7 +20,7 @@ use serde_json::Value;
 use tenantflux_tests::{
     TestCluster, apply_flux_instance,
     flux::{GIT_REPOSITORIES, GitRepo, KUSTOMIZATIONS, ready_message, ready_now, revision},
-    wait_for,
+    stderr, stdout, wait_for,
 };
 
 const NS: &str = "wl-a";
@@ -29,14 +29,6 @@ const OTHER_NS: &str = "wl-b";
 const GIT_NS: &str = "wl-git";
 /// How long a real reconciliation may take on a loaded 2-core machine.
 const RECONCILE: Duration = Duration::from_secs(120);
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
 
 /// The API versions a Flux minor serves each kind at (what the agent must find by discovery).
 struct Minor {
