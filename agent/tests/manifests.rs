@@ -47,9 +47,10 @@ fn load() -> Objects {
         resources: Vec<String>,
     }
     let dir = manifests_dir();
-    let kustomization: Kustomization =
-        serde_yaml_ng::from_str(&fs::read_to_string(dir.join("kustomization.yaml")).unwrap())
-            .unwrap();
+    let kustomization: Kustomization = tenantflux_core::yaml::from_str(
+        &fs::read_to_string(dir.join("kustomization.yaml")).unwrap(),
+    )
+    .unwrap();
     let mut listed = kustomization.resources.clone();
     listed.sort();
     let mut present: Vec<String> = fs::read_dir(&dir)
@@ -63,8 +64,7 @@ fn load() -> Objects {
     let mut objects = Objects::default();
     for file in &kustomization.resources {
         let text = fs::read_to_string(dir.join(file)).unwrap();
-        for document in serde_yaml_ng::Deserializer::from_str(&text) {
-            let value = serde_json::Value::deserialize(document).unwrap();
+        for value in tenantflux_core::yaml::documents::<serde_json::Value>(&text).unwrap() {
             let kind = value["kind"].as_str().unwrap_or_default().to_owned();
             let context = format!("{file}: {kind}");
             macro_rules! push {

@@ -179,7 +179,8 @@ pub async fn run(
         InstanceCommand::Get => {
             let agent = Agent::connect(options).await?;
             let manifest = live_manifest(&agent).await?;
-            let object: Value = serde_yaml_ng::from_str(&manifest).context("the agent's answer")?;
+            let object: Value =
+                tenantflux_core::yaml::from_str(&manifest).context("the agent's answer")?;
             printer.print(&object, |_, _| manifest.clone())
         }
         InstanceCommand::Apply { file, dry_run } => {
@@ -201,8 +202,8 @@ pub async fn run(
                 (false, false) => "unchanged",
             };
             let suffix = if dry_run { " (dry run)" } else { "" };
-            let object: Value =
-                serde_yaml_ng::from_str(&response.manifest).context("the agent's answer")?;
+            let object: Value = tenantflux_core::yaml::from_str(&response.manifest)
+                .context("the agent's answer")?;
             printer.print(&object, |_, _| {
                 format!("fluxinstance/flux {verb}{suffix}\n")
             })

@@ -143,7 +143,7 @@ pub fn render<T: Serialize>(
             text.push('\n');
             text
         }
-        OutputFormat::Yaml => serde_yaml_ng::to_string(view)?,
+        OutputFormat::Yaml => tenantflux_core::yaml::to_string(view)?,
     })
 }
 

@@ -672,7 +672,7 @@ Policy
     fn yaml_view_matches_json_view() {
         let view = StatusView::from(fixture());
         let yaml = render(OutputFormat::Yaml, Style::PLAIN, &view, render_table).unwrap();
-        let from_yaml: serde_json::Value = serde_yaml_ng::from_str(&yaml).unwrap();
+        let from_yaml: serde_json::Value = tenantflux_core::yaml::from_str(&yaml).unwrap();
         assert_eq!(from_yaml, serde_json::to_value(&view).unwrap());
         assert!(yaml.contains("phase: ready\n"));
         assert!(yaml.contains("policy:\n  generation: 3\n"));

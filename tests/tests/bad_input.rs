@@ -187,7 +187,9 @@ async fn raw(channel: &Channel, token: &str, method: &'static str, body: Vec<u8>
 fn instance_yaml(change: impl FnOnce(&mut Value)) -> Vec<u8> {
     let mut instance = compliant_instance();
     change(&mut instance);
-    serde_yaml_ng::to_string(&instance).unwrap().into_bytes()
+    tenantflux_core::yaml::to_string(&instance)
+        .unwrap()
+        .into_bytes()
 }
 
 fn indent(text: &[u8], prefix: &str) -> Vec<u8> {

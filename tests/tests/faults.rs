@@ -659,7 +659,7 @@ async fn without_any_management_side_the_last_verified_policy_stays_in_force() {
     }
     let write = |name: &str, instance: &Value| {
         let file = tenant.dir.path().join(name);
-        std::fs::write(&file, serde_yaml_ng::to_string(instance).unwrap()).unwrap();
+        std::fs::write(&file, tenantflux_core::yaml::to_string(instance).unwrap()).unwrap();
         file
     };
     let mut medium = compliant_instance();
@@ -842,7 +842,7 @@ async fn plugins_racing_on_one_object_lose_no_update() {
     let file = tenant.dir.path().join("medium.yaml");
     let mut medium = compliant_instance();
     medium["spec"]["cluster"]["size"] = "medium".into();
-    std::fs::write(&file, serde_yaml_ng::to_string(&medium).unwrap()).unwrap();
+    std::fs::write(&file, tenantflux_core::yaml::to_string(&medium).unwrap()).unwrap();
     let applied = tenant.plugin(&["instance", "apply", "-f", path(&file)]);
     assert!(applied.status.success(), "{applied:?}");
     let suspended = tenant.plugin(&["suspend", "instance", "flux", "-n", "flux-system"]);
@@ -905,7 +905,7 @@ async fn plugins_racing_on_one_object_lose_no_update() {
             }
         }
         // Back to the start for the next round.
-        std::fs::write(&file, serde_yaml_ng::to_string(&medium).unwrap()).unwrap();
+        std::fs::write(&file, tenantflux_core::yaml::to_string(&medium).unwrap()).unwrap();
         let reset = tenant.plugin(&["instance", "apply", "-f", path(&file)]);
         assert!(reset.status.success(), "{reset:?}");
     }

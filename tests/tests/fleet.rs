@@ -399,7 +399,7 @@ async fn the_fleet_is_discovered_pushed_to_and_read_across_a_stopped_cluster() {
         ],
     );
     assert!(out.status.success(), "{}", stderr(&out));
-    let answer: Value = serde_yaml_ng::from_slice(&out.stdout).expect("YAML");
+    let answer: Value = tenantflux_core::yaml::from_slice(&out.stdout).expect("YAML");
     let rows = by_cluster(&answer);
     assert_eq!(rows["a"]["tenant"], "acme");
     assert_eq!(rows["a"]["policyGeneration"], 5);

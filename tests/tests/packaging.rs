@@ -10,7 +10,6 @@ use std::{
     process::{Command, Output, Stdio},
 };
 
-use serde::Deserialize as _;
 use serde_json::Value;
 use tenantflux_tests::{TestCluster, bin_dir, ensure_packaging_tools, repo_root, tool_path};
 
@@ -64,11 +63,7 @@ fn helm(args: &[&str]) -> String {
 /// The objects of a multi-document YAML stream by kind, namespace and name.
 fn objects(yaml: &str) -> BTreeMap<(String, String, String), Value> {
     let mut objects = BTreeMap::new();
-    for document in serde_yaml_ng::Deserializer::from_str(yaml) {
-        let value = Value::deserialize(document).expect("a YAML document");
-        if value.is_null() {
-            continue;
-        }
+    for value in tenantflux_core::yaml::documents::<Value>(yaml).expect("YAML documents") {
         let field = |path: &str| {
             value
                 .pointer(path)
@@ -303,7 +298,7 @@ fn readme_helmrelease_example_renders_with_the_chart() {
         .filter_map(|block| block.split_once("```").map(|(yaml, _)| yaml))
         .find(|yaml| yaml.contains("kind: HelmRelease"))
         .expect("a HelmRelease example in README.md");
-    let release: Value = serde_yaml_ng::from_str(example).expect("the example is YAML");
+    let release: Value = tenantflux_core::yaml::from_str(example).expect("the example is YAML");
     let secret = &release["spec"]["kubeConfig"]["secretRef"];
     assert!(
         secret["name"]
@@ -315,7 +310,7 @@ fn readme_helmrelease_example_renders_with_the_chart() {
     let mut values = tempfile::NamedTempFile::new().expect("values file");
     values
         .write_all(
-            serde_yaml_ng::to_string(&release["spec"]["values"])
+            tenantflux_core::yaml::to_string(&release["spec"]["values"])
                 .expect("values as YAML")
                 .as_bytes(),
         )
@@ -355,7 +350,7 @@ fn dry_run_apply(cluster: &TestCluster, rendered: &str) -> String {
     let to_yaml = |objects: Vec<((String, String, String), Value)>| {
         objects
             .into_iter()
-            .map(|(_, o)| serde_yaml_ng::to_string(&o).expect("YAML"))
+            .map(|(_, o)| tenantflux_core::yaml::to_string(&o).expect("YAML"))
             .collect::<Vec<_>>()
             .join("---\n")
     };
@@ -514,8 +509,8 @@ fn krew_manifest_covers_every_platform() {
             filled = filled.replace(&format!("SHA256_{os}_{arch}"), &"ab".repeat(32));
         }
     }
-    let platforms: Vec<(String, String)> = serde_yaml_ng::from_str::<Value>(&filled).expect("YAML")
-        ["spec"]["platforms"]
+    let platforms: Vec<(String, String)> = tenantflux_core::yaml::from_str::<Value>(&filled)
+        .expect("YAML")["spec"]["platforms"]
         .as_array()
         .expect("platforms")
         .iter()

@@ -613,7 +613,7 @@ async fn instance_commands_check_the_policy_and_change_nothing_on_a_violation() 
     let stdout = |o: &Output| String::from_utf8_lossy(&o.stdout).into_owned();
     let write = |name: &str, instance: &Value| {
         let file = dir.path().join(name);
-        std::fs::write(&file, serde_yaml_ng::to_string(instance).unwrap()).unwrap();
+        std::fs::write(&file, tenantflux_core::yaml::to_string(instance).unwrap()).unwrap();
         file
     };
     let absent = || {

@@ -43,14 +43,13 @@ fn crds(dir: &std::path::Path) -> BTreeMap<(String, String), (String, BTreeSet<S
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        for document in serde_yaml_ng::Deserializer::from_str(&text) {
-            let Ok(value) = serde_yaml_ng::Value::deserialize(document) else {
-                continue;
-            };
+        let documents = tenantflux_core::yaml::documents::<serde_json::Value>(&text)
+            .unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+        for value in documents {
             if value.get("kind").and_then(|k| k.as_str()) != Some("CustomResourceDefinition") {
                 continue;
             }
-            let crd: Crd = serde_yaml_ng::from_value(value)
+            let crd: Crd = serde_json::from_value(value)
                 .unwrap_or_else(|err| panic!("a CRD in {}: {err}", path.display()));
             assert_eq!(crd.kind, "CustomResourceDefinition");
             let storage = crd

@@ -11,6 +11,7 @@ pub mod policy;
 pub mod releases;
 pub mod selector;
 pub mod text;
+pub mod yaml;
 
 /// The one field manager of every write the agent makes (server-side apply), and the value of
 /// [`MANAGED_BY_LABEL`] on what it creates.

@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(policy) = Policy::parse(policy) else {
         return;
     };
-    let Ok(spec) = serde_yaml_ng::from_str::<serde_json::Value>(spec) else {
+    let Ok(spec) = tenantflux_core::yaml::from_str::<serde_json::Value>(spec) else {
         return;
     };
     // Days from the spec's length, so the fuzzer also reaches both sides of a deadline and

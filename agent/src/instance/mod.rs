@@ -65,8 +65,8 @@ pub enum ManifestError {
 
 /// Checks the manifest's shape and returns it with the namespace filled in.
 pub fn parse_manifest(text: &str, namespace: &str) -> Result<Value, ManifestError> {
-    let mut value: Value =
-        serde_yaml_ng::from_str(text).map_err(|err| ManifestError::Yaml(err.to_string()))?;
+    let mut value: Value = tenantflux_core::yaml::from_str(text)
+        .map_err(|err| ManifestError::Yaml(err.to_string()))?;
     let object = value.as_object_mut().ok_or(ManifestError::NotAnObject)?;
     let text_of = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_owned();
     let found = text_of(object.get("apiVersion"));

@@ -187,11 +187,10 @@ pub enum BundleError {
     #[error("the bundle holds no objects")]
     Empty,
 
-    #[error("document {document} of the bundle is not valid YAML")]
+    #[error("the bundle is not valid YAML")]
     Yaml {
-        document: usize,
         #[source]
-        source: serde_yaml_ng::Error,
+        source: tenantflux_core::yaml::Error,
     },
 
     #[error("document {document} of the bundle is not a Kubernetes object: {problem}")]
@@ -269,16 +268,10 @@ impl Bundle {
     ) -> Result<Self, BundleError> {
         let mut objects = Vec::new();
         let mut seen = BTreeSet::new();
-        for (index, document) in serde_yaml_ng::Deserializer::from_str(yaml).enumerate() {
+        let documents = tenantflux_core::yaml::documents::<Value>(yaml)
+            .map_err(|source| BundleError::Yaml { source })?;
+        for (index, value) in documents.into_iter().enumerate() {
             let document_number = index + 1;
-            let value = Value::deserialize(document).map_err(|source| BundleError::Yaml {
-                document: document_number,
-                source,
-            })?;
-            // `---` at the start or end of a file yields empty documents.
-            if value.is_null() {
-                continue;
-            }
             let object = bundle_object(value, document_number, operator_namespace)?;
             if !seen.insert(object.reference.clone()) {
                 return Err(BundleError::Duplicate {
@@ -553,14 +546,12 @@ mod tests {
         let refusal = |yaml: &str| parse(yaml).unwrap_err().to_string();
 
         assert_eq!(refusal("---\n---\n"), "the bundle holds no objects");
-        assert!(
-            refusal("kind: [unclosed").starts_with("document 1 of the bundle is not valid YAML")
-        );
+        assert!(refusal("kind: [unclosed").starts_with("the bundle is not valid YAML"));
         assert_eq!(
             refusal(&format!(
                 "{good}---\nkind: ConfigMap\nmetadata: {{name: x}}\n"
             )),
-            "document 10 of the bundle is not a Kubernetes object: no apiVersion"
+            "document 9 of the bundle is not a Kubernetes object: no apiVersion"
         );
         let without_crd = good.replace(&crd("fluxinstances.fluxcd.controlplane.io"), "");
         assert_eq!(

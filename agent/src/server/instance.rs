@@ -30,7 +30,7 @@ pub(crate) fn instance_status(err: &InstanceError) -> tonic::Status {
 }
 
 fn yaml(value: &Value) -> String {
-    serde_yaml_ng::to_string(value).unwrap_or_default()
+    tenantflux_core::yaml::to_string(value).unwrap_or_default()
 }
 
 /// The `tenantflux.v1.Instance` service.

@@ -403,7 +403,7 @@ mod tests {
     }
 
     fn fixture<K: serde::de::DeserializeOwned>(yaml: &str) -> K {
-        serde_yaml_ng::from_str(yaml).expect("fixture parses")
+        tenantflux_core::yaml::from_str(yaml).expect("fixture parses")
     }
 
     fn deployment(yaml: &str) -> Tracked<Deployment> {

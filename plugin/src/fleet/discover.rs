@@ -232,7 +232,7 @@ struct FileEntry {
 pub fn parse_fleet_file(path: &Path, text: &str) -> Result<Vec<Member>, DiscoveryError> {
     let shown = path.display().to_string();
     let entries: Vec<FileEntry> =
-        serde_yaml_ng::from_str(text).map_err(|err| DiscoveryError::ParseFile {
+        tenantflux_core::yaml::from_str(text).map_err(|err| DiscoveryError::ParseFile {
             path: shown.clone(),
             cause: err.to_string(),
         })?;

@@ -157,7 +157,7 @@ pub struct KustomizeRules {
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
     #[error("the policy is not valid YAML or has a field the schema lacks")]
-    Yaml(#[source] serde_yaml_ng::Error),
+    Yaml(#[source] crate::yaml::Error),
     #[error("apiVersion is {found:?}; a policy is {API_VERSION}")]
     ApiVersion { found: String },
     #[error("kind is {found:?}; a policy is {KIND}")]
@@ -229,7 +229,7 @@ impl Deadline {
 impl Policy {
     /// Parses and checks a policy document (YAML or JSON).
     pub fn parse(text: &str) -> Result<Self, PolicyError> {
-        let document: Document = serde_yaml_ng::from_str(text).map_err(PolicyError::Yaml)?;
+        let document: Document = crate::yaml::from_str(text).map_err(PolicyError::Yaml)?;
         Self::from_document(document)
     }
 
@@ -398,7 +398,7 @@ impl Policy {
 
     /// The document as YAML (what `policy show` prints).
     pub fn to_yaml(&self) -> String {
-        serde_yaml_ng::to_string(&self.document).expect("a policy document serializes")
+        crate::yaml::to_string(&self.document).expect("a policy document serializes")
     }
 
     /// Evaluates a FluxInstance `spec` today (UTC).

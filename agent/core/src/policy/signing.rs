@@ -52,7 +52,7 @@ pub enum KeyError {
 #[derive(Debug, thiserror::Error)]
 pub enum SignedError {
     #[error("the signed policy is not valid YAML or has a field the envelope lacks")]
-    Yaml(#[source] serde_yaml_ng::Error),
+    Yaml(#[source] crate::yaml::Error),
     #[error(
         "kind is {found:?}; expected {SIGNED_KIND} (sign a Policy with `kubectl tenantflux policy sign`)"
     )]
@@ -179,7 +179,7 @@ impl SignedPolicy {
     }
 
     pub fn parse(text: &str) -> Result<Self, SignedError> {
-        let signed: Self = serde_yaml_ng::from_str(text).map_err(SignedError::Yaml)?;
+        let signed: Self = crate::yaml::from_str(text).map_err(SignedError::Yaml)?;
         if signed.api_version != super::API_VERSION {
             return Err(SignedError::ApiVersion {
                 found: signed.api_version,
@@ -192,7 +192,7 @@ impl SignedPolicy {
     }
 
     pub fn to_yaml(&self) -> String {
-        serde_yaml_ng::to_string(self).expect("a signed policy serializes")
+        crate::yaml::to_string(self).expect("a signed policy serializes")
     }
 
     /// The policy, if `key` signed exactly this text.

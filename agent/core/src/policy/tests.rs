@@ -13,7 +13,7 @@ fn policy(text: &str) -> Policy {
 }
 
 fn spec(yaml: &str) -> Value {
-    serde_yaml_ng::from_str(yaml).expect("fixture parses")
+    crate::yaml::from_str(yaml).expect("fixture parses")
 }
 
 fn day(date: &str) -> i64 {
@@ -358,7 +358,7 @@ fn dates_count_days_since_the_epoch() {
 fn validate(document: &str) -> Vec<String> {
     let schema: Value = serde_json::from_str(SCHEMA).expect("the schema is JSON");
     let validator = jsonschema::draft202012::new(&schema).expect("the schema is a valid schema");
-    let value: Value = serde_yaml_ng::from_str(document).expect("YAML");
+    let value: Value = crate::yaml::from_str(document).expect("YAML");
     validator
         .iter_errors(&value)
         .map(|e| format!("{}: {e}", e.instance_path()))
