@@ -19,22 +19,19 @@
 //! the 32 raw key bytes is accepted too (e.g. a Helm value).
 
 use base64::{Engine as _, engine::general_purpose::STANDARD};
-use ed25519_dalek::{Signature, Signer as _, SigningKey, Verifier as _, VerifyingKey};
+use ed25519_dalek::{
+    Signature, Signer as _, SigningKey, Verifier as _, VerifyingKey,
+    pkcs8::{
+        DecodePrivateKey as _, DecodePublicKey as _, EncodePrivateKey as _, EncodePublicKey as _,
+        KeypairBytes, spki::der::pem::LineEnding,
+    },
+};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
 use super::{Policy, PolicyError};
 
 pub const SIGNED_KIND: &str = "SignedPolicy";
-
-/// DER prefix of an Ed25519 SubjectPublicKeyInfo (RFC 8410); the 32 key bytes follow.
-const SPKI_PREFIX: [u8; 12] = [
-    0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
-];
-/// DER prefix of an Ed25519 PKCS#8 v1 private key (RFC 8410); the 32-byte seed follows.
-const PKCS8_PREFIX: [u8; 16] = [
-    0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20,
-];
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
@@ -83,61 +80,75 @@ pub fn generate() -> Result<SigningKey, KeyError> {
     Ok(SigningKey::from_bytes(&seed))
 }
 
-/// The private key as a PKCS#8 PEM file.
+/// The private key as a PKCS#8 v1 PEM file, byte for byte what OpenSSL writes (v2 would add
+/// the public key, which the seed determines anyway).
 pub fn private_pem(key: &SigningKey) -> String {
-    let mut der = PKCS8_PREFIX.to_vec();
-    der.extend_from_slice(key.as_bytes());
-    pem("PRIVATE KEY", &der)
+    let seed_only = KeypairBytes {
+        secret_key: key.to_bytes(),
+        public_key: None,
+    };
+    seed_only
+        .to_pkcs8_pem(LineEnding::LF)
+        .expect("an ed25519 key encodes as PKCS#8")
+        .to_string()
 }
 
 /// The public key as a SubjectPublicKeyInfo PEM file.
 pub fn public_pem(key: &VerifyingKey) -> String {
-    let mut der = SPKI_PREFIX.to_vec();
-    der.extend_from_slice(key.as_bytes());
-    pem("PUBLIC KEY", &der)
+    key.to_public_key_pem(LineEnding::LF)
+        .expect("an ed25519 key encodes as SubjectPublicKeyInfo")
 }
 
-fn pem(label: &str, der: &[u8]) -> String {
-    format!(
-        "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
-        STANDARD.encode(der)
-    )
+/// The DER of a bare base64 key (no PEM armour), or its 32 raw bytes.
+enum Bare {
+    Raw([u8; 32]),
+    Der(Vec<u8>),
 }
 
-/// The 32 key bytes from a PEM block with `label` and DER `prefix`, or from bare base64.
-fn key_bytes(text: &str, label: &str, prefix: &[u8]) -> Option<[u8; 32]> {
-    let text = text.trim();
-    let body = match text.strip_prefix(&format!("-----BEGIN {label}-----")) {
-        Some(rest) => rest
-            .trim_end()
-            .strip_suffix(&format!("-----END {label}-----"))?,
-        None => text,
-    };
-    let compact: String = body.split_whitespace().collect();
+fn bare(text: &str) -> Option<Bare> {
+    let compact: String = text.split_whitespace().collect();
     let bytes = STANDARD.decode(compact).ok()?;
-    let raw = if bytes.len() == 32 {
-        &bytes[..]
-    } else {
-        bytes.strip_prefix(prefix)?
-    };
-    raw.try_into().ok()
+    Some(match <[u8; 32]>::try_from(&bytes[..]) {
+        Ok(raw) => Bare::Raw(raw),
+        Err(_) => Bare::Der(bytes),
+    })
+}
+
+fn is_pem(text: &str) -> bool {
+    text.trim_start().starts_with("-----BEGIN ")
 }
 
 pub fn read_private_key(text: &str) -> Result<SigningKey, KeyError> {
-    key_bytes(text, "PRIVATE KEY", &PKCS8_PREFIX)
-        .map(|seed| SigningKey::from_bytes(&seed))
-        .ok_or(KeyError::Format {
-            what: "private",
-            label: "PRIVATE KEY",
-        })
+    let key = if is_pem(text) {
+        SigningKey::from_pkcs8_pem(text.trim()).ok()
+    } else {
+        match bare(text) {
+            Some(Bare::Raw(seed)) => Some(SigningKey::from_bytes(&seed)),
+            Some(Bare::Der(der)) => SigningKey::from_pkcs8_der(&der).ok(),
+            None => None,
+        }
+    };
+    key.ok_or(KeyError::Format {
+        what: "private",
+        label: "PRIVATE KEY",
+    })
 }
 
 pub fn read_public_key(text: &str) -> Result<VerifyingKey, KeyError> {
-    let bytes = key_bytes(text, "PUBLIC KEY", &SPKI_PREFIX).ok_or(KeyError::Format {
+    let format = KeyError::Format {
         what: "public",
         label: "PUBLIC KEY",
-    })?;
-    VerifyingKey::from_bytes(&bytes).map_err(KeyError::Point)
+    };
+    if is_pem(text) {
+        // SubjectPublicKeyInfo decoding checks the curve point too; a bad point reads as a
+        // malformed key here.
+        return VerifyingKey::from_public_key_pem(text.trim()).map_err(|_| format);
+    }
+    match bare(text) {
+        Some(Bare::Raw(bytes)) => VerifyingKey::from_bytes(&bytes).map_err(KeyError::Point),
+        Some(Bare::Der(der)) => VerifyingKey::from_public_key_der(&der).map_err(|_| format),
+        None => Err(format),
+    }
 }
 
 /// The first 16 hex digits of sha256 over the 32 public key bytes.
@@ -254,6 +265,19 @@ mod tests {
         assert_eq!(key.verifying_key(), read_public_key(public).unwrap());
         assert_eq!(public_pem(&key.verifying_key()), public);
         assert_eq!(private_pem(&key), private);
+    }
+
+    #[test]
+    fn reads_pkcs8_v2_and_refuses_other_algorithms() {
+        let key = generate().unwrap();
+        let v2 = key.to_pkcs8_pem(LineEnding::LF).unwrap();
+        assert_eq!(read_private_key(&v2).unwrap().to_bytes(), key.to_bytes());
+        let p256 = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEOJfelARbsg7pPeAsPrJNYyxHLN/f\nQLbMrxbU5QFoCMBhDpH0QETLwAwouH7FN1c/0drs3WWlgTTNp19K7zYZtw==\n-----END PUBLIC KEY-----\n";
+        assert_eq!(
+            read_public_key(p256).unwrap_err().to_string(),
+            "not an ed25519 public key: expected a PEM \"PUBLIC KEY\" block or base64 of 32 bytes"
+        );
+        assert!(read_private_key(&public_pem(&key.verifying_key())).is_err());
     }
 
     #[test]
