@@ -52,6 +52,16 @@ fn alive(pid: u32) -> bool {
 
 /// Runs `action` (which starts the agent or makes it work) and kills the agent with SIGKILL
 /// as soon as its log shows a line containing `trigger`; returns that line.
+/// What the agent logged after byte `offset` of `log`.
+fn log_since(log: &std::path::Path, offset: u64) -> String {
+    let mut seen = String::new();
+    if let Ok(mut file) = std::fs::File::open(log) {
+        let _ = file.seek(std::io::SeekFrom::Start(offset));
+        let _ = file.read_to_string(&mut seen);
+    }
+    seen
+}
+
 fn kill_9_when(cluster: &TestCluster, trigger: &'static str, action: impl FnOnce()) -> String {
     let log = cluster.dir().join("agent.log");
     let offset = std::fs::metadata(&log).map_or(0, |m| m.len());
@@ -60,26 +70,22 @@ fn kill_9_when(cluster: &TestCluster, trigger: &'static str, action: impl FnOnce
         let deadline = Instant::now() + Duration::from_secs(180);
         let mut seen = String::new();
         while Instant::now() < deadline {
-            if let Ok(mut file) = std::fs::File::open(&log) {
-                let _ = file.seek(std::io::SeekFrom::Start(offset));
-                seen.clear();
-                let _ = file.read_to_string(&mut seen);
-                if let Some(line) = seen.lines().find(|l| l.contains(trigger)) {
-                    let pid: u32 = std::fs::read_to_string(&pidfile)
-                        .expect("agent.pid")
-                        .trim()
-                        .parse()
-                        .expect("a pid");
-                    let killed = Command::new("kill")
-                        .args(["-9", &pid.to_string()])
-                        .status()
-                        .is_ok_and(|s| s.success());
-                    assert!(killed, "kill -9 {pid}");
-                    while alive(pid) {
-                        thread::sleep(Duration::from_millis(10));
-                    }
-                    return line.to_owned();
+            seen = log_since(&log, offset);
+            if let Some(line) = seen.lines().find(|l| l.contains(trigger)) {
+                let pid: u32 = std::fs::read_to_string(&pidfile)
+                    .expect("agent.pid")
+                    .trim()
+                    .parse()
+                    .expect("a pid");
+                let killed = Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .status()
+                    .is_ok_and(|s| s.success());
+                assert!(killed, "kill -9 {pid}");
+                while alive(pid) {
+                    thread::sleep(Duration::from_millis(10));
                 }
+                return line.to_owned();
             }
             // No sleep: the kill must land within the next request the agent makes.
             thread::yield_now();
@@ -283,7 +289,33 @@ async fn kill_9_during_the_operator_install_ends_in_the_same_install() {
     // The API server away for 10 s under a running install changes nothing either.
     let pid = cluster.agent_pid().expect("agent pid");
     cluster.apiserver_outage(10).expect("outage");
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Proof that the agent is past the outage: a change to the bundle's ConfigMap that leaves
+    // the bundle as it was must reach the install loop, which reconciles and records again.
+    let log = cluster.dir().join("agent.log");
+    let offset = std::fs::metadata(&log).map_or(0, |m| m.len());
+    cluster
+        .kubectl_ok(&[
+            "-n",
+            AGENT_NAMESPACE,
+            "annotate",
+            "configmap",
+            "flux-operator-bundle",
+            "tenantflux.test/touched=after-the-outage",
+        ])
+        .expect("annotate the bundle ConfigMap");
+    wait_for(
+        "the install loop to reconcile the touched source after the outage",
+        Duration::from_secs(120),
+        || {
+            let seen = log_since(&log, offset);
+            let done = seen
+                .split_once("trigger=SourceChanged")
+                .is_some_and(|(_, after)| after.contains("install recorded"));
+            async move { done.then_some(()) }
+        },
+    )
+    .await
+    .unwrap_or_else(|err| panic!("{err}\n{}", log_since(&log, offset)));
     wait_operator_ready(&cluster).await;
     assert_eq!(cluster.agent_pid(), Some(pid));
     assert!(alive(pid), "the agent exited during the outage");

@@ -523,13 +523,23 @@ async fn agent_started_before_the_api_server_waits_then_installs() {
             .expect("start the agent"),
     );
     wait_phase_metric(admin, "waiting_for_api", Duration::from_secs(30)).await;
-    // It keeps waiting, with no deadline, for as long as the API server is down.
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    wait_phase_metric(admin, "waiting_for_api", Duration::from_secs(5)).await;
-
+    // It keeps waiting, with no deadline, for as long as the API server is down: the port now
+    // accepts and drops every connection, and only after the agent has come back to it three
+    // times (proof that it retries instead of giving up) does it forward to the API server.
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", proxy_port))
         .await
         .expect("bind the API server's late port");
+    for attempt in 1..=3 {
+        let accepted = tokio::time::timeout(Duration::from_secs(60), listener.accept()).await;
+        let (stream, _) = accepted
+            .unwrap_or_else(|_| {
+                panic!("the agent gave up: no connection attempt {attempt} within 60 s")
+            })
+            .expect("accept");
+        drop(stream);
+    }
+    wait_phase_metric(admin, "waiting_for_api", Duration::from_secs(5)).await;
+
     let proxy = tokio::spawn(forward(listener, server));
     wait_phase_metric(admin, "ready", TIMEOUT).await;
     proxy.abort();

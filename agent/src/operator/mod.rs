@@ -30,6 +30,7 @@ use kube::{
     runtime::{
         WatchStreamExt,
         events::{Event as KubeEvent, EventType, Recorder, Reporter},
+        wait::{await_condition, conditions},
         watcher::{self, Event},
     },
 };
@@ -664,35 +665,31 @@ impl Installer {
         .inspect(|_| tracing::debug!(object = %object.reference, "applied"))
     }
 
+    /// Waits (kube-runtime's `await_condition`, a watch on the one CRD) until `name` is
+    /// Established; past [`CRD_TIMEOUT`] the error says what the CRD last showed.
     async fn wait_established(&self, name: &str) -> Result<(), InstallError> {
         let api = Api::<CustomResourceDefinition>::all(self.client.clone());
-        let deadline = tokio::time::Instant::now() + CRD_TIMEOUT;
-        let mut detail = "not observed yet".to_owned();
-        while tokio::time::Instant::now() < deadline {
-            match api.get_opt(name).await {
-                Ok(Some(crd)) => {
-                    let established = crd
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .and_then(|c| c.iter().find(|c| c.type_ == "Established"));
-                    match established {
-                        Some(c) if c.status == "True" => return Ok(()),
-                        Some(c) => {
-                            detail = format!(
-                                "Established={} {}",
-                                c.status,
-                                c.message.as_deref().unwrap_or_default()
-                            )
-                        }
-                        None => detail = "no Established condition yet".into(),
-                    }
-                }
-                Ok(None) => detail = "it does not exist".into(),
-                Err(err) => detail = kube_message(&err),
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        let established = await_condition(api.clone(), name, conditions::is_crd_established());
+        let detail = match tokio::time::timeout(CRD_TIMEOUT, established).await {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(err)) => format!("watching it failed: {err}"),
+            Err(_) => match api.get_opt(name).await {
+                Ok(Some(crd)) => crd
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|c| c.iter().find(|c| c.type_ == "Established"))
+                    .map_or("no Established condition yet".into(), |c| {
+                        format!(
+                            "Established={} {}",
+                            c.status,
+                            c.message.as_deref().unwrap_or_default()
+                        )
+                    }),
+                Ok(None) => "it does not exist".into(),
+                Err(err) => kube_message(&err),
+            },
+        };
         Err(InstallError::CrdNotEstablished {
             name: name.to_owned(),
             detail,
