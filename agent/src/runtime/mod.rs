@@ -274,7 +274,6 @@ async fn run(args: Args) -> Result<(), Error> {
         args.namespace,
         status_rx,
         authorizer.clone(),
-        metrics.clone(),
         shutdown.clone(),
     );
     let instance = InstanceService::new(
@@ -299,17 +298,15 @@ async fn run(args: Args) -> Result<(), Error> {
     let resumed = tokio::spawn(upgrader.clone().resume());
     let upgrade = UpgradeService::new(upgrader, authorizer.clone());
     let policy = PolicyService::new(policy_store, authorizer.clone());
-    let workloads = WorkloadsService::new(caches, client, authorizer, metrics, shutdown.clone());
-    let grpc = server::serve(
-        grpc_listener,
-        service,
+    let workloads = WorkloadsService::new(caches, client, authorizer, shutdown.clone());
+    let services = server::Services {
+        agent: service,
         workloads,
         policy,
         instance,
         upgrade,
-        shutdown.clone(),
-    )
-    .await;
+    };
+    let grpc = server::serve(grpc_listener, services, metrics, shutdown.clone()).await;
     // However gRPC ended, stop the rest too.
     shutdown.cancel();
     let admin = admin.await;

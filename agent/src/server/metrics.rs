@@ -1,6 +1,13 @@
-//! Prometheus metrics of the agent, served on the admin port at `/metrics`.
+//! Prometheus metrics of the agent, served on the admin port at `/metrics`, and the one tower
+//! layer that records every `tenantflux.v1` call of every service.
 
-use std::{sync::Mutex, time::Duration};
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::{Arc, Mutex},
+    task::{Context, Poll},
+    time::{Duration, Instant},
+};
 
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
@@ -117,6 +124,77 @@ impl Metrics {
     }
 }
 
+/// Records every `tenantflux.v1` call, whichever service serves it: the method, the gRPC code
+/// and the time until the response head (for streams: until the stream is opened). One layer
+/// on the server, so no handler can forget it; health checks and reflection are not recorded.
+#[derive(Clone)]
+pub struct MetricsLayer(pub Arc<Metrics>);
+
+impl<S> tower::Layer<S> for MetricsLayer {
+    type Service = Recorded<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Recorded {
+            inner,
+            metrics: self.0.clone(),
+        }
+    }
+}
+
+/// A service whose calls [`MetricsLayer`] records.
+#[derive(Clone)]
+pub struct Recorded<S> {
+    inner: S,
+    metrics: Arc<Metrics>,
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for Recorded<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let method = rpc_method(request.uri().path()).map(str::to_owned);
+        let started = Instant::now();
+        let answer = self.inner.call(request);
+        let metrics = self.metrics.clone();
+        Box::pin(async move {
+            let result = answer.await;
+            if let Some(method) = method {
+                let code = result
+                    .as_ref()
+                    .map_or(tonic::Code::Internal, |r| response_code(r.headers()));
+                metrics.record(&method, code, started.elapsed());
+            }
+            result
+        })
+    }
+}
+
+/// The method of a `tenantflux.*` gRPC path (`/tenantflux.v1.Agent/GetStatus` → `GetStatus`).
+fn rpc_method(path: &str) -> Option<&str> {
+    let (service, method) = path.strip_prefix('/')?.split_once('/')?;
+    service.starts_with("tenantflux.").then_some(method)
+}
+
+/// The code of a response head: a failed call is a trailers-only response whose headers carry
+/// `grpc-status`; a successful one carries it in the trailers, after the head.
+fn response_code(headers: &http::HeaderMap) -> tonic::Code {
+    headers
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<i32>().ok())
+        .map_or(tonic::Code::Ok, tonic::Code::from_i32)
+}
+
 /// `OPERATOR_PHASE_WAITING_FOR_API` → `waiting_for_api`.
 fn phase_name(phase: OperatorPhase) -> String {
     phase
@@ -152,6 +230,65 @@ pub fn code_name(code: tonic::Code) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tower::{Layer as _, Service as _};
+
+    /// Answers every request with the given `grpc-status` header (none: a successful head).
+    #[derive(Clone)]
+    struct Answer(Option<&'static str>);
+
+    impl tower::Service<http::Request<()>> for Answer {
+        type Response = http::Response<()>;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: http::Request<()>) -> Self::Future {
+            let mut response = http::Response::new(());
+            if let Some(code) = self.0 {
+                response
+                    .headers_mut()
+                    .insert("grpc-status", code.parse().unwrap());
+            }
+            std::future::ready(Ok(response))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_layer_records_every_tenantflux_call_with_its_code_and_nothing_else() {
+        let metrics = Arc::new(Metrics::new("0.1.0"));
+        let layer = MetricsLayer(metrics.clone());
+        let call = |answer: Answer, path: &str| {
+            let mut service = layer.layer(answer);
+            let request = http::Request::builder().uri(path).body(()).unwrap();
+            async move { service.call(request).await.unwrap() }
+        };
+        call(Answer(None), "/tenantflux.v1.Policy/GetPolicy").await;
+        call(Answer(Some("7")), "/tenantflux.v1.Instance/ApplyInstance").await;
+        call(Answer(Some("0")), "/tenantflux.v1.Upgrade/Plan").await;
+        call(Answer(None), "/grpc.health.v1.Health/Check").await;
+        call(
+            Answer(None),
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        )
+        .await;
+        let text = metrics.render();
+        for series in [
+            "tenantflux_agent_grpc_requests_total{method=\"GetPolicy\",code=\"OK\"} 1",
+            "tenantflux_agent_grpc_requests_total{method=\"ApplyInstance\",code=\"PermissionDenied\"} 1",
+            "tenantflux_agent_grpc_requests_total{method=\"Plan\",code=\"OK\"} 1",
+        ] {
+            assert!(text.contains(series), "{series} in\n{text}");
+        }
+        assert_eq!(
+            text.matches("tenantflux_agent_grpc_requests_total{")
+                .count(),
+            3,
+            "{text}"
+        );
+    }
 
     #[test]
     fn info_series_carries_the_version() {

@@ -33,7 +33,7 @@ pub use self::{
     workloads::WorkloadsService,
 };
 use auth::{Authorizer, Permission, UserInfo};
-use metrics::{Metrics, code_name};
+use metrics::{Metrics, MetricsLayer, code_name};
 
 /// The largest request the agent decodes. The largest legitimate one is a policy push, and the
 /// accepted policy must fit in a ConfigMap (1 MiB); tonic's own default is 4 MiB. Larger
@@ -59,7 +59,6 @@ pub struct AgentService {
     namespace: String,
     status: watch::Receiver<Status>,
     authorizer: Arc<Authorizer>,
-    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 }
 
@@ -70,20 +69,19 @@ impl AgentService {
         namespace: impl Into<String>,
         status: watch::Receiver<Status>,
         authorizer: Arc<Authorizer>,
-        metrics: Arc<Metrics>,
         shutdown: CancellationToken,
     ) -> Self {
         Self {
             namespace: namespace.into(),
             status,
             authorizer,
-            metrics,
             shutdown,
         }
     }
 
     /// Runs one RPC: authorizes the caller for the permission the request needs, runs the
-    /// handler, and records the outcome (metrics and one debug log line) whatever it is.
+    /// handler, and logs the outcome in one debug line whatever it is ([`MetricsLayer`] records
+    /// it as a metric).
     async fn rpc<Req, Resp, Fut>(
         &self,
         method: &'static str,
@@ -105,7 +103,6 @@ impl AgentService {
         let code = result
             .as_ref()
             .map_or_else(tonic::Status::code, |_| Code::Ok);
-        self.metrics.record(method, code, elapsed);
         tracing::debug!(
             method,
             code = code_name(code),
@@ -160,17 +157,30 @@ fn status_stream(status: watch::Receiver<Status>, shutdown: CancellationToken) -
     Box::pin(stream)
 }
 
+/// Every `tenantflux.v1` service the agent serves.
+pub struct Services {
+    pub agent: AgentService,
+    pub workloads: WorkloadsService,
+    pub policy: PolicyService,
+    pub instance: InstanceService,
+    pub upgrade: UpgradeService,
+}
+
 /// Serves gRPC on `listener` until the shutdown, then drains: open WatchStatus streams end and
-/// unary calls in flight finish.
+/// unary calls in flight finish. Every call is recorded in `metrics`.
 pub async fn serve(
     listener: TcpListener,
-    service: AgentService,
-    workloads: WorkloadsService,
-    policy: PolicyService,
-    instance: InstanceService,
-    upgrade: UpgradeService,
+    services: Services,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
+    let Services {
+        agent: service,
+        workloads,
+        policy,
+        instance,
+        upgrade,
+    } = services;
     let address = listener
         .local_addr()
         .map_or_else(|_| "?".to_owned(), |a| a.to_string());
@@ -193,6 +203,7 @@ pub async fn serve(
     let reflection_v1alpha = reflection().build_v1alpha()?;
 
     tonic::transport::Server::builder()
+        .layer(MetricsLayer(metrics))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -278,14 +289,12 @@ mod tests {
             "tenantflux-system",
             rx,
             authorizer.clone(),
-            metrics.clone(),
             shutdown.clone(),
         );
         let workloads = WorkloadsService::new(
             Arc::default(),
             offline_client(),
             authorizer.clone(),
-            metrics.clone(),
             shutdown.clone(),
         );
         let store =
@@ -310,15 +319,14 @@ mod tests {
         let policy = PolicyService::new(store, authorizer);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let server = tokio::spawn(serve(
-            listener,
-            service,
+        let services = Services {
+            agent: service,
             workloads,
             policy,
             instance,
             upgrade,
-            shutdown.clone(),
-        ));
+        };
+        let server = tokio::spawn(serve(listener, services, metrics.clone(), shutdown.clone()));
 
         let channel = tonic::transport::Endpoint::from_shared(url)
             .unwrap()

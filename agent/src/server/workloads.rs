@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::{
     auth::{AuthError, Authorizer, Permission},
     input,
-    metrics::{Metrics, code_name},
+    metrics::code_name,
 };
 use crate::workloads::{
     cache::{Caches, Change, ChangeType, KindCache},
@@ -135,7 +135,6 @@ pub struct WorkloadsService {
     caches: Arc<Caches>,
     client: Client,
     authorizer: Arc<Authorizer>,
-    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 }
 
@@ -144,19 +143,18 @@ impl WorkloadsService {
         caches: Arc<Caches>,
         client: Client,
         authorizer: Arc<Authorizer>,
-        metrics: Arc<Metrics>,
         shutdown: CancellationToken,
     ) -> Self {
         Self {
             caches,
             client,
             authorizer,
-            metrics,
             shutdown,
         }
     }
 
-    /// Runs one RPC and records its outcome (metrics and one debug log line).
+    /// Runs one RPC and logs its outcome in one debug line (the server's `MetricsLayer` records
+    /// it as a metric).
     async fn rpc<T>(
         &self,
         method: &'static str,
@@ -168,7 +166,6 @@ impl WorkloadsService {
         let code = result
             .as_ref()
             .map_or_else(tonic::Status::code, |_| Code::Ok);
-        self.metrics.record(method, code, elapsed);
         tracing::debug!(
             method,
             code = code_name(code),
