@@ -42,6 +42,19 @@ const WATCH_MAX_DELAY: Duration = Duration::from_secs(5);
 /// A watch that has run without an error for this long starts again from the shortest wait.
 const WATCH_RESET_AFTER: Duration = Duration::from_secs(120);
 
+/// The waits between attempts of a step that failed, for the agent's own retry loops (install
+/// attempts, the wait for the API server, upgrade steps): `min`, doubling, at most `max`, for
+/// as long as the loop goes on. Loops that succeed start a new sequence.
+pub(crate) fn retry_delays(min: Duration, max: Duration) -> impl Iterator<Item = Duration> {
+    use backon::BackoffBuilder as _;
+    backon::ExponentialBuilder::default()
+        .with_min_delay(min)
+        .with_max_delay(max)
+        .with_factor(2.0)
+        .without_max_times()
+        .build()
+}
+
 /// The backoff for every watch the agent runs (`WatchStreamExt::backoff`).
 ///
 /// kube-rs's default doubles the wait up to 30 s, so after a 30 s outage of the API server the
@@ -97,5 +110,16 @@ mod tests {
             waits[10..].iter().all(|w| *w >= WATCH_MAX_DELAY),
             "{waits:?}"
         );
+    }
+
+    #[test]
+    fn retry_delays_double_up_to_the_cap_and_never_run_out() {
+        let waits: Vec<u64> = retry_delays(Duration::from_secs(1), Duration::from_secs(30))
+            .take(100)
+            .map(|w| w.as_secs())
+            .collect();
+        assert_eq!(waits[..7], [1, 2, 4, 8, 16, 30, 30]);
+        assert_eq!(waits.len(), 100);
+        assert!(waits[5..].iter().all(|w| *w == 30));
     }
 }

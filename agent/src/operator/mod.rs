@@ -61,6 +61,8 @@ const CRD_TIMEOUT: Duration = Duration::from_secs(60);
 /// Backoff between attempts while the API server does not answer or an attempt failed.
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// The longest wait between two `/readyz` tries while the API server does not answer.
+const API_WAIT_MAX: Duration = Duration::from_secs(30);
 /// How long one `/readyz` request may take.
 const READYZ_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -268,7 +270,7 @@ pub async fn run(
     let mut sources = std::pin::pin!(sources);
 
     let mut trigger = Trigger::Start;
-    let mut backoff = BACKOFF_MIN;
+    let mut backoff = crate::retry_delays(BACKOFF_MIN, BACKOFF_MAX);
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
@@ -286,14 +288,12 @@ pub async fn run(
         };
         let next_try = match attempt {
             Ok(()) => {
-                backoff = BACKOFF_MIN;
+                backoff = crate::retry_delays(BACKOFF_MIN, BACKOFF_MAX);
                 installer.config.resync
             }
             Err(err) => {
                 installer.fail(&err).await;
-                let wait = backoff;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-                wait
+                backoff.next().unwrap_or(BACKOFF_MAX)
             }
         };
         let retry_at = tokio::time::Instant::now() + next_try;
@@ -414,7 +414,8 @@ impl Installer {
     /// Returns once the API server answers `/readyz`, reporting WAITING_FOR_API with the
     /// reason while it does not. Retries back off; there is no deadline.
     async fn wait_for_api(&mut self) {
-        let mut backoff = BACKOFF_MIN;
+        let mut delays = crate::retry_delays(BACKOFF_MIN, API_WAIT_MAX);
+        let mut first = true;
         loop {
             let request = http::Request::get("/readyz").body(Vec::new());
             let answer = match request {
@@ -429,17 +430,17 @@ impl Installer {
                 }
                 Err(err) => err.to_string(),
             };
+            let wait = delays.next().unwrap_or(API_WAIT_MAX);
             let reason = format!(
                 "waiting for the Kubernetes API server to answer /readyz: {answer} (next try in {}s)",
-                backoff.as_secs()
+                wait.as_secs()
             );
             // Once per wait, so a long outage is visible in the log without a line per retry.
-            if backoff == BACKOFF_MIN {
+            if std::mem::take(&mut first) {
                 tracing::info!(%reason, "flux-operator install waits for the API server");
             }
             self.set(OperatorPhase::WaitingForApi, reason);
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(30));
+            tokio::time::sleep(wait).await;
         }
     }
 

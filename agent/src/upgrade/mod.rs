@@ -70,8 +70,14 @@ const POLL: Duration = Duration::from_secs(2);
 const DEFAULT_TIMEOUT: u32 = 600;
 /// How many times in a row a step may fail on the API server before the upgrade fails.
 const MAX_FAILURES: u32 = 10;
-/// How soon a step that failed on the API server is tried again.
-const RETRY: Duration = Duration::from_secs(2);
+/// The first and the longest wait before a step that failed on the API server is tried
+/// again (doubling in between).
+const RETRY_MIN: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(8);
+
+fn retry_delays() -> impl Iterator<Item = Duration> {
+    crate::retry_delays(RETRY_MIN, RETRY_MAX)
+}
 
 /// Why a step could not be done (retried until the upgrade's deadline).
 #[derive(Debug, thiserror::Error)]
@@ -267,14 +273,16 @@ impl Upgrader {
 
     /// Loads the record and resumes an unfinished upgrade; retries until the API answers.
     pub async fn resume(self: Arc<Self>) {
+        let mut delays = retry_delays();
         let record = loop {
             match self.records.get_opt(RECORD_NAME).await {
                 Ok(cm) => break cm.and_then(|cm| cm.data?.remove(RECORD_KEY)),
                 Err(err) => {
                     tracing::warn!(error = %chain(&err), "reading the upgrade record");
+                    let wait = delays.next().unwrap_or(RETRY_MAX);
                     tokio::select! {
                         () = self.shutdown.cancelled() => return,
-                        () = tokio::time::sleep(RETRY) => {}
+                        () = tokio::time::sleep(wait) => {}
                     }
                 }
             }
@@ -331,14 +339,16 @@ impl Upgrader {
 
     /// Stores the record, retrying until it is stored or the agent stops (`false`).
     async fn store_retrying(&self, record: &mut Record) -> bool {
+        let mut delays = retry_delays();
         loop {
             match self.store(record).await {
                 Ok(()) => return true,
                 Err(err) => tracing::warn!(error = %chain(&err), "storing the upgrade record"),
             }
+            let wait = delays.next().unwrap_or(RETRY_MAX);
             tokio::select! {
                 () = self.shutdown.cancelled() => return false,
-                () = tokio::time::sleep(RETRY) => {}
+                () = tokio::time::sleep(wait) => {}
             }
         }
     }
@@ -557,6 +567,7 @@ impl Upgrader {
             return;
         }
         let mut failures = 0;
+        let mut delays = retry_delays();
         while !record.phase.finished() {
             let step = match record.phase {
                 Phase::Migrating => self.migrate(&mut record).await,
@@ -565,7 +576,10 @@ impl Upgrader {
                 Phase::Succeeded | Phase::Failed => unreachable!("the loop ends at these"),
             };
             match step {
-                Ok(()) => failures = 0,
+                Ok(()) => {
+                    failures = 0;
+                    delays = retry_delays();
+                }
                 Err(StepError::Refused(reason)) => self.fail(&mut record, reason),
                 Err(err) => {
                     let reason = chain(&err);
@@ -581,9 +595,10 @@ impl Upgrader {
                             "upgrade step failed; retrying"
                         );
                         record.message = format!("retrying: {reason}");
+                        let wait = delays.next().unwrap_or(RETRY_MAX);
                         tokio::select! {
                             () = self.shutdown.cancelled() => return,
-                            () = tokio::time::sleep(RETRY) => {}
+                            () = tokio::time::sleep(wait) => {}
                         }
                     }
                 }
