@@ -42,6 +42,7 @@ use self::{
 use tenantflux_core::{
     flux::{INSTANCE_API_VERSION, INSTANCE_KIND, INSTANCE_NAME},
     policy::today,
+    releases::Releases,
     text::chain,
 };
 use tokio_util::sync::CancellationToken;
@@ -242,6 +243,9 @@ pub struct Upgrader {
     loaded: watch::Sender<bool>,
     /// Held while a run executes; ApplyUpgrade takes it to decide.
     running: Arc<Mutex<()>>,
+    /// The releases of the manifests artifact the operator was installed from, once read;
+    /// until then (and for bundles without one) the embedded table.
+    releases: watch::Receiver<Option<Arc<Releases>>>,
     shutdown: CancellationToken,
 }
 
@@ -250,6 +254,7 @@ impl Upgrader {
         client: Client,
         config: UpgradeConfig,
         policy: watch::Receiver<Held>,
+        releases: watch::Receiver<Option<Arc<Releases>>>,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         Arc::new(Self {
@@ -261,6 +266,7 @@ impl Upgrader {
             state: watch::Sender::new(None),
             loaded: watch::Sender::new(false),
             running: Arc::new(Mutex::new(())),
+            releases,
             shutdown,
         })
     }
@@ -445,7 +451,17 @@ impl Upgrader {
     pub async fn plan(&self, to: &str) -> Result<UpgradePlan, StepError> {
         let facts = self.facts().await?;
         let held = self.policy.borrow().accepted.clone();
-        Ok(plan::plan(to, held.as_ref().map(|a| &*a.policy), &facts))
+        let known = self
+            .releases
+            .borrow()
+            .clone()
+            .unwrap_or_else(|| Arc::new(Releases::embedded()));
+        Ok(plan::plan(
+            to,
+            held.as_ref().map(|a| &*a.policy),
+            &facts,
+            &known,
+        ))
     }
 
     /// Plans, and starts the upgrade unless blocked or one is running.
