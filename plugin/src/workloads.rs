@@ -33,7 +33,7 @@ use crate::{
 )]
 pub struct GetArgs {
     /// KIND [NAME], or flux's words, e.g. `sources git [NAME]`.
-    #[arg(required = true, num_args = 1..=3, value_name = "KIND [NAME]")]
+    #[arg(required = true, num_args = 1..=3, value_names = ["KIND", "NAME"])]
     pub words: Vec<String>,
     /// List the objects of every namespace.
     #[arg(short = 'A', long)]
@@ -68,7 +68,7 @@ pub struct GetArgs {
 )]
 pub struct TargetArgs {
     /// KIND NAME, or flux's words, e.g. `source git NAME`.
-    #[arg(required = true, num_args = 2..=3, value_name = "KIND NAME")]
+    #[arg(required = true, num_args = 2..=3, value_names = ["KIND", "NAME"])]
     pub words: Vec<String>,
 }
 

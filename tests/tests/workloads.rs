@@ -616,6 +616,10 @@ async fn flux_words_and_operator_kinds(cluster: &TestCluster, admin: &Path) {
         "{}",
         stderr(&generators)
     );
+    // Its CRD, from the distribution flux-operator applied (source-watcher's manifest in the
+    // operator's data; the controller itself is not built here), makes it served: the agent
+    // finds it by discovery, and suspend writes source-watcher's own annotation.
+    artifact_generators(cluster, admin).await;
 
     // suspend|resume|reconcile source git NAME: what flux writes, on the same object.
     plugin_ok(
@@ -857,6 +861,114 @@ async fn flux_words_and_operator_kinds(cluster: &TestCluster, admin: &Path) {
         .into_inner();
     assert_eq!(unset.objects, all.objects);
     assert!(unset.objects.len() >= 10, "{} objects", unset.objects.len());
+}
+
+/// ArtifactGenerator once its CRD is installed; the CRD is removed again afterwards.
+async fn artifact_generators(cluster: &TestCluster, admin: &Path) {
+    let instance = cluster
+        .object(
+            "fluxinstances.fluxcd.controlplane.io",
+            "flux-system",
+            "flux",
+        )
+        .expect("FluxInstance");
+    let applied = instance["status"]["lastAppliedRevision"]
+        .as_str()
+        .and_then(|r| r.split('@').next())
+        .expect("an applied distribution")
+        .to_owned();
+    let manifest = tenantflux_tests::tool_path("FLUX_OPERATOR_SRC")
+        .join(format!("config/data/flux/{applied}/source-watcher.yaml"));
+    let text = std::fs::read_to_string(&manifest)
+        .unwrap_or_else(|err| panic!("{}: {err}", manifest.display()));
+    let crd = text
+        .split("\n---")
+        .find(|doc| {
+            doc.contains("kind: CustomResourceDefinition")
+                && doc.contains("name: artifactgenerators.source.extensions.fluxcd.io")
+        })
+        .expect("the ArtifactGenerator CRD in source-watcher's manifest");
+    cluster.apply_yaml(crd).expect("ArtifactGenerator CRD");
+    cluster
+        .kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            "crd/artifactgenerators.source.extensions.fluxcd.io",
+            "--timeout=60s",
+        ])
+        .expect("CRD established");
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: source.extensions.fluxcd.io/v1beta1\nkind: ArtifactGenerator\n\
+             metadata: {{name: gen, namespace: {NEW_NS}}}\n\
+             spec: {{sources: [{{alias: repo, kind: GitRepository, name: podinfo, namespace: {NS}}}], \
+             artifacts: [{{name: generated, copy: [{{from: '@repo/**', to: '@artifact/'}}]}}]}}\n"
+        ))
+        .expect("ArtifactGenerator");
+    let listed = wait_for(
+        "get artifact generators to list it",
+        Duration::from_secs(90),
+        || async {
+            let output = plugin(
+                cluster,
+                admin,
+                &["get", "artifact", "generators", "-n", NEW_NS, "-o", "json"],
+            );
+            let list: Value = serde_json::from_slice(&output.stdout).ok()?;
+            (kinds_of(&list) == ["ArtifactGenerator"]).then_some(list)
+        },
+    )
+    .await
+    .expect("ArtifactGenerator served");
+    assert_eq!(
+        listed["items"][0]["apiVersion"],
+        "source.extensions.fluxcd.io/v1beta1"
+    );
+    plugin_ok(cluster, admin, &["suspend", "ag", "gen", "-n", NEW_NS]);
+    let generator = get_json(
+        cluster,
+        "artifactgenerators.source.extensions.fluxcd.io",
+        NEW_NS,
+        "gen",
+    );
+    assert_eq!(
+        annotation(&generator, "source.extensions.fluxcd.io/reconcile").as_deref(),
+        Some("disabled")
+    );
+    assert!(generator["spec"]["suspend"].is_null(), "{generator}");
+    plugin_ok(
+        cluster,
+        admin,
+        &["resume", "artifactgenerator", "gen", "-n", NEW_NS],
+    );
+    let generator = get_json(
+        cluster,
+        "artifactgenerators.source.extensions.fluxcd.io",
+        NEW_NS,
+        "gen",
+    );
+    assert_eq!(
+        annotation(&generator, "source.extensions.fluxcd.io/reconcile").as_deref(),
+        Some("enabled")
+    );
+    let all = plugin_json(cluster, admin, &["get", "all", "-n", NEW_NS]);
+    assert_eq!(
+        kinds_of(&all),
+        [
+            "ExternalArtifact",
+            "ArtifactGenerator",
+            "ResourceSet",
+            "ResourceSetInputProvider"
+        ]
+    );
+    cluster
+        .kubectl_ok(&[
+            "delete",
+            "crd",
+            "artifactgenerators.source.extensions.fluxcd.io",
+            "--wait",
+        ])
+        .expect("CRD removed");
 }
 
 /// The files of the repository at `release`: an app (a ConfigMap and a Deployment), a witness
