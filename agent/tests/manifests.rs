@@ -161,11 +161,14 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
         }
     }
     assert!(!allows(rules, "apps", "deployments", "get", Some("other")));
-    // Every Flux kind of the catalog: cached (list/watch), read (get) and controlled (patch).
+    // Every Flux kind of the catalog: cached (list/watch), read (get) and controlled (patch),
+    // except read-only kinds, which the agent never patches.
     for kind in catalog::KINDS {
         for verb in ["get", "list", "watch", "patch"] {
-            assert!(
+            let needed = verb != "patch" || kind.controllable();
+            assert_eq!(
                 allows(rules, kind.group, kind.plural, verb, None),
+                needed,
                 "{verb} {}",
                 kind.resource()
             );

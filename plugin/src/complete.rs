@@ -18,6 +18,7 @@ use kube::{Api, api::ListParams, config::Kubeconfig};
 use crate::{
     cli::{Cli, GlobalArgs},
     connect::{ConnectOptions, kube_client, read_kubeconfigs},
+    grammar,
 };
 
 /// The longest a lookup may keep a shell prompt waiting.
@@ -113,6 +114,7 @@ pub fn plan(root: &Command, args: &[String]) -> Plan {
     let mut only_positionals = false;
     let mut used: Vec<String> = Vec::new();
     let mut given: Vec<(String, String)> = Vec::new();
+    let mut positional_words: Vec<String> = Vec::new();
     for word in words {
         if let Some(arg) = pending.take() {
             remember(&arg, word, &mut given);
@@ -127,6 +129,7 @@ pub fn plan(root: &Command, args: &[String]) -> Plan {
                 continue;
             }
             positionals += 1;
+            positional_words.push(word.clone());
             continue;
         }
         if word == "--" {
@@ -188,6 +191,20 @@ pub fn plan(root: &Command, args: &[String]) -> Plan {
             .get_subcommands()
             .filter(|sub| !sub.is_hide_set() && sub.get_name().starts_with(current))
             .map(|sub| Candidate::new(sub.get_name(), sub.get_about().map(|a| a.to_string())))
+            .collect();
+        return Plan::Done(candidates, Directive::NO_FILE_COMP);
+    }
+    if let Some(verb) = grammar::verb_of(cmd.get_name()) {
+        // Both habits: kubectl's kinds and flux's words (`sources` then `git`, …).
+        let offered = match positional_words.as_slice() {
+            [] => Some(grammar::first_words(verb).to_vec()),
+            previous => grammar::next_words(verb, previous),
+        };
+        let candidates = offered
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|w| w.starts_with(current))
+            .map(|w| Candidate::new(w, None))
             .collect();
         return Plan::Done(candidates, Directive::NO_FILE_COMP);
     }
@@ -415,6 +432,29 @@ mod tests {
             }
             lookup => panic!("{args:?} needs a lookup: {lookup:?}"),
         }
+    }
+
+    #[test]
+    fn kinds_complete_in_kubectls_and_fluxs_words() {
+        let (first, directive) = values_of(&["get", ""]);
+        for word in ["all", "sources", "images", "ks", "rset", "kustomizations"] {
+            assert!(first.iter().any(|w| w == word), "{word} in {first:?}");
+        }
+        assert_eq!(directive, Directive::NO_FILE_COMP);
+        assert_eq!(values_of(&["get", "so"]).0, ["sources"]);
+        assert_eq!(
+            values_of(&["get", "-n", "a", "sources", ""]).0,
+            ["git", "oci", "helm", "chart", "bucket", "external", "all"]
+        );
+        assert_eq!(
+            values_of(&["reconcile", "source", ""]).0,
+            ["git", "oci", "helm", "chart", "bucket"]
+        );
+        assert_eq!(
+            values_of(&["suspend", "im"]).0,
+            ["image", "imagerepo", "imagepolicy", "imageupdate"]
+        );
+        assert!(values_of(&["reconcile", "ks", ""]).0.is_empty());
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod complete;
 pub mod connect;
 pub mod fleet;
+pub mod grammar;
 pub mod instance;
 pub mod output;
 pub mod policy;

@@ -15,22 +15,36 @@ use tenantflux_proto::v1::{self as pb, object_event};
 use crate::{
     cli::RequestTimeout,
     connect::{Agent, ConnectOptions},
+    grammar,
     output::{Cell, OutputFormat, Printer, Style, Tone, table},
 };
 
 #[derive(Debug, Args)]
+#[command(
+    override_usage = "kubectl tenantflux get KIND [NAME] [flags]\n       \
+                      kubectl tenantflux get sources git|oci|helm|chart|bucket|external|all [NAME] [flags]\n       \
+                      kubectl tenantflux get images repository|policy|update|all [NAME] [flags]\n       \
+                      kubectl tenantflux get artifact generators [NAME] [flags]",
+    after_help = "KIND, as kubectl names it: all, ks, hr, gitrepo, ocirepo, helmrepo, helmchart, bucket, \
+                  externalartifact, imagerepo, imagepolicy, imageupdate, receiver, alert, provider, ag, \
+                  instance, fluxreport, rset, rsip (or the kind's name or plural). \
+                  The flux CLI's words work too: sources …, images …, artifact generators, \
+                  kustomizations, helmreleases, alerts, alert-providers, receivers."
+)]
 pub struct GetArgs {
-    /// `all`, or a kind: ks, hr, gitrepo, ocirepo, helmrepo, helmchart, bucket, receiver,
-    /// alert, provider, imagerepo, imagepolicy, imageupdate, instance (or the kind's name or
-    /// plural).
-    pub kind: String,
-    /// One object by name (in the namespace).
-    pub name: Option<String>,
+    /// KIND [NAME], or flux's words, e.g. `sources git [NAME]`.
+    #[arg(required = true, num_args = 1..=3, value_names = ["KIND", "NAME"])]
+    pub words: Vec<String>,
     /// List the objects of every namespace.
     #[arg(short = 'A', long)]
     pub all_namespaces: bool,
     /// Only objects whose labels match (Kubernetes selector syntax, e.g. app=podinfo).
-    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    #[arg(
+        short = 'l',
+        long,
+        visible_alias = "label-selector",
+        value_name = "SELECTOR"
+    )]
     pub selector: Option<String>,
     /// Only objects with this condition status, e.g. ready=false.
     #[arg(long, value_name = "CONDITION=STATUS", value_parser = parse_status_selector)]
@@ -44,11 +58,27 @@ pub struct GetArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(
+    override_usage = "kubectl tenantflux <suspend|resume|reconcile> KIND NAME [flags]\n       \
+                      kubectl tenantflux <suspend|resume|reconcile> source git|oci|helm|chart|bucket NAME [flags]\n       \
+                      kubectl tenantflux <suspend|resume|reconcile> image repository|policy|update NAME [flags]",
+    after_help = "KIND, as kubectl names it: ks, hr, gitrepo, ocirepo, helmrepo, helmchart, bucket, \
+                  imagerepo, imagepolicy, imageupdate, receiver, alert, provider, ag, instance, rset, rsip. \
+                  The flux CLI's words work too: kustomization, helmrelease, source git, image policy, …"
+)]
 pub struct TargetArgs {
-    /// The kind, e.g. ks, hr, gitrepo, instance.
-    pub kind: String,
-    /// The object's name (in the namespace).
-    pub name: String,
+    /// KIND NAME, or flux's words, e.g. `source git NAME`.
+    #[arg(required = true, num_args = 2..=3, value_names = ["KIND", "NAME"])]
+    pub words: Vec<String>,
+}
+
+impl TargetArgs {
+    /// The one object the words name.
+    pub fn target(&self) -> anyhow::Result<(String, String)> {
+        let selection = grammar::parse(grammar::Verb::Control, &self.words)?;
+        let name = selection.name.expect("a control selection has a name");
+        Ok((selection.kind, name))
+    }
 }
 
 #[derive(Debug, Args)]
@@ -270,11 +300,12 @@ async fn table_options(
 }
 
 pub async fn get(options: &ConnectOptions, printer: &Printer, args: GetArgs) -> anyhow::Result<()> {
-    let agent = Agent::connect(options).await?;
-    let all = args.kind.eq_ignore_ascii_case("all");
-    if args.name.is_some() && (all || args.all_namespaces) {
-        bail!("a name needs one kind and one namespace: drop -A/--all-namespaces or `all`");
+    let selection = grammar::parse(grammar::Verb::Get, &args.words)?;
+    if selection.name.is_some() && args.all_namespaces {
+        bail!("a name needs one namespace: drop -A/--all-namespaces, or the name");
     }
+    let agent = Agent::connect(options).await?;
+    let all = selection.several;
     let namespace = if args.all_namespaces {
         String::new()
     } else {
@@ -285,14 +316,22 @@ pub async fn get(options: &ConnectOptions, printer: &Printer, args: GetArgs) -> 
         .clone()
         .map(|(r#type, status)| pb::StatusSelector { r#type, status });
     if args.watch {
-        return watch(&agent, printer, &args, namespace, status_selector, all).await;
+        return watch(
+            &agent,
+            printer,
+            &args,
+            &selection,
+            namespace,
+            status_selector,
+        )
+        .await;
     }
     let mut client = agent.workloads();
-    if let Some(name) = &args.name {
+    if let Some(name) = &selection.name {
         let object = client
             .get_object(pb::GetObjectRequest {
                 object: Some(pb::ObjectRef {
-                    kind: args.kind.clone(),
+                    kind: selection.kind.clone(),
                     namespace,
                     name: name.clone(),
                 }),
@@ -308,7 +347,7 @@ pub async fn get(options: &ConnectOptions, printer: &Printer, args: GetArgs) -> 
     }
     let response = client
         .list_objects(pb::ListObjectsRequest {
-            kind: args.kind.clone(),
+            kind: selection.kind.clone(),
             namespace: namespace.clone(),
             label_selector: args.selector.clone().unwrap_or_default(),
             status_selector,
@@ -351,19 +390,25 @@ async fn watch(
     agent: &Agent,
     printer: &Printer,
     args: &GetArgs,
+    selection: &grammar::Selection,
     namespace: String,
     status_selector: Option<pb::StatusSelector>,
-    all: bool,
 ) -> anyhow::Result<()> {
-    let options = table_options(agent, args.all_namespaces, all, args.no_header).await?;
+    let options = table_options(
+        agent,
+        args.all_namespaces,
+        selection.several,
+        args.no_header,
+    )
+    .await?;
     let mut stream = agent
         .workloads()
         .watch_objects(pb::WatchObjectsRequest {
-            kind: args.kind.clone(),
+            kind: selection.kind.clone(),
             namespace,
             label_selector: args.selector.clone().unwrap_or_default(),
             status_selector,
-            name: args.name.clone().unwrap_or_default(),
+            name: selection.name.clone().unwrap_or_default(),
         })
         .await
         .map_err(|s| agent.error(&s))?
@@ -438,11 +483,11 @@ fn progress(line: &str) {
     let _ = writeln!(io::stderr(), "{line}");
 }
 
-fn reference(agent: &Agent, target: &TargetArgs) -> pb::ObjectRef {
+fn reference(agent: &Agent, (kind, name): &(String, String)) -> pb::ObjectRef {
     pb::ObjectRef {
-        kind: target.kind.clone(),
+        kind: kind.clone(),
         namespace: agent.namespace().to_owned(),
-        name: target.name.clone(),
+        name: name.clone(),
     }
 }
 
@@ -451,6 +496,7 @@ pub async fn suspend(
     printer: &Printer,
     target: TargetArgs,
 ) -> anyhow::Result<()> {
+    let target = target.target()?;
     let agent = Agent::connect(options).await?;
     let object = agent
         .workloads()
@@ -469,6 +515,7 @@ pub async fn resume(
     printer: &Printer,
     target: TargetArgs,
 ) -> anyhow::Result<()> {
+    let target = target.target()?;
     let agent = Agent::connect(options).await?;
     let response = agent
         .workloads()
@@ -506,8 +553,9 @@ pub async fn reconcile(
     printer: &Printer,
     args: ReconcileArgs,
 ) -> anyhow::Result<()> {
+    let target = args.target.target()?;
     let agent = Agent::connect(options).await?;
-    let request = reference(&agent, &args.target);
+    let request = reference(&agent, &target);
     let response = agent
         .workloads()
         .reconcile(pb::ReconcileRequest {
@@ -559,7 +607,7 @@ pub async fn reconcile(
             requested_at = agent
                 .workloads()
                 .reconcile(pb::ReconcileRequest {
-                    object: Some(reference(&agent, &args.target)),
+                    object: Some(reference(&agent, &target)),
                     with_source: false,
                     force: args.force,
                 })

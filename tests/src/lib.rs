@@ -340,6 +340,13 @@ impl TestCluster {
         run_cluster_script(&["flux-operator", &self.name, "--process-only"]).map(drop)
     }
 
+    /// Runs flux-operator `version` on the install the agent made, replacing a process of
+    /// another version, as a kubelet replaces the pod of an upgraded Deployment.
+    pub fn run_flux_operator_version(&self, version: &str) -> Result<()> {
+        let version = format!("--version={version}");
+        run_cluster_script(&["flux-operator", &self.name, "--process-only", &version]).map(drop)
+    }
+
     /// Stops the cluster's etcd and kube-apiserver (SIGSTOP) for `seconds`, then lets them go
     /// on; returns once the API server answers again.
     pub fn apiserver_outage(&self, seconds: u64) -> Result<()> {
@@ -595,8 +602,21 @@ pub fn operator_bundle(version: &str) -> Result<PathBuf> {
 /// Pushes `install_yaml` as a flux-operator manifests artifact to `reference`
 /// (`127.0.0.1:PORT/REPOSITORY:TAG`) with oras; returns the manifest digest.
 pub fn push_bundle(reference: &str, install_yaml: &Path) -> Result<String> {
+    push_artifact(reference, install_yaml, None)
+}
+
+/// Pushes `install_yaml`, and with `flux_data` (flux-operator's `config/data/flux`) the
+/// distributions as `flux/`, as the real manifests artifact holds them; returns the digest.
+pub fn push_artifact(
+    reference: &str,
+    install_yaml: &Path,
+    flux_data: Option<&Path>,
+) -> Result<String> {
     let path = install_yaml.to_string_lossy();
-    let stdout = run_cluster_script(&["push-bundle", reference, &path])?;
+    let data = flux_data.map(|d| d.to_string_lossy().into_owned());
+    let mut args = vec!["push-bundle", reference, &path];
+    args.extend(data.as_deref());
+    let stdout = run_cluster_script(&args)?;
     Ok(stdout.lines().last().unwrap_or_default().trim().to_owned())
 }
 

@@ -92,7 +92,13 @@ async fn status_with_client_certificates_goes_through_kubectl_and_the_port_forwa
         "{status:#}"
     );
     assert_eq!(status["operator"]["phase"], "ready", "{status:#}");
-    assert_eq!(status["operator"]["version"], "v0.58.1", "{status:#}");
+    assert_eq!(
+        status["operator"]["version"],
+        tenantflux_tests::tool_path("FLUX_OPERATOR_VERSION")
+            .to_string_lossy()
+            .as_ref(),
+        "{status:#}"
+    );
     assert_eq!(status["instance"]["requestedVersion"], "2.9.x");
     let installed = status["instance"]["distributionVersion"]
         .as_str()

@@ -237,7 +237,7 @@ async fn kill_9_during_the_operator_install_ends_in_the_same_install() {
             "TENANTFLUX_OPERATOR_BUNDLE",
             "configmap:flux-operator-bundle",
         ),
-        ("TENANTFLUX_OPERATOR_VERSION", ">=0.58.0 <0.59.0"),
+        ("TENANTFLUX_OPERATOR_VERSION", ">=0.58.0 <0.60.0"),
         ("TENANTFLUX_OPERATOR_RESYNC_INTERVAL", "1h"),
         DEBUG_LOG,
     ];

@@ -11,7 +11,7 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use tenantflux_tests::{TestCluster, bin_dir, operator_bundle, push_bundle, tool_path, wait_for};
+use tenantflux_tests::{TestCluster, bin_dir, operator_bundle, tool_path, wait_for};
 
 const AGENT_NAMESPACE: &str = "tenantflux-system";
 const BUNDLE_CONFIGMAP: &str = "flux-operator-bundle";
@@ -180,7 +180,7 @@ async fn configmap_bundle_installs_upgrades_restores_and_refuses_bad_bundles() {
             "TENANTFLUX_OPERATOR_BUNDLE",
             "configmap:flux-operator-bundle",
         ),
-        ("TENANTFLUX_OPERATOR_VERSION", ">=0.58.0 <0.59.0"),
+        ("TENANTFLUX_OPERATOR_VERSION", ">=0.58.0 <0.60.0"),
         ("TENANTFLUX_OPERATOR_RESYNC_INTERVAL", "1h"),
     ];
     cluster.restart_agent_with(&envs).expect("agent");
@@ -376,7 +376,7 @@ async fn configmap_bundle_installs_upgrades_restores_and_refuses_bad_bundles() {
     put_bundle(&cluster, &too_new);
     wait_operator(&cluster, "FAILED for a version not allowed", "failed", |o| {
         o["reason"].as_str().is_some_and(|r| {
-            r.contains("flux-operator v0.99.0 is outside \">=0.58.0 <0.59.0\" allowed by --operator-version")
+            r.contains("flux-operator v0.99.0 is outside \">=0.58.0 <0.60.0\" allowed by --operator-version")
         })
     })
     .await;
@@ -563,7 +563,10 @@ async fn oci_bundle_installs_and_wrong_digest_or_registry_fail_without_touching_
     let registry = cluster.registry().expect("registry");
     let bundle = operator_bundle(&current).expect("bundle");
     let reference = format!("{registry}/controlplaneio-fluxcd/flux-operator-manifests:{current}");
-    let digest = push_bundle(&reference, &bundle).expect("oras push");
+    // With the distributions, as the real artifact: the agent learns the releases from it.
+    let flux_data = tool_path("FLUX_OPERATOR_SRC").join("config/data/flux");
+    let digest =
+        tenantflux_tests::push_artifact(&reference, &bundle, Some(&flux_data)).expect("oras push");
     assert!(digest.starts_with("sha256:"), "{digest}");
 
     let pinned = format!("oci://{reference}@{digest}");
@@ -588,6 +591,49 @@ async fn oci_bundle_installs_and_wrong_digest_or_registry_fail_without_touching_
     assert_eq!(ready["source"], pinned.as_str());
     assert!(available(&operator_deployment(&cluster).unwrap()));
     assert_eq!(record(&cluster)["data"]["digest"], digest.as_str());
+    // The upgrade plan's releases come from that artifact (derived after the install), not
+    // from the table built into the agent. Planning needs `get` on the FluxInstance.
+    let admin = cluster
+        .token_kubeconfig(AGENT_NAMESPACE, "op-planner")
+        .expect("kubeconfig");
+    cluster
+        .apply_yaml(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+             metadata: {name: op-planner}\n\
+             roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\n\
+             subjects: [{kind: ServiceAccount, name: op-planner, namespace: tenantflux-system}]\n",
+        )
+        .expect("binding");
+    let known = wait_for(
+        "the plan's releases from the artifact",
+        Duration::from_secs(60),
+        || async {
+            let output = cluster
+                .kubectl_tenantflux(
+                    Some(&admin),
+                    &["upgrade", "plan", "--to", "2.9.x", "-o", "json"],
+                )
+                .ok()?;
+            let plan: Value = serde_json::from_slice(&output.stdout).ok()?;
+            let known = plan["knownReleases"].as_str()?.to_owned();
+            known
+                .contains("manifests artifact")
+                .then_some((known, plan))
+        },
+    )
+    .await
+    .expect("releases from the artifact");
+    assert_eq!(
+        known.0,
+        format!("flux-operator {current} manifests artifact {pinned} ({digest})")
+    );
+    assert!(
+        known.1["target"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("2.9.")),
+        "{}",
+        known.1
+    );
 
     let still_running = |cluster: &TestCluster| {
         let deployment = operator_deployment(cluster).expect("the Deployment is still there");
@@ -688,7 +734,7 @@ async fn the_held_policy_decides_which_operator_versions_and_sources_install() {
             "TENANTFLUX_OPERATOR_BUNDLE",
             "configmap:flux-operator-bundle",
         ),
-        ("TENANTFLUX_OPERATOR_VERSION", ">=0.58.0 <0.59.0"),
+        ("TENANTFLUX_OPERATOR_VERSION", ">=0.58.0 <0.60.0"),
         ("TENANTFLUX_OPERATOR_RESYNC_INTERVAL", "1h"),
         ("TENANTFLUX_POLICY_PUBLIC_KEY", public.to_str().unwrap()),
     ];
@@ -746,4 +792,134 @@ async fn the_held_policy_decides_which_operator_versions_and_sources_install() {
         o["version"] == current.as_str()
     })
     .await;
+}
+
+const INSTANCES: &str = "fluxinstances.fluxcd.controlplane.io";
+const REPORTS: &str = "fluxreports.fluxcd.controlplane.io";
+
+/// The flux-operator version the FluxReport says wrote it, without a leading `v`.
+fn reporting_operator(cluster: &TestCluster) -> Option<String> {
+    let report = cluster.object(REPORTS, "flux-system", "flux")?;
+    report["spec"]["operator"]["version"]
+        .as_str()
+        .map(|v| v.trim_start_matches('v').to_owned())
+}
+
+/// The agent upgrades flux-operator from the previous release to the pinned one under a
+/// running Flux 2.9 (the real source- and kustomize-controller): the previous operator
+/// rolled Flux out, the new one takes over (its FluxReport says so), and the FluxInstance
+/// stays Ready at the same distribution, handling a reconcile request of the new operator.
+#[tokio::test]
+async fn operator_upgrade_keeps_the_flux_instance_ready() {
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster("upgrade");
+    let (previous, current) = (previous_version(), current_version());
+    cluster
+        .restart_agent_with(&[
+            (
+                "TENANTFLUX_OPERATOR_BUNDLE",
+                "configmap:flux-operator-bundle",
+            ),
+            ("TENANTFLUX_OPERATOR_VERSION", ">=0.58.0 <0.60.0"),
+            ("TENANTFLUX_OPERATOR_RESYNC_INTERVAL", "1h"),
+        ])
+        .expect("agent");
+    put_bundle(&cluster, &bundle_text(&previous));
+    wait_operator(&cluster, "READY at the previous version", "ready", |o| {
+        o["version"] == previous.as_str()
+    })
+    .await;
+    cluster
+        .run_flux_operator_version(&previous)
+        .expect("the previous flux-operator on the agent's install");
+    let client = cluster.client().await.expect("client");
+    tenantflux_tests::apply_flux_instance(&client, "2.9.x")
+        .await
+        .expect("FluxInstance");
+    let ready = wait_for(
+        "the FluxInstance Ready under the previous operator",
+        Duration::from_secs(300),
+        || async {
+            let instance = cluster.object(INSTANCES, "flux-system", "flux")?;
+            (tenantflux_tests::flux::ready_now(&instance) == Some("True")).then_some(instance)
+        },
+    )
+    .await
+    .expect("Ready FluxInstance");
+    let applied = ready["status"]["lastAppliedRevision"].clone();
+    assert!(
+        applied.as_str().is_some_and(|r| r.starts_with("v2.9.")),
+        "{ready:#}"
+    );
+    wait_for(
+        "the previous operator's FluxReport",
+        Duration::from_secs(120),
+        || async {
+            (reporting_operator(&cluster)? == previous.trim_start_matches('v')).then_some(())
+        },
+    )
+    .await
+    .expect("FluxReport of the previous operator");
+
+    // The upgrade: the agent rolls out the new Deployment; its process replaces the old one.
+    put_bundle(&cluster, &bundle_text(&current));
+    wait_operator(&cluster, "READY at the current version", "ready", |o| {
+        o["version"] == current.as_str()
+    })
+    .await;
+    let deployment = operator_deployment(&cluster).expect("Deployment flux-operator");
+    assert!(image(&deployment).ends_with(&format!(":{current}")));
+    cluster
+        .run_flux_operator_version(&current)
+        .expect("the new flux-operator");
+    wait_for(
+        "the new operator's FluxReport",
+        Duration::from_secs(120),
+        || async {
+            (reporting_operator(&cluster)? == current.trim_start_matches('v')).then_some(())
+        },
+    )
+    .await
+    .expect("FluxReport of the new operator");
+    // A request the new operator must handle: the FluxInstance is reconciled by it, Ready, at
+    // the distribution it had.
+    let requested = format!("upgrade-{}", std::process::id());
+    cluster
+        .kubectl_ok(&[
+            "-n",
+            "flux-system",
+            "annotate",
+            "--overwrite",
+            "fluxinstance/flux",
+            &format!("reconcile.fluxcd.io/requestedAt={requested}"),
+        ])
+        .expect("annotate");
+    let after = wait_for(
+        "the FluxInstance reconciled by the new operator",
+        Duration::from_secs(300),
+        || async {
+            let instance = cluster.object(INSTANCES, "flux-system", "flux")?;
+            (instance["status"]["lastHandledReconcileAt"] == requested.as_str()
+                && tenantflux_tests::flux::ready_now(&instance) == Some("True"))
+            .then_some(instance)
+        },
+    )
+    .await
+    .expect("Ready after the operator upgrade");
+    // "2.9.x" is a range: each operator installs the newest 2.9 patch it ships, so the new
+    // one moves the instance to its own (what the embedded table, checked against its data by
+    // tests/tests/releases.rs, says), within the minor and without a stop.
+    let newest = tenantflux_core::releases::Releases::embedded()
+        .resolve(
+            &tenantflux_core::policy::Range::parse("2.9.x").unwrap(),
+            None,
+        )
+        .unwrap();
+    assert!(
+        after["status"]["lastAppliedRevision"]
+            .as_str()
+            .is_some_and(|r| r.starts_with(&format!("v{newest}@"))),
+        "before the upgrade {applied}, after: {after:#}"
+    );
+    cluster.down().expect("down");
 }

@@ -7,7 +7,8 @@
 //! Git is fixed and re-applied, and the upgrade applied with the agent killed (SIGKILL) during
 //! the migration and again after the version bump: the restarted agent resumes from the record
 //! in the cluster, does not redo finished CRDs, and bumps the FluxInstance exactly once. The
-//! controllers then run at v1.9.4, and the report shows the Kustomization Ready again at its
+//! controllers then run at v1.9.4 (Flux 2.9.5 rolls out v1.9.5, run here as the v1.9.4 build:
+//! FLUX_CONTROLLER_SUBSTITUTES), and the report shows the Kustomization Ready again at its
 //! revision. 2.8 is skipped: its kustomize-controller (v1.8.x) is not served by the module proxy
 //! here, and neither flux-operator nor the planner needs a minor at a time. HelmReleases have no
 //! controller here (helm-controller is not served either): they are only migrated.
@@ -329,7 +330,7 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
     let (code, blocked) = plan("2.9.x");
     assert_eq!(code, Some(1), "{blocked:#}");
     assert!(blocked["blocked"].as_bool().unwrap());
-    assert_eq!(blocked["target"], "2.9.4");
+    assert_eq!(blocked["target"], "2.9.5");
     assert_eq!(blocked["currentVersion"], "2.7.5");
     assert_eq!(
         codes(&blocked, "blockers"),
@@ -542,7 +543,7 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
         text(&output)
     );
     assert_eq!(report["phase"], "succeeded", "{report:#}");
-    assert_eq!(report["target"], "2.9.4");
+    assert_eq!(report["target"], "2.9.5");
     assert_eq!(report["runs"], 3, "started once, resumed twice: {report:#}");
     assert!(report["bumped"].as_bool().unwrap());
     for (crd, before) in report["crds"].as_array().unwrap().iter().zip(&at_kill) {
@@ -567,7 +568,7 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
     );
 
     // The post-upgrade health check: the Kustomization Ready before is Ready again at its
-    // revision, reconciled by kustomize-controller v1.9.4, which runs now.
+    // revision, reconciled by kustomize-controller v1.9.4 (standing in for v1.9.5), which runs now.
     assert_eq!(
         report["kustomizations"],
         json!([{"namespace": "flux-system", "name": "apps", "revision": revision(&rev2),
@@ -581,7 +582,7 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
             .unwrap();
     }
 
-    // Exactly one bump: one new generation, written by the agent, and Ready at 2.9.4.
+    // Exactly one bump: one new generation, written by the agent, and Ready at 2.9.5.
     let live = instance(&client).await;
     assert_eq!(
         live["metadata"]["generation"].as_i64().unwrap(),
@@ -598,7 +599,7 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
             .any(|m| m["manager"] == "tenantflux-agent"),
         "{live:#}"
     );
-    wait_ready_at(&client, "v2.9.4").await;
+    wait_ready_at(&client, "v2.9.5").await;
     for crd in MIGRATED {
         let storage = if crd.starts_with("helmreleases") {
             "v2"

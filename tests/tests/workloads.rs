@@ -2,7 +2,8 @@
 //! 2.9 on the shared cluster and Flux 2.6 (with the image controllers) on a cluster of this
 //! test's own, so the two serve different API versions. Objects of each kind are created at the
 //! version the cluster serves. On Flux 2.9 the real source-controller and kustomize-controller
-//! (v1.9.4, built from their modules by tests/env/cluster) reconcile a GitRepository served from
+//! (v1.9.4, built from their modules by tests/env/cluster; Flux 2.9.5 rolls out v1.9.5, run as
+//! the v1.9.4 build) reconcile a GitRepository served from
 //! a local git repository and the Kustomizations that apply it: every status the plugin shows
 //! here is the controllers' own. helm-controller and notification-controller cannot be built
 //! here (the module proxy refuses them), so HelmReleases, Alerts, Providers and Receivers never
@@ -492,7 +493,7 @@ async fn exercise(cluster: &TestCluster, minor: &Minor, image_components: bool) 
     assert_eq!(output.status.code(), Some(1));
     assert!(
         stderr(&output)
-            .contains("unknown kind \"deployments\"; known kinds: gitrepository (gitrepo)"),
+            .contains("unknown kind \"deployments\"; known kinds: ocirepository (ocirepo)"),
         "{}",
         stderr(&output)
     );
@@ -504,9 +505,470 @@ async fn exercise(cluster: &TestCluster, minor: &Minor, image_components: bool) 
     );
 
     if minor.reconciled {
+        flux_words_and_operator_kinds(cluster, &admin).await;
         reconciles_from_git(cluster, &admin).await;
     }
     tenant_acts_in_its_namespace_only(cluster).await;
+}
+
+/// Where the objects of flux-operator's and source-watcher's kinds live.
+const NEW_NS: &str = "wl-new";
+
+/// The kinds and namespaces of a JSON list, in order.
+fn kinds_of(list: &Value) -> Vec<String> {
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["kind"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The flux CLI's words select the same objects as kubectl's and change the cluster the same
+/// way; flux-operator's kinds (ResourceSet, ResourceSetInputProvider, FluxReport) and
+/// ExternalArtifact are listed and, where their controller honours it, controlled. Flux 2.9
+/// with the default components: source-watcher (ArtifactGenerator) is not installed, so its
+/// kind is left out without a word. helm-controller and notification-controller do not run
+/// here: their objects are listed and annotated, never reconciled.
+async fn flux_words_and_operator_kinds(cluster: &TestCluster, admin: &Path) {
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NEW_NS}}}\n---\n\
+             apiVersion: fluxcd.controlplane.io/v1\nkind: ResourceSet\n\
+             metadata: {{name: apps, namespace: {NEW_NS}}}\n\
+             spec: {{resources: [{{apiVersion: v1, kind: ConfigMap, metadata: {{name: rset-made, namespace: {NEW_NS}}}}}]}}\n---\n\
+             apiVersion: fluxcd.controlplane.io/v1\nkind: ResourceSetInputProvider\n\
+             metadata: {{name: inputs, namespace: {NEW_NS}}}\n\
+             spec: {{type: Static, defaultValues: {{env: staging}}}}\n---\n\
+             apiVersion: source.toolkit.fluxcd.io/v1\nkind: ExternalArtifact\n\
+             metadata: {{name: generated, namespace: {NEW_NS}}}\n\
+             spec: {{sourceRef: {{apiVersion: source.extensions.fluxcd.io/v1beta1, kind: ArtifactGenerator, name: gen}}}}\n"
+        ))
+        .expect("flux-operator's and ExternalArtifact objects");
+
+    // get sources git is get gitrepositories; sources all is flux's source kinds, in its order.
+    let kubectl_words = plugin_json(cluster, admin, &["get", "gitrepositories", "-n", NS]);
+    let flux_words = plugin_json(cluster, admin, &["get", "sources", "git", "-n", NS]);
+    assert_eq!(flux_words, kubectl_words);
+    assert_eq!(kinds_of(&flux_words), ["GitRepository"]);
+    let one = plugin_json(
+        cluster,
+        admin,
+        &["get", "source", "git", "podinfo", "-n", NS],
+    );
+    assert_eq!(one["name"], "podinfo");
+    assert_eq!(one["kind"], "GitRepository");
+    for (words, kind) in [
+        (vec!["sources", "oci"], "OCIRepository"),
+        (vec!["sources", "helm"], "HelmRepository"),
+        (vec!["sources", "chart"], "HelmChart"),
+        (vec!["sources", "bucket"], "Bucket"),
+        (vec!["kustomizations"], "Kustomization"),
+        (vec!["helmreleases"], "HelmRelease"),
+        (vec!["alerts"], "Alert"),
+        (vec!["alert-providers"], "Provider"),
+        (vec!["receivers"], "Receiver"),
+    ] {
+        let mut args = vec!["get"];
+        args.extend(&words);
+        args.extend(["-n", NS]);
+        assert_eq!(
+            kinds_of(&plugin_json(cluster, admin, &args)),
+            [kind],
+            "{words:?}"
+        );
+    }
+    let sources = plugin_json(cluster, admin, &["get", "sources", "all", "-n", NS]);
+    assert_eq!(
+        kinds_of(&sources),
+        [
+            "OCIRepository",
+            "Bucket",
+            "GitRepository",
+            "HelmRepository",
+            "HelmChart"
+        ]
+    );
+    let table = plugin_ok(cluster, admin, &["get", "sources", "all", "-n", NS]);
+    assert!(
+        table.contains("gitrepository/podinfo"),
+        "grouped by kind: {table}"
+    );
+    let external = plugin_json(
+        cluster,
+        admin,
+        &["get", "sources", "external", "-n", NEW_NS],
+    );
+    assert_eq!(kinds_of(&external), ["ExternalArtifact"]);
+    // Image automation is not installed on Flux 2.9 here: nothing to list, no error.
+    let images = plugin(cluster, admin, &["get", "images", "all", "-n", NS]);
+    assert!(images.status.success(), "{}", stderr(&images));
+    assert!(
+        stderr(&images).contains("no Flux objects found"),
+        "{}",
+        stderr(&images)
+    );
+    // source-watcher is not installed: its kind is not served, and says so by name.
+    let generators = plugin(cluster, admin, &["get", "artifact", "generators", "-n", NS]);
+    assert_eq!(generators.status.code(), Some(1));
+    assert!(
+        stderr(&generators).contains("the cluster does not serve ArtifactGenerator"),
+        "{}",
+        stderr(&generators)
+    );
+    // Its CRD, from the distribution flux-operator applied (source-watcher's manifest in the
+    // operator's data; the controller itself is not built here), makes it served: the agent
+    // finds it by discovery, and suspend writes source-watcher's own annotation.
+    artifact_generators(cluster, admin).await;
+
+    // suspend|resume|reconcile source git NAME: what flux writes, on the same object.
+    plugin_ok(
+        cluster,
+        admin,
+        &["suspend", "source", "git", "podinfo", "-n", NS],
+    );
+    let git = get_json(cluster, GIT_REPOSITORIES, NS, "podinfo");
+    assert_eq!(git["spec"]["suspend"], true);
+    plugin_ok(
+        cluster,
+        admin,
+        &["resume", "source", "git", "podinfo", "-n", NS],
+    );
+    let git = get_json(cluster, GIT_REPOSITORIES, NS, "podinfo");
+    assert_eq!(git["spec"]["suspend"], false);
+    let before = annotation(&git, "reconcile.fluxcd.io/requestedAt");
+    plugin_ok(
+        cluster,
+        admin,
+        &["reconcile", "source", "git", "podinfo", "-n", NS],
+    );
+    let git = get_json(cluster, GIT_REPOSITORIES, NS, "podinfo");
+    let requested = annotation(&git, "reconcile.fluxcd.io/requestedAt");
+    assert!(requested.is_some() && requested != before, "{git}");
+    plugin_ok(
+        cluster,
+        admin,
+        &["reconcile", "helmrelease", "podinfo", "-n", NS],
+    );
+    let hr = get_json(
+        cluster,
+        "helmreleases.helm.toolkit.fluxcd.io",
+        NS,
+        "podinfo",
+    );
+    assert!(annotation(&hr, "reconcile.fluxcd.io/requestedAt").is_some());
+    plugin_ok(
+        cluster,
+        admin,
+        &[
+            "reconcile",
+            "kustomization",
+            "podinfo",
+            "-n",
+            NS,
+            "--with-source",
+        ],
+    );
+    let ks = get_json(cluster, KUSTOMIZATIONS, NS, "podinfo");
+    let git = get_json(cluster, GIT_REPOSITORIES, NS, "podinfo");
+    assert_eq!(
+        annotation(&ks, "reconcile.fluxcd.io/requestedAt"),
+        annotation(&git, "reconcile.fluxcd.io/requestedAt")
+    );
+    let output = plugin(
+        cluster,
+        admin,
+        &["reconcile", "source", "svn", "podinfo", "-n", NS],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output)
+            .contains("unknown source kind \"svn\": expected one of git, oci, helm, chart, bucket"),
+        "{}",
+        stderr(&output)
+    );
+
+    // flux-operator's kinds: the real operator reconciles the ResourceSet.
+    wait_for(
+        "the ResourceSet applied by flux-operator",
+        RECONCILE,
+        || async { cluster.object("configmap", NEW_NS, "rset-made") },
+    )
+    .await
+    .expect("flux-operator reconciled the ResourceSet");
+    let all = wait_for(
+        "get all -A to list flux-operator's kinds",
+        Duration::from_secs(60),
+        || async {
+            let list = plugin_json(cluster, admin, &["get", "all", "-A"]);
+            let kinds = kinds_of(&list);
+            [
+                "ExternalArtifact",
+                "FluxInstance",
+                "FluxReport",
+                "ResourceSet",
+                "ResourceSetInputProvider",
+            ]
+            .iter()
+            .all(|k| kinds.iter().any(|x| x == k))
+            .then_some(kinds)
+        },
+    )
+    .await
+    .expect("every kind listed");
+    // One table per kind, in flux get all's order, flux-operator's kinds after Flux's.
+    let mut order = all.clone();
+    order.dedup();
+    let position = |kind: &str| order.iter().position(|k| k == kind).unwrap();
+    assert!(
+        position("OCIRepository") < position("GitRepository"),
+        "{order:?}"
+    );
+    assert!(
+        position("GitRepository") < position("ExternalArtifact"),
+        "{order:?}"
+    );
+    assert!(
+        position("HelmRelease") < position("Kustomization"),
+        "{order:?}"
+    );
+    assert!(
+        position("Kustomization") < position("Receiver"),
+        "{order:?}"
+    );
+    assert!(position("Alert") < position("FluxInstance"), "{order:?}");
+    assert!(
+        position("FluxReport") < position("ResourceSet"),
+        "{order:?}"
+    );
+    assert_eq!(
+        order.len(),
+        all.iter().collect::<std::collections::BTreeSet<_>>().len(),
+        "{order:?}"
+    );
+    let report = plugin_json(
+        cluster,
+        admin,
+        &["get", "fluxreport", "flux", "-n", "flux-system"],
+    );
+    assert_eq!(report["kind"], "FluxReport");
+    assert!(
+        report["revision"].as_str().unwrap().starts_with("v2.9."),
+        "{report}"
+    );
+
+    plugin_ok(cluster, admin, &["suspend", "rset", "apps", "-n", NEW_NS]);
+    let rset = get_json(
+        cluster,
+        "resourcesets.fluxcd.controlplane.io",
+        NEW_NS,
+        "apps",
+    );
+    assert_eq!(
+        annotation(&rset, "fluxcd.controlplane.io/reconcile").as_deref(),
+        Some("disabled")
+    );
+    let shown = plugin_json(cluster, admin, &["get", "rset", "apps", "-n", NEW_NS]);
+    assert_eq!(shown["suspended"], true);
+    plugin_ok(
+        cluster,
+        admin,
+        &["resume", "resourceset", "apps", "-n", NEW_NS],
+    );
+    let rset = get_json(
+        cluster,
+        "resourcesets.fluxcd.controlplane.io",
+        NEW_NS,
+        "apps",
+    );
+    assert_eq!(
+        annotation(&rset, "fluxcd.controlplane.io/reconcile").as_deref(),
+        Some("enabled")
+    );
+    plugin_ok(
+        cluster,
+        admin,
+        &["reconcile", "rsip", "inputs", "-n", NEW_NS],
+    );
+    let rsip = get_json(
+        cluster,
+        "resourcesetinputproviders.fluxcd.controlplane.io",
+        NEW_NS,
+        "inputs",
+    );
+    assert!(annotation(&rsip, "reconcile.fluxcd.io/requestedAt").is_some());
+
+    // Read-only kinds are refused, saying why, and left alone.
+    for args in [
+        vec!["suspend", "externalartifact", "generated", "-n", NEW_NS],
+        vec!["reconcile", "fluxreport", "flux", "-n", "flux-system"],
+    ] {
+        let output = plugin(cluster, admin, &args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        assert!(
+            stderr(&output).contains("is read-only"),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+    let external = get_json(
+        cluster,
+        "externalartifacts.source.toolkit.fluxcd.io",
+        NEW_NS,
+        "generated",
+    );
+    assert!(external["spec"]["suspend"].is_null(), "{external}");
+
+    // The raw API: an unset kind is every kind (protobuf's default), as `all` is.
+    let token = cluster
+        .kubectl_ok(&[
+            "-n",
+            "tenantflux-system",
+            "create",
+            "token",
+            "wl-operator",
+            "--audience",
+            "tenantflux-agent",
+        ])
+        .expect("token");
+    let channel = tonic::transport::Endpoint::from_shared(cluster.agent_grpc_address())
+        .unwrap()
+        .connect()
+        .await
+        .expect("connecting to the agent");
+    let mut workloads = tenantflux_proto::v1::workloads_client::WorkloadsClient::new(channel);
+    let list = |kind: &str| {
+        let mut request = tonic::Request::new(tenantflux_proto::v1::ListObjectsRequest {
+            kind: kind.to_owned(),
+            namespace: NS.to_owned(),
+            ..Default::default()
+        });
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {}", token.trim()).parse().unwrap(),
+        );
+        request
+    };
+    let unset = workloads
+        .list_objects(list(""))
+        .await
+        .expect("ListObjects {}")
+        .into_inner();
+    let all = workloads
+        .list_objects(list("all"))
+        .await
+        .expect("ListObjects all")
+        .into_inner();
+    assert_eq!(unset.objects, all.objects);
+    assert!(unset.objects.len() >= 10, "{} objects", unset.objects.len());
+}
+
+/// ArtifactGenerator once its CRD is installed; the CRD is removed again afterwards.
+async fn artifact_generators(cluster: &TestCluster, admin: &Path) {
+    let instance = cluster
+        .object(
+            "fluxinstances.fluxcd.controlplane.io",
+            "flux-system",
+            "flux",
+        )
+        .expect("FluxInstance");
+    let applied = instance["status"]["lastAppliedRevision"]
+        .as_str()
+        .and_then(|r| r.split('@').next())
+        .expect("an applied distribution")
+        .to_owned();
+    let manifest = tenantflux_tests::tool_path("FLUX_OPERATOR_SRC")
+        .join(format!("config/data/flux/{applied}/source-watcher.yaml"));
+    let text = std::fs::read_to_string(&manifest)
+        .unwrap_or_else(|err| panic!("{}: {err}", manifest.display()));
+    let crd = text
+        .split("\n---")
+        .find(|doc| {
+            doc.contains("kind: CustomResourceDefinition")
+                && doc.contains("name: artifactgenerators.source.extensions.fluxcd.io")
+        })
+        .expect("the ArtifactGenerator CRD in source-watcher's manifest");
+    cluster.apply_yaml(crd).expect("ArtifactGenerator CRD");
+    cluster
+        .kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            "crd/artifactgenerators.source.extensions.fluxcd.io",
+            "--timeout=60s",
+        ])
+        .expect("CRD established");
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: source.extensions.fluxcd.io/v1beta1\nkind: ArtifactGenerator\n\
+             metadata: {{name: gen, namespace: {NEW_NS}}}\n\
+             spec: {{sources: [{{alias: repo, kind: GitRepository, name: podinfo, namespace: {NS}}}], \
+             artifacts: [{{name: generated, copy: [{{from: '@repo/**', to: '@artifact/'}}]}}]}}\n"
+        ))
+        .expect("ArtifactGenerator");
+    let listed = wait_for(
+        "get artifact generators to list it",
+        Duration::from_secs(90),
+        || async {
+            let output = plugin(
+                cluster,
+                admin,
+                &["get", "artifact", "generators", "-n", NEW_NS, "-o", "json"],
+            );
+            let list: Value = serde_json::from_slice(&output.stdout).ok()?;
+            (kinds_of(&list) == ["ArtifactGenerator"]).then_some(list)
+        },
+    )
+    .await
+    .expect("ArtifactGenerator served");
+    assert_eq!(
+        listed["items"][0]["apiVersion"],
+        "source.extensions.fluxcd.io/v1beta1"
+    );
+    plugin_ok(cluster, admin, &["suspend", "ag", "gen", "-n", NEW_NS]);
+    let generator = get_json(
+        cluster,
+        "artifactgenerators.source.extensions.fluxcd.io",
+        NEW_NS,
+        "gen",
+    );
+    assert_eq!(
+        annotation(&generator, "source.extensions.fluxcd.io/reconcile").as_deref(),
+        Some("disabled")
+    );
+    assert!(generator["spec"]["suspend"].is_null(), "{generator}");
+    plugin_ok(
+        cluster,
+        admin,
+        &["resume", "artifactgenerator", "gen", "-n", NEW_NS],
+    );
+    let generator = get_json(
+        cluster,
+        "artifactgenerators.source.extensions.fluxcd.io",
+        NEW_NS,
+        "gen",
+    );
+    assert_eq!(
+        annotation(&generator, "source.extensions.fluxcd.io/reconcile").as_deref(),
+        Some("enabled")
+    );
+    let all = plugin_json(cluster, admin, &["get", "all", "-n", NEW_NS]);
+    assert_eq!(
+        kinds_of(&all),
+        [
+            "ExternalArtifact",
+            "ArtifactGenerator",
+            "ResourceSet",
+            "ResourceSetInputProvider"
+        ]
+    );
+    cluster
+        .kubectl_ok(&[
+            "delete",
+            "crd",
+            "artifactgenerators.source.extensions.fluxcd.io",
+            "--wait",
+        ])
+        .expect("CRD removed");
 }
 
 /// The files of the repository at `release`: an app (a ConfigMap and a Deployment), a witness
@@ -733,12 +1195,25 @@ async fn reconciles_from_git(cluster: &TestCluster, admin: &Path) {
 
     // suspend holds a new commit back: the witness, which follows the same source, applies it,
     // so kustomize-controller has seen the new revision; the suspended app stays where it was.
-    plugin_ok(cluster, admin, &["suspend", "ks", "app", "-n", GIT_NS]);
+    // In the flux CLI's words, as a Flux user types them.
+    plugin_ok(
+        cluster,
+        admin,
+        &["suspend", "kustomization", "app", "-n", GIT_NS],
+    );
     let rev2 = commit(&repo, "2");
     let fetched = plugin_ok(
         cluster,
         admin,
-        &["reconcile", "gitrepo", "fleet", "-n", GIT_NS, "--wait"],
+        &[
+            "reconcile",
+            "source",
+            "git",
+            "fleet",
+            "-n",
+            GIT_NS,
+            "--wait",
+        ],
     );
     assert!(fetched.contains(&revision(&rev2)), "{fetched}");
     cluster
@@ -757,7 +1232,11 @@ async fn reconciles_from_git(cluster: &TestCluster, admin: &Path) {
     assert_eq!(row(&table)[..3], ["app", revision(&rev1).as_str(), "True"]);
 
     // resume applies it.
-    plugin_ok(cluster, admin, &["resume", "ks", "app", "-n", GIT_NS]);
+    plugin_ok(
+        cluster,
+        admin,
+        &["resume", "kustomization", "app", "-n", GIT_NS],
+    );
     cluster
         .kustomization_applied(GIT_NS, "app", &revision(&rev2), RECONCILE)
         .await
@@ -786,7 +1265,7 @@ async fn reconciles_from_git(cluster: &TestCluster, admin: &Path) {
         admin,
         &[
             "reconcile",
-            "ks",
+            "kustomization",
             "app",
             "-n",
             GIT_NS,

@@ -14,7 +14,10 @@
 //! A bundle that fails a check changes nothing: the previous install keeps running and the
 //! phase is FAILED with the reason.
 
-use std::time::{Duration, SystemTime};
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::{
@@ -39,7 +42,7 @@ use tokio::sync::watch;
 
 use tenantflux_core::{
     FIELD_MANAGER, MANAGED_BY_LABEL, flux::OPERATOR_DEPLOYMENT, operator::AllowedVersions,
-    policy::Policy, text::chain,
+    policy::Policy, releases::Releases, text::chain,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -222,6 +225,8 @@ struct Installer {
     deployment: Option<Deployment>,
     /// Set while the latest attempt failed; the phase stays FAILED until an attempt succeeds.
     failure: Option<String>,
+    /// The Flux releases of the artifact the operator was installed from, with its digest.
+    releases: watch::Sender<Option<Arc<Releases>>>,
 }
 
 /// Runs the install loop until the shutdown.
@@ -231,6 +236,7 @@ pub async fn run(
     config: InstallConfig,
     policy: watch::Receiver<Held>,
     tx: watch::Sender<InstallState>,
+    releases: watch::Sender<Option<Arc<Releases>>>,
     shutdown: CancellationToken,
 ) {
     let mut policy_changes = policy.clone();
@@ -259,6 +265,7 @@ pub async fn run(
         applied: None,
         deployment: None,
         failure: None,
+        releases,
     };
     let deployments = watcher::watcher(
         Api::<Deployment>::namespaced(client.clone(), &installer.config.operator_namespace),
@@ -444,6 +451,55 @@ impl Installer {
         }
     }
 
+    /// Derives the Flux releases from the artifact's distributions, once per artifact digest:
+    /// flux-operator installs only what it ships, so the upgrade planner follows it. An
+    /// artifact whose `flux/` cannot be read leaves the previous list (or the embedded table)
+    /// in force, with a warning.
+    async fn learn_releases(
+        &self,
+        bundle: &Bundle,
+        source_name: &str,
+        distributions: Vec<(String, String)>,
+    ) {
+        if distributions.is_empty() {
+            return;
+        }
+        let name = format!(
+            "flux-operator {} manifests artifact {source_name} ({})",
+            bundle.version, bundle.digest
+        );
+        if self
+            .releases
+            .borrow()
+            .as_ref()
+            .is_some_and(|r| r.source == name)
+        {
+            return;
+        }
+        let derive_name = name.clone();
+        let derived = tokio::task::spawn_blocking(move || {
+            Releases::from_distributions(
+                derive_name,
+                distributions
+                    .iter()
+                    .map(|(path, text)| (path.as_str(), text.as_str())),
+            )
+        })
+        .await;
+        match derived {
+            Ok(Ok(releases)) => {
+                tracing::info!(source = %name, releases = %releases.span(), "Flux releases known from the artifact");
+                self.releases.send_replace(Some(Arc::new(releases)));
+            }
+            Ok(Err(err)) => {
+                tracing::warn!(source = %name, error = %err, "the artifact's Flux distributions cannot be read; the upgrade planner keeps its previous release list");
+            }
+            Err(err) => {
+                tracing::warn!(source = %name, error = %err, "deriving the Flux releases failed");
+            }
+        }
+    }
+
     /// One install attempt: read, check, apply in order, remember, prune.
     async fn reconcile(&mut self) -> Result<(), InstallError> {
         let source_name = self.config.source.to_string();
@@ -454,7 +510,7 @@ impl Installer {
             .as_ref()
             .map(|a| a.policy.clone());
         let allowed = install_rules(policy.as_deref(), &self.config.allowed, &source_name)?.clone();
-        let fetched =
+        let mut fetched =
             self.fetcher
                 .fetch(&self.config.source)
                 .await
@@ -462,6 +518,7 @@ impl Installer {
                     source_name: source_name.clone(),
                     message: chain(&err),
                 })?;
+        let distributions = std::mem::take(&mut fetched.distributions);
         let bundle = Bundle::parse(
             &fetched.yaml,
             fetched.digest,
@@ -500,6 +557,8 @@ impl Installer {
             objects: bundle.references(),
         };
         self.write_record(&record).await?;
+        self.learn_releases(&bundle, &source_name, distributions)
+            .await;
         let pruned = self.prune(previous.as_ref(), &record.objects).await;
 
         let changed = previous.as_ref().is_none_or(|p| p.digest != record.digest);

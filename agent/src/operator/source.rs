@@ -149,6 +149,10 @@ pub struct Fetched {
     pub yaml: String,
     /// The OCI manifest digest, or `sha256:` of the YAML.
     pub digest: String,
+    /// The artifact's `flux/` files (path, content): the distributions the operator ships,
+    /// from which the agent knows the Flux releases. Empty for ConfigMap, Secret and file
+    /// bundles, which hold `install.yaml` only.
+    pub distributions: Vec<(String, String)>,
 }
 
 /// Why the bundle could not be read.
@@ -263,6 +267,7 @@ impl Fetcher {
                 Ok(Fetched {
                     digest: digest_of(yaml.as_bytes()),
                     yaml,
+                    distributions: Vec::new(),
                 })
             }
             BundleSource::Secret(name) => {
@@ -385,6 +390,7 @@ impl Fetcher {
         Ok(Fetched {
             yaml,
             digest: manifest_digest,
+            distributions: distributions_from_layer(&blob),
         })
     }
 
@@ -410,7 +416,54 @@ impl Fetcher {
 fn text(bytes: Vec<u8>, what: impl FnOnce() -> String) -> Result<Fetched, SourceError> {
     let digest = digest_of(&bytes);
     let yaml = String::from_utf8(bytes).map_err(|_| SourceError::NotText { what: what() })?;
-    Ok(Fetched { yaml, digest })
+    Ok(Fetched {
+        yaml,
+        digest,
+        distributions: Vec::new(),
+    })
+}
+
+/// The most of `flux/` an artifact may hold (flux-operator v0.59.0's is 16 MiB for 30
+/// distributions): beyond it the release list falls back to the embedded table.
+const DISTRIBUTIONS_MAX: u64 = 128 << 20;
+
+/// The `flux/` YAML files of the artifact's layer (path without `./`, content). A layer that
+/// cannot be read, or holds more than [`DISTRIBUTIONS_MAX`], gives none: the install itself
+/// only needs `install.yaml`, and the release list then comes from the embedded table.
+pub fn distributions_from_layer(layer: &[u8]) -> Vec<(String, String)> {
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(layer));
+    let Ok(entries) = archive.entries() else {
+        return Vec::new();
+    };
+    let mut files = Vec::new();
+    let mut total = 0;
+    for entry in entries {
+        let Ok(mut entry) = entry else {
+            return Vec::new();
+        };
+        let Ok(path) = entry
+            .path()
+            .map(|p| p.to_string_lossy().trim_start_matches("./").to_owned())
+        else {
+            continue;
+        };
+        if !path.starts_with("flux/") || !path.ends_with(".yaml") {
+            continue;
+        }
+        total += entry.size();
+        if total > DISTRIBUTIONS_MAX {
+            tracing::warn!(
+                limit = DISTRIBUTIONS_MAX,
+                "the artifact's flux/ holds more than the limit; Flux releases come from the embedded table"
+            );
+            return Vec::new();
+        }
+        let mut text = String::new();
+        if entry.read_to_string(&mut text).is_ok() {
+            files.push((path, text));
+        }
+    }
+    files
 }
 
 /// `flux-operator/install.yaml` from the artifact's layer (a gzipped tarball, as `flux push
@@ -576,6 +629,40 @@ mod tests {
                 .unwrap_err()
                 .starts_with("its layer is not a gzipped tarball")
         );
+    }
+
+    #[test]
+    fn the_distributions_come_out_of_the_artifact_layer() {
+        let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
+            Vec::new(),
+            flate2::Compression::fast(),
+        ));
+        for (path, content) in [
+            ("flux-operator/install.yaml", "kind: Namespace\n"),
+            (
+                "./flux/v2.9.4/source-controller.yaml",
+                "kind: CustomResourceDefinition\n",
+            ),
+            ("flux/v2.9.4/README.md", "not yaml"),
+            ("flux-images/v2.9.4.yaml", "images: []\n"),
+        ] {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(content.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            builder
+                .append_data(&mut header, path, content.as_bytes())
+                .unwrap();
+        }
+        let layer = builder.into_inner().unwrap().finish().unwrap();
+        assert_eq!(
+            distributions_from_layer(&layer),
+            [(
+                "flux/v2.9.4/source-controller.yaml".to_owned(),
+                "kind: CustomResourceDefinition\n".to_owned()
+            )]
+        );
+        assert!(distributions_from_layer(b"not gzip").is_empty());
     }
 
     #[test]

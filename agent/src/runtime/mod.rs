@@ -201,6 +201,8 @@ async fn run(args: Args) -> Result<(), Error> {
         None => None,
     };
     let policy_store = PolicyStore::new(client.clone(), &args.namespace, policy_key);
+    // The Flux releases of the artifact the agent installs flux-operator from, once read.
+    let (releases_tx, releases_rx) = watch::channel(None);
     let (install, install_rx) = match args.operator_bundle.clone() {
         Some(source) => {
             let (tx, rx) = watch::channel(InstallState::initial(&source));
@@ -226,6 +228,7 @@ async fn run(args: Args) -> Result<(), Error> {
                 config,
                 policy_store.subscribe(),
                 tx,
+                releases_tx,
                 shutdown.clone(),
             ));
             (Some(task), Some(rx))
@@ -292,6 +295,7 @@ async fn run(args: Args) -> Result<(), Error> {
             concurrency: args.upgrade_concurrency,
         },
         policy_store.subscribe(),
+        releases_rx,
         shutdown.clone(),
     );
     // An upgrade an earlier agent left unfinished goes on from its record.

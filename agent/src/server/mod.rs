@@ -312,6 +312,7 @@ mod tests {
                     concurrency: 8,
                 },
                 store.subscribe(),
+                tokio::sync::watch::channel(None).1,
                 shutdown.clone(),
             ),
             authorizer.clone(),

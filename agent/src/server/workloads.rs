@@ -52,6 +52,11 @@ pub enum WorkloadsError {
         resource: String,
     },
 
+    #[error(
+        "{kind} is read-only: no controller suspends or reconciles it on request (what produces it does; get it with `get`)"
+    )]
+    ReadOnly { kind: &'static str },
+
     #[error("{kind} {namespace}/{name} not found")]
     NotFound {
         kind: &'static str,
@@ -104,9 +109,9 @@ impl From<WorkloadsError> for tonic::Status {
             WorkloadsError::UnknownKind { .. }
             | WorkloadsError::MissingName { .. }
             | WorkloadsError::InvalidArgument(_) => Code::InvalidArgument,
-            WorkloadsError::NotServed { .. } | WorkloadsError::NoSource { .. } => {
-                Code::FailedPrecondition
-            }
+            WorkloadsError::NotServed { .. }
+            | WorkloadsError::NoSource { .. }
+            | WorkloadsError::ReadOnly { .. } => Code::FailedPrecondition,
             WorkloadsError::NotFound { .. } => Code::NotFound,
             WorkloadsError::Loading { .. } => Code::Unavailable,
             WorkloadsError::Lagged(_) => Code::Aborted,
@@ -186,11 +191,22 @@ impl WorkloadsService {
         }
     }
 
-    /// The kinds `name` stands for: one kind, or every served kind for "all".
+    /// The kinds `name` stands for: one kind; every served kind for "all" or nothing (an
+    /// unset field is protobuf's default); every served kind of a category for flux's
+    /// `sources` and `images`.
     async fn kinds(&self, name: &str) -> Result<Kinds> {
         self.wait_discovered().await?;
-        if name.eq_ignore_ascii_case("all") {
+        if name.is_empty() || name.eq_ignore_ascii_case("all") {
             return Ok(Kinds::All(self.caches.served()));
+        }
+        if let Some(category) = catalog::Category::named(name) {
+            let served = self.caches.served();
+            return Ok(Kinds::All(
+                served
+                    .into_iter()
+                    .filter(|c| c.kind.category == category)
+                    .collect(),
+            ));
         }
         let kind = find_kind(name)?;
         Ok(Kinds::One(self.served(kind)?))
@@ -292,7 +308,11 @@ impl WorkloadsService {
     ) -> Result<(Arc<KindCache>, String, String)> {
         let reference = checked(reference, what)?;
         self.wait_discovered().await?;
-        let cache = self.served(find_kind(&reference.kind)?)?;
+        let kind = find_kind(&reference.kind)?;
+        if !kind.controllable() {
+            return Err(WorkloadsError::ReadOnly { kind: kind.kind });
+        }
+        let cache = self.served(kind)?;
         let permission = permission("patch", cache.kind, Some(&reference.namespace));
         self.authorizer.authorize(metadata, &permission).await?;
         self.object(&cache, &reference.namespace, &reference.name)
@@ -378,6 +398,7 @@ fn find_kind(name: &str) -> Result<&'static FluxKind> {
                 Some(short) => format!("{} ({short})", k.kind.to_ascii_lowercase()),
                 None => k.kind.to_ascii_lowercase(),
             })
+            .chain(["sources", "images", "all"].map(str::to_owned))
             .collect::<Vec<_>>()
             .join(", "),
     })

@@ -30,7 +30,7 @@ use tenantflux_proto::v1::{ApplyUpgradeRequest, UpgradePlan};
 use tokio::sync::{Mutex, watch};
 
 use self::state::{CrdRecord, Phase, RECORD_KEY, RECORD_NAME, Record};
-use tenantflux_core::text::chain;
+use tenantflux_core::{releases::Releases, text::chain};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -173,6 +173,9 @@ pub struct Upgrader {
     loaded: watch::Sender<bool>,
     /// Held while a run executes; ApplyUpgrade takes it to decide.
     running: Arc<Mutex<()>>,
+    /// The releases of the manifests artifact the operator was installed from, once read;
+    /// until then (and for bundles without one) the embedded table.
+    releases: watch::Receiver<Option<Arc<Releases>>>,
     shutdown: CancellationToken,
 }
 
@@ -181,6 +184,7 @@ impl Upgrader {
         client: Client,
         config: UpgradeConfig,
         policy: watch::Receiver<Held>,
+        releases: watch::Receiver<Option<Arc<Releases>>>,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         Arc::new(Self {
@@ -192,6 +196,7 @@ impl Upgrader {
             state: watch::Sender::new(None),
             loaded: watch::Sender::new(false),
             running: Arc::new(Mutex::new(())),
+            releases,
             shutdown,
         })
     }
@@ -286,7 +291,17 @@ impl Upgrader {
     pub async fn plan(&self, to: &str) -> Result<UpgradePlan, StepError> {
         let facts = self.facts().await?;
         let held = self.policy.borrow().accepted.clone();
-        Ok(plan::plan(to, held.as_ref().map(|a| &*a.policy), &facts))
+        let known = self
+            .releases
+            .borrow()
+            .clone()
+            .unwrap_or_else(|| Arc::new(Releases::embedded()));
+        Ok(plan::plan(
+            to,
+            held.as_ref().map(|a| &*a.policy),
+            &facts,
+            &known,
+        ))
     }
 
     /// Plans, and starts the upgrade unless blocked or one is running.

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use tenantflux_proto::v1::{CrdMigration, Finding, RemovedApiUse, UpgradePlan};
 
 use tenantflux_core::policy::{Policy, Range, Release};
-use tenantflux_core::releases::{self, KindVersions};
+use tenantflux_core::releases::{self, KindVersions, Releases};
 
 /// What the planner needs to know about the cluster.
 #[derive(Clone, Debug, Default)]
@@ -114,11 +114,17 @@ pub fn with_version(spec: Option<&Value>, version: &str) -> Option<Value> {
     Some(spec)
 }
 
-/// Plans an upgrade to `requested` under `policy` (the held one, if any).
-pub fn plan(requested: &str, policy: Option<&Policy>, facts: &Facts) -> UpgradePlan {
+/// Plans an upgrade to `requested` under `policy` (the held one, if any), with the releases
+/// `known` lists.
+pub fn plan(
+    requested: &str,
+    policy: Option<&Policy>,
+    facts: &Facts,
+    known: &Releases,
+) -> UpgradePlan {
     let mut plan = UpgradePlan {
         requested: requested.to_owned(),
-        known_releases: format!("flux-operator {}", releases::OPERATOR_VERSION),
+        known_releases: known.source.clone(),
         current_version: facts.installed.map(|r| r.to_string()).unwrap_or_default(),
         current_range: facts
             .instance_spec
@@ -161,17 +167,10 @@ pub fn plan(requested: &str, policy: Option<&Policy>, facts: &Facts) -> UpgradeP
             return finish(plan, blockers, warnings);
         }
     };
-    let known = || {
-        format!(
-            "{} … {}, the distributions {} ships",
-            releases::KNOWN[0],
-            releases::KNOWN[releases::KNOWN.len() - 1],
-            plan.known_releases
-        )
-    };
-    let target = match releases::resolve(&range, policy_range.as_ref()) {
+    let known_span = || format!("{}, from {}", known.span(), plan.known_releases);
+    let target = match known.resolve(&range, policy_range.as_ref()) {
         Some(target) => target,
-        None => match releases::resolve(&range, None) {
+        None => match known.resolve(&range, None) {
             // Planned anyway, so the tenant sees everything else too.
             Some(outside) => {
                 let allowed = policy_range.as_ref().map(Range::text).unwrap_or_default();
@@ -187,14 +186,24 @@ pub fn plan(requested: &str, policy: Option<&Policy>, facts: &Facts) -> UpgradeP
             None => {
                 let message = format!(
                     "no known Flux release matches {requested:?} (known: {})",
-                    known()
+                    known_span()
                 );
                 blockers.push(finding("unknown-release", message));
                 return finish(plan, blockers, warnings);
             }
         },
     };
-    let table = releases::minor(target).expect("every known release has a table");
+    let Some(table) = known.minor(target) else {
+        blockers.push(finding(
+            "unknown-release",
+            format!(
+                "{} lists Flux {target} but no API versions for {}",
+                plan.known_releases,
+                minor_text(target)
+            ),
+        ));
+        return finish(plan, blockers, warnings);
+    };
     plan.target = target.to_string();
     plan.written_version = if is_exact(&range) {
         target.to_string()
@@ -275,7 +284,8 @@ pub fn plan(requested: &str, policy: Option<&Policy>, facts: &Facts) -> UpgradeP
             continue;
         };
         if !kind.serves(&crd.storage_version) {
-            let via = releases::MINORS
+            let via = known
+                .minors
                 .iter()
                 .filter(|m| {
                     facts.installed.is_none_or(|i| m.minor > i.minor) && m.minor < target.minor
@@ -457,6 +467,11 @@ mod tests {
 
     const SOURCE: &str = "source.toolkit.fluxcd.io";
 
+    /// Plans with the embedded release table.
+    fn plan_of(requested: &str, policy: Option<&Policy>, facts: &Facts) -> UpgradePlan {
+        super::plan(requested, policy, facts, &Releases::embedded())
+    }
+
     fn facts() -> Facts {
         Facts {
             instance_spec: Some(json!({
@@ -499,8 +514,56 @@ mod tests {
     }
 
     #[test]
+    fn the_plan_follows_the_release_list_it_is_given_and_names_it() {
+        let kind = |served: &[&str]| releases::KindVersions {
+            group: SOURCE.into(),
+            kind: "OCIRepository".into(),
+            served: served.iter().map(|v| (*v).to_owned()).collect(),
+        };
+        let minor = |minor: u64, served: &[&str]| releases::Minor {
+            minor,
+            kubernetes_minimum: releases::kubernetes_minimum(minor),
+            kinds: vec![kind(served)],
+        };
+        let from_artifact = Releases {
+            source: "flux-operator v0.61.0 manifests artifact oci://r/m:v0.61.0 (sha256:1)".into(),
+            releases: vec![Release::new(2, 6, 4), Release::new(2, 10, 1)],
+            minors: vec![minor(6, &["v1", "v1beta2"]), minor(10, &["v1"])],
+        };
+        let plan = super::plan("2.x", None, &facts(), &from_artifact);
+        assert_eq!(plan.known_releases, from_artifact.source);
+        assert_eq!(
+            plan.target, "2.10.1",
+            "a release no table in the agent names"
+        );
+        assert_eq!(plan.migrations.len(), 1, "{plan:?}");
+        assert_eq!(plan.migrations[0].unserved, ["v1beta2"]);
+        let unknown = super::plan("2.8.x", None, &facts(), &from_artifact);
+        assert!(unknown.blocked);
+        assert!(
+            unknown.blockers[0]
+                .message
+                .contains("(known: 2.6.4 … 2.10.1, from flux-operator v0.61.0 manifests artifact"),
+            "{:?}",
+            unknown.blockers
+        );
+        // A list naming a release without its minor's API versions blocks instead of guessing.
+        let mut partial = from_artifact.clone();
+        partial.minors.pop();
+        let blocked = super::plan("2.10.x", None, &facts(), &partial);
+        assert!(blocked.blocked);
+        assert!(
+            blocked.blockers[0]
+                .message
+                .ends_with("lists Flux 2.10.1 but no API versions for 2.10"),
+            "{:?}",
+            blocked.blockers
+        );
+    }
+
+    #[test]
     fn a_clean_upgrade_lists_the_migrations_and_resolves_the_range() {
-        let plan = plan("2.8.x", None, &facts());
+        let plan = plan_of("2.8.x", None, &facts());
         assert!(!plan.blocked, "{:?}", plan.blockers);
         assert_eq!(plan.target, "2.8.8");
         assert_eq!(plan.written_version, "2.8.x");
@@ -512,20 +575,20 @@ mod tests {
         assert_eq!(m.unserved, ["v1beta2"]);
         assert_eq!((m.storage_version.as_str(), m.objects), ("v1", 12));
 
-        let exact = super::plan("2.8.3", None, &facts());
+        let exact = plan_of("2.8.3", None, &facts());
         assert_eq!(
             (exact.target.as_str(), exact.written_version.as_str()),
             ("2.8.3", "2.8.3")
         );
         // 2.7 still serves v1beta2: nothing to migrate.
-        assert!(super::plan("2.7.x", None, &facts()).migrations.is_empty());
+        assert!(plan_of("2.7.x", None, &facts()).migrations.is_empty());
     }
 
     #[test]
     fn kubernetes_too_old_for_the_target_blocks() {
         let mut old = facts();
         old.kubernetes = Some((1, 32));
-        let plan = plan("2.8.x", None, &old);
+        let plan = plan_of("2.8.x", None, &old);
         assert!(plan.blocked);
         assert_eq!(codes(&plan.blockers), ["kubernetes"]);
         assert!(
@@ -533,14 +596,14 @@ mod tests {
             "{:?}",
             plan.blockers
         );
-        assert!(!super::plan("2.7.x", None, &old).blocked);
+        assert!(!plan_of("2.7.x", None, &old).blocked);
     }
 
     #[test]
     fn downgrades_across_minors_are_refused_with_the_reason() {
         let mut newer = facts();
         newer.installed = Some(Release::new(2, 8, 8));
-        let plan = plan("2.7.x", None, &newer);
+        let plan = plan_of("2.7.x", None, &newer);
         assert_eq!(codes(&plan.blockers), ["downgrade"]);
         assert!(
             plan.blockers[0].message.contains("flux-operator refuses"),
@@ -548,7 +611,7 @@ mod tests {
             plan.blockers
         );
         assert_eq!(
-            codes(&super::plan("2.8.8", None, &newer).warnings),
+            codes(&plan_of("2.8.8", None, &newer).warnings),
             ["same-version"]
         );
     }
@@ -556,7 +619,7 @@ mod tests {
     #[test]
     fn a_target_outside_the_policy_blocks_and_the_rest_is_still_planned() {
         let policy = policy("    versions: \">=2.5.0 <2.8.0\"\n");
-        let plan = plan("2.8.x", Some(&policy), &facts());
+        let plan = plan_of("2.8.x", Some(&policy), &facts());
         assert_eq!(codes(&plan.blockers), ["policy"]);
         assert!(
             plan.blockers[0]
@@ -568,7 +631,7 @@ mod tests {
         assert_eq!(plan.target, "2.8.8");
         assert_eq!(plan.migrations.len(), 1);
         // A range reaching into the policy resolves inside it.
-        let inside = super::plan("2.x", Some(&policy), &facts());
+        let inside = plan_of("2.x", Some(&policy), &facts());
         assert!(!inside.blocked, "{:?}", inside.blockers);
         assert_eq!(inside.target, "2.7.5");
     }
@@ -596,7 +659,7 @@ mod tests {
         let policy = policy(
             "    upgradeDeadline: {minimumVersion: 2.8.0, date: \"2026-12-15\", warnDays: 30}\n",
         );
-        let soon = plan("2.7.x", Some(&policy), &facts());
+        let soon = plan_of("2.7.x", Some(&policy), &facts());
         assert_eq!(soon.deadline.as_ref().unwrap().date, "2026-12-15");
         assert!(!soon.blocked);
         assert_eq!(codes(&soon.warnings), ["deadline"]);
@@ -607,14 +670,14 @@ mod tests {
         );
         let mut late = facts();
         late.day = tenantflux_core::policy::parse_date("2027-01-01").unwrap();
-        let after = plan("2.7.x", Some(&policy), &late);
+        let after = plan_of("2.7.x", Some(&policy), &late);
         assert_eq!(codes(&after.blockers), ["policy"]);
         assert!(
             after.blockers[0].message.contains("since 2026-12-15"),
             "{:?}",
             after.blockers
         );
-        assert!(!super::plan("2.8.x", Some(&policy), &late).blocked);
+        assert!(!plan_of("2.8.x", Some(&policy), &late).blocked);
     }
 
     #[test]
@@ -651,7 +714,7 @@ mod tests {
                 object: object("manual", "v1beta2"),
             },
         ];
-        let plan = plan("2.8.x", None, &f);
+        let plan = plan_of("2.8.x", None, &f);
         assert_eq!(codes(&plan.blockers), ["removed-api-in-git"]);
         let message = &plan.blockers[0].message;
         for part in [
@@ -668,7 +731,7 @@ mod tests {
         assert_eq!(plan.removed_api_uses.len(), 2);
         assert!(plan.removed_api_uses[0].blocking && !plan.removed_api_uses[1].blocking);
         // 2.7 still serves v1beta2.
-        assert!(!super::plan("2.7.x", None, &f).blocked);
+        assert!(!plan_of("2.7.x", None, &f).blocked);
     }
 
     #[test]
@@ -684,7 +747,7 @@ mod tests {
                 version: "v1beta2".into(),
             },
         }];
-        let plan = plan("2.8.x", None, &f);
+        let plan = plan_of("2.8.x", None, &f);
         let git = plan
             .migrations
             .iter()
@@ -706,7 +769,7 @@ mod tests {
             storage_version: "v1beta2".into(),
             objects: 0,
         });
-        let plan = plan("2.9.x", None, &f);
+        let plan = plan_of("2.9.x", None, &f);
         assert_eq!(codes(&plan.blockers), ["storage-version"]);
         assert!(
             plan.blockers[0].message.contains("upgrade to 2.7.x first"),
@@ -717,15 +780,15 @@ mod tests {
 
     #[test]
     fn unknown_targets_and_missing_instances() {
-        let plan = plan("2.10.x", None, &facts());
+        let plan = plan_of("2.10.x", None, &facts());
         assert_eq!(codes(&plan.blockers), ["unknown-release"]);
         assert!(
-            plan.blockers[0].message.contains("2.2.3 … 2.9.4"),
+            plan.blockers[0].message.contains("2.2.3 … 2.9.5"),
             "{:?}",
             plan.blockers
         );
         assert_eq!(
-            codes(&super::plan("latest", None, &facts()).blockers),
+            codes(&plan_of("latest", None, &facts()).blockers),
             ["unknown-release"]
         );
         let none = Facts {
@@ -734,7 +797,7 @@ mod tests {
             ..facts()
         };
         assert_eq!(
-            codes(&super::plan("2.8.x", None, &none).blockers),
+            codes(&plan_of("2.8.x", None, &none).blockers),
             ["no-instance"]
         );
     }

@@ -4,8 +4,8 @@
 
 use serde_json::{Value, json};
 use tenantflux_core::flux::{
-    INSTANCE_KIND, INSTANCE_PLURAL, OPERATOR_GROUP, OPERATOR_RECONCILE_ANNOTATION,
-    REQUESTED_AT_ANNOTATION,
+    INSTANCE_KIND, INSTANCE_PLURAL, OPERATOR_GROUP, OPERATOR_RECONCILE_ANNOTATION, REPORT_KIND,
+    REPORT_PLURAL, REQUESTED_AT_ANNOTATION,
 };
 
 /// Annotation helm-controller forces a one-off install or upgrade on (same value as requestedAt).
@@ -14,10 +14,15 @@ pub const FORCE_AT: &str = "reconcile.fluxcd.io/forceAt";
 /// How a kind is suspended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SuspendBy {
-    /// `spec.suspend: true|false` (every Flux toolkit kind).
+    /// `spec.suspend: true|false` (every Flux toolkit kind that has a controller of its own).
     Spec,
-    /// `fluxcd.controlplane.io/reconcile: disabled|enabled` (flux-operator's kinds).
-    Annotation,
+    /// This annotation set to `disabled|enabled` (flux-operator's kinds:
+    /// `fluxcd.controlplane.io/reconcile`; source-watcher's ArtifactGenerator:
+    /// `source.extensions.fluxcd.io/reconcile`).
+    Annotation(&'static str),
+    /// Nothing reconciles the kind on its own schedule (ExternalArtifact, written by whatever
+    /// produces it) or it is a report (FluxReport): read-only here.
+    ReadOnly,
 }
 
 /// Where a kind's revision column comes from.
@@ -30,6 +35,10 @@ pub enum Revision {
     ScanTime,
     LatestImage,
     LastRun,
+    /// ResourceSetInputProvider: `status.lastExportedRevision`.
+    LastExported,
+    /// FluxReport: the distribution version it reports.
+    Distribution,
 }
 
 /// Where a kind names its source, for `reconcile --with-source`.
@@ -40,6 +49,26 @@ pub enum SourceRef {
     Spec,
     /// `spec.chartRef`, else `spec.chart.spec.sourceRef` (HelmRelease).
     HelmChart,
+}
+
+/// Which of flux's command groups a kind belongs to (`flux get sources all`, `flux get images
+/// all`), so the same words select the same kinds here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Category {
+    Source,
+    Image,
+    Other,
+}
+
+impl Category {
+    /// The category a word of flux's grammar names (`sources`, `images`, either singular).
+    pub fn named(word: &str) -> Option<Self> {
+        match word.to_ascii_lowercase().as_str() {
+            "sources" | "source" => Some(Self::Source),
+            "images" | "image" => Some(Self::Image),
+            _ => None,
+        }
+    }
 }
 
 /// One Flux kind.
@@ -53,6 +82,7 @@ pub struct FluxKind {
     pub revision: Revision,
     pub suspend: SuspendBy,
     pub source: SourceRef,
+    pub category: Category,
 }
 
 impl FluxKind {
@@ -68,11 +98,20 @@ impl FluxKind {
     pub fn revision_column(&self) -> &'static str {
         match self.revision {
             Revision::None => "",
-            Revision::Artifact | Revision::LastApplied | Revision::HelmRelease => "REVISION",
+            Revision::Artifact
+            | Revision::LastApplied
+            | Revision::HelmRelease
+            | Revision::LastExported => "REVISION",
             Revision::ScanTime => "LAST SCAN",
             Revision::LatestImage => "LATEST IMAGE",
             Revision::LastRun => "LAST RUN",
+            Revision::Distribution => "VERSION",
         }
+    }
+
+    /// Whether suspend, resume and reconcile apply: read-only kinds refuse them.
+    pub fn controllable(&self) -> bool {
+        self.suspend != SuspendBy::ReadOnly
     }
 
     /// `kustomizations.kustomize.toolkit.fluxcd.io`, as RBAC and kubectl name it.
@@ -82,10 +121,14 @@ impl FluxKind {
 }
 
 const SOURCE: &str = "source.toolkit.fluxcd.io";
+const SOURCE_EXTENSIONS: &str = "source.extensions.fluxcd.io";
 const KUSTOMIZE: &str = "kustomize.toolkit.fluxcd.io";
 const HELM: &str = "helm.toolkit.fluxcd.io";
 const NOTIFICATION: &str = "notification.toolkit.fluxcd.io";
 const IMAGE: &str = "image.toolkit.fluxcd.io";
+
+/// source-watcher's annotation that turns reconciliation of an ArtifactGenerator off.
+const GENERATOR_RECONCILE_ANNOTATION: &str = "source.extensions.fluxcd.io/reconcile";
 
 const fn toolkit(
     kind: &'static str,
@@ -94,6 +137,7 @@ const fn toolkit(
     short_names: &'static [&'static str],
     revision: Revision,
     source: SourceRef,
+    category: Category,
 ) -> FluxKind {
     FluxKind {
         kind,
@@ -103,19 +147,32 @@ const fn toolkit(
         revision,
         suspend: SuspendBy::Spec,
         source,
+        category,
     }
 }
 
-/// Every kind, in the order `get all` shows them (flux's: sources, then what applies them).
+const fn operator(
+    kind: &'static str,
+    plural: &'static str,
+    short_names: &'static [&'static str],
+    revision: Revision,
+    suspend: SuspendBy,
+) -> FluxKind {
+    FluxKind {
+        kind,
+        group: OPERATOR_GROUP,
+        plural,
+        short_names,
+        revision,
+        suspend,
+        source: SourceRef::None,
+        category: Category::Other,
+    }
+}
+
+/// Every kind, in the order `get all` shows them: `flux get all`'s (sources, images, what
+/// applies them, notifications), then source-watcher's and flux-operator's kinds.
 pub static KINDS: &[FluxKind] = &[
-    toolkit(
-        "GitRepository",
-        SOURCE,
-        "gitrepositories",
-        &["gitrepo", "gitrepos", "git"],
-        Revision::Artifact,
-        SourceRef::None,
-    ),
     toolkit(
         "OCIRepository",
         SOURCE,
@@ -123,22 +180,7 @@ pub static KINDS: &[FluxKind] = &[
         &["ocirepo", "ocirepos", "oci"],
         Revision::Artifact,
         SourceRef::None,
-    ),
-    toolkit(
-        "HelmRepository",
-        SOURCE,
-        "helmrepositories",
-        &["helmrepo", "helmrepos"],
-        Revision::Artifact,
-        SourceRef::None,
-    ),
-    toolkit(
-        "HelmChart",
-        SOURCE,
-        "helmcharts",
-        &["helmchart", "chart", "charts", "hc"],
-        Revision::Artifact,
-        SourceRef::None,
+        Category::Source,
     ),
     toolkit(
         "Bucket",
@@ -147,47 +189,45 @@ pub static KINDS: &[FluxKind] = &[
         &[],
         Revision::Artifact,
         SourceRef::None,
+        Category::Source,
     ),
     toolkit(
-        "Kustomization",
-        KUSTOMIZE,
-        "kustomizations",
-        &["ks"],
-        Revision::LastApplied,
-        SourceRef::Spec,
-    ),
-    toolkit(
-        "HelmRelease",
-        HELM,
-        "helmreleases",
-        &["hr"],
-        Revision::HelmRelease,
-        SourceRef::HelmChart,
-    ),
-    toolkit(
-        "Receiver",
-        NOTIFICATION,
-        "receivers",
-        &[],
-        Revision::None,
+        "GitRepository",
+        SOURCE,
+        "gitrepositories",
+        &["gitrepo", "gitrepos", "git"],
+        Revision::Artifact,
         SourceRef::None,
+        Category::Source,
     ),
     toolkit(
-        "Alert",
-        NOTIFICATION,
-        "alerts",
-        &[],
-        Revision::None,
+        "HelmRepository",
+        SOURCE,
+        "helmrepositories",
+        &["helmrepo", "helmrepos"],
+        Revision::Artifact,
         SourceRef::None,
+        Category::Source,
     ),
     toolkit(
-        "Provider",
-        NOTIFICATION,
-        "providers",
-        &["alert-provider", "alert-providers"],
-        Revision::None,
+        "HelmChart",
+        SOURCE,
+        "helmcharts",
+        &["helmchart", "chart", "charts", "hc"],
+        Revision::Artifact,
         SourceRef::None,
+        Category::Source,
     ),
+    FluxKind {
+        kind: "ExternalArtifact",
+        group: SOURCE,
+        plural: "externalartifacts",
+        short_names: &[],
+        revision: Revision::Artifact,
+        suspend: SuspendBy::ReadOnly,
+        source: SourceRef::None,
+        category: Category::Source,
+    },
     toolkit(
         "ImageRepository",
         IMAGE,
@@ -195,6 +235,7 @@ pub static KINDS: &[FluxKind] = &[
         &["imagerepo", "imagerepos"],
         Revision::ScanTime,
         SourceRef::None,
+        Category::Image,
     ),
     toolkit(
         "ImagePolicy",
@@ -203,6 +244,7 @@ pub static KINDS: &[FluxKind] = &[
         &[],
         Revision::LatestImage,
         SourceRef::None,
+        Category::Image,
     ),
     toolkit(
         "ImageUpdateAutomation",
@@ -211,16 +253,91 @@ pub static KINDS: &[FluxKind] = &[
         &["imageupdate", "imageupdates"],
         Revision::LastRun,
         SourceRef::None,
+        Category::Image,
+    ),
+    toolkit(
+        "HelmRelease",
+        HELM,
+        "helmreleases",
+        &["hr"],
+        Revision::HelmRelease,
+        SourceRef::HelmChart,
+        Category::Other,
+    ),
+    toolkit(
+        "Kustomization",
+        KUSTOMIZE,
+        "kustomizations",
+        &["ks"],
+        Revision::LastApplied,
+        SourceRef::Spec,
+        Category::Other,
+    ),
+    toolkit(
+        "Receiver",
+        NOTIFICATION,
+        "receivers",
+        &[],
+        Revision::None,
+        SourceRef::None,
+        Category::Other,
+    ),
+    toolkit(
+        "Provider",
+        NOTIFICATION,
+        "providers",
+        &["alert-provider", "alert-providers"],
+        Revision::None,
+        SourceRef::None,
+        Category::Other,
+    ),
+    toolkit(
+        "Alert",
+        NOTIFICATION,
+        "alerts",
+        &[],
+        Revision::None,
+        SourceRef::None,
+        Category::Other,
     ),
     FluxKind {
-        kind: INSTANCE_KIND,
-        group: OPERATOR_GROUP,
-        plural: INSTANCE_PLURAL,
-        short_names: &["instance", "instances"],
-        revision: Revision::LastApplied,
-        suspend: SuspendBy::Annotation,
+        kind: "ArtifactGenerator",
+        group: SOURCE_EXTENSIONS,
+        plural: "artifactgenerators",
+        short_names: &["ag"],
+        revision: Revision::None,
+        suspend: SuspendBy::Annotation(GENERATOR_RECONCILE_ANNOTATION),
         source: SourceRef::None,
+        category: Category::Other,
     },
+    operator(
+        INSTANCE_KIND,
+        INSTANCE_PLURAL,
+        &["instance", "instances"],
+        Revision::LastApplied,
+        SuspendBy::Annotation(OPERATOR_RECONCILE_ANNOTATION),
+    ),
+    operator(
+        REPORT_KIND,
+        REPORT_PLURAL,
+        &["report", "reports"],
+        Revision::Distribution,
+        SuspendBy::ReadOnly,
+    ),
+    operator(
+        "ResourceSet",
+        "resourcesets",
+        &["rset", "rsets"],
+        Revision::LastApplied,
+        SuspendBy::Annotation(OPERATOR_RECONCILE_ANNOTATION),
+    ),
+    operator(
+        "ResourceSetInputProvider",
+        "resourcesetinputproviders",
+        &["rsip", "rsips"],
+        Revision::LastExported,
+        SuspendBy::Annotation(OPERATOR_RECONCILE_ANNOTATION),
+    ),
 ];
 
 /// The kind `name` names, if any.
@@ -230,9 +347,18 @@ pub fn find(name: &str) -> Option<&'static FluxKind> {
 
 /// Every API group of the catalog, once each.
 pub fn groups() -> Vec<&'static str> {
-    let mut groups: Vec<&'static str> = KINDS.iter().map(|k| k.group).collect();
-    groups.dedup();
+    let mut groups: Vec<&'static str> = Vec::new();
+    for kind in KINDS {
+        if !groups.contains(&kind.group) {
+            groups.push(kind.group);
+        }
+    }
     groups
+}
+
+/// The kinds of a category, in catalog order.
+pub fn in_category(category: Category) -> impl Iterator<Item = &'static FluxKind> {
+    KINDS.iter().filter(move |k| k.category == category)
 }
 
 /// What discovery says about one API group: its versions in the API server's priority order
@@ -337,14 +463,12 @@ pub fn condition(object: &Value, type_: &str) -> Option<Condition> {
 pub fn suspended(kind: &FluxKind, object: &Value) -> bool {
     match kind.suspend {
         SuspendBy::Spec => object.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true),
-        SuspendBy::Annotation => text(
+        SuspendBy::Annotation(annotation) => text(
             object,
-            &format!(
-                "/metadata/annotations/{}",
-                escape(OPERATOR_RECONCILE_ANNOTATION)
-            ),
+            &format!("/metadata/annotations/{}", escape(annotation)),
         )
         .is_some_and(|v| v.eq_ignore_ascii_case("disabled")),
+        SuspendBy::ReadOnly => false,
     }
 }
 
@@ -381,6 +505,8 @@ fn revision(kind: &FluxKind, object: &Value) -> String {
             })
             .or_else(|| first(&["/status/latestImage"])),
         Revision::LastRun => first(&["/status/lastAutomationRunTime"]),
+        Revision::LastExported => first(&["/status/lastExportedRevision"]),
+        Revision::Distribution => first(&["/spec/distribution/version"]),
     }
     .unwrap_or_default()
 }
@@ -511,11 +637,13 @@ pub fn suspend_patch(target: Target<'_>, suspend: bool, requested_at: Option<&st
             annotations.into(),
             Some(json!({ "suspend": suspend })),
         ),
-        SuspendBy::Annotation => {
+        SuspendBy::Annotation(annotation) => {
             let value = if suspend { "disabled" } else { "enabled" };
-            annotations.insert(OPERATOR_RECONCILE_ANNOTATION.into(), value.into());
+            annotations.insert(annotation.into(), value.into());
             apply_object(target, annotations.into(), None)
         }
+        // Refused before a patch is made (`controllable`); nothing to set.
+        SuspendBy::ReadOnly => apply_object(target, annotations.into(), None),
     }
 }
 
@@ -558,7 +686,13 @@ mod tests {
         assert_eq!(kind("imagepolicy").kind, "ImagePolicy");
         assert_eq!(kind("imageupdate").kind, "ImageUpdateAutomation");
         assert_eq!(kind("instance").kind, "FluxInstance");
+        assert_eq!(kind("externalartifact").kind, "ExternalArtifact");
+        assert_eq!(kind("ag").kind, "ArtifactGenerator");
+        assert_eq!(kind("rset").kind, "ResourceSet");
+        assert_eq!(kind("rsip").kind, "ResourceSetInputProvider");
+        assert_eq!(kind("fluxreport").kind, "FluxReport");
         assert!(find("all").is_none());
+        assert!(find("sources").is_none());
         assert!(find("deployment").is_none());
     }
 
@@ -572,7 +706,28 @@ mod tests {
                 assert_eq!(matching.len(), 1, "{name} names {matching:?}");
             }
         }
-        assert_eq!(groups().len(), 6);
+        assert_eq!(groups().len(), 7);
+        let sources: Vec<_> = in_category(Category::Source).map(|k| k.kind).collect();
+        assert_eq!(
+            sources,
+            [
+                "OCIRepository",
+                "Bucket",
+                "GitRepository",
+                "HelmRepository",
+                "HelmChart",
+                "ExternalArtifact"
+            ],
+            "flux get sources all's order"
+        );
+        let images: Vec<_> = in_category(Category::Image).map(|k| k.kind).collect();
+        assert_eq!(
+            images,
+            ["ImageRepository", "ImagePolicy", "ImageUpdateAutomation"]
+        );
+        assert_eq!(Category::named("Sources"), Some(Category::Source));
+        assert_eq!(Category::named("image"), Some(Category::Image));
+        assert_eq!(Category::named("all"), None);
     }
 
     fn group(name: &str, preferred: &str, versions: &[(&str, &[&str])]) -> GroupVersions {
@@ -762,6 +917,25 @@ mod tests {
         assert!(suspended(kind("instance"), &instance("disabled")));
         assert!(!suspended(kind("instance"), &instance("enabled")));
         assert!(!suspended(kind("instance"), &json!({})));
+
+        let generator = |value: &str| json!({"metadata": {"annotations": {GENERATOR_RECONCILE_ANNOTATION: value}}});
+        assert!(suspended(kind("ag"), &generator("Disabled")));
+        assert!(!suspended(kind("ag"), &generator("enabled")));
+        assert!(!suspended(kind("rset"), &generator("disabled")));
+        assert_eq!(
+            super::row(
+                kind("rsip"),
+                &json!({"status": {"lastExportedRevision": "sha256:1"}})
+            )
+            .revision,
+            "sha256:1"
+        );
+        let report = json!({"spec": {"distribution": {"version": "v2.9.4"}}, "status": {"conditions": [ready("True", "Reporting finished")]}});
+        assert_eq!(super::row(kind("fluxreport"), &report).revision, "v2.9.4");
+        assert!(!kind("fluxreport").controllable());
+        assert!(!kind("externalartifact").controllable());
+        assert!(kind("rset").controllable());
+        assert_eq!(kind("fluxreport").revision_column(), "VERSION");
     }
 
     #[test]
@@ -823,6 +997,14 @@ mod tests {
         assert_eq!(
             suspend_patch(target("instance"), false, Some("t2"))["metadata"]["annotations"],
             json!({OPERATOR_RECONCILE_ANNOTATION: "enabled", REQUESTED_AT_ANNOTATION: "t2"})
+        );
+        assert_eq!(
+            suspend_patch(target("rsip"), true, None)["metadata"]["annotations"],
+            json!({OPERATOR_RECONCILE_ANNOTATION: "disabled"})
+        );
+        assert_eq!(
+            suspend_patch(target("ag"), true, None)["metadata"]["annotations"],
+            json!({GENERATOR_RECONCILE_ANNOTATION: "disabled"})
         );
     }
 
