@@ -54,10 +54,15 @@ pub enum SignedError {
     #[error("the signed policy is not valid YAML or has a field the envelope lacks")]
     Yaml(#[source] serde_yaml_ng::Error),
     #[error(
-        "kind is {found:?}; expected {SIGNED_KIND} (sign a Policy with `kubectl tenantflux policy sign`)"
+        "kind is {}; expected {SIGNED_KIND} (sign a Policy with `kubectl tenantflux policy sign`)",
+        crate::text::quote(found)
     )]
     Kind { found: String },
-    #[error("apiVersion is {found:?}; expected {}", super::API_VERSION)]
+    #[error(
+        "apiVersion is {}; expected {}",
+        crate::text::quote(found),
+        super::API_VERSION
+    )]
     ApiVersion { found: String },
     #[error("the signature is not base64 of 64 bytes")]
     SignatureEncoding,
