@@ -188,6 +188,10 @@ impl upgrade_server::Upgrade for UpgradeService {
             })
             .map(Ok)
             .take_until(async move { shutdown.cancelled().await });
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(self.authorizer.guard(
+            request.metadata(),
+            vec![self.instance("get")],
+            Box::pin(stream),
+        )))
     }
 }

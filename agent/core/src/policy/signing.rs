@@ -28,7 +28,7 @@ use super::{Policy, PolicyError};
 pub const SIGNED_KIND: &str = "SignedPolicy";
 
 /// DER prefix of an Ed25519 SubjectPublicKeyInfo (RFC 8410); the 32 key bytes follow.
-const SPKI_PREFIX: [u8; 12] = [
+pub(crate) const SPKI_PREFIX: [u8; 12] = [
     0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
 ];
 /// DER prefix of an Ed25519 PKCS#8 v1 private key (RFC 8410); the 32-byte seed follows.
