@@ -6,7 +6,8 @@
 //! - client-certificate users, who now prove who they are with a CertificateSigningRequest,
 //!   and a caller who names someone else's CSR (finding 8).
 //!
-//! The tests share one cluster and restart its agent, so they run one at a time.
+//! They leave a policy and its admission policy behind, so they run on a cluster of their own
+//! (not the suite's shared one), one at a time, since they restart its agent.
 
 use std::{
     path::{Path, PathBuf},
@@ -27,6 +28,14 @@ use tenantflux_tests::{
 use tonic::{Code, Request, transport::Channel};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// This binary's own cluster, stopped by its reaper when the process exits.
+fn own_cluster() -> &'static TestCluster {
+    static CLUSTER: std::sync::OnceLock<TestCluster> = std::sync::OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        TestCluster::start(&format!("sec-api-{}", std::process::id())).expect("own cluster")
+    })
+}
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -81,7 +90,7 @@ fn instance_with_components(component: impl Fn(usize) -> String) -> String {
 #[tokio::test]
 async fn a_megabyte_of_components_is_refused_with_a_bounded_message() {
     let _serial = SERIAL.lock().await;
-    let cluster = TestCluster::shared();
+    let cluster = own_cluster();
     let tenant = Tenant::prepare(cluster, &[]).await;
     let token = tenant.admin_token();
     let channel = channel(cluster).await;
@@ -171,7 +180,7 @@ fn oversized_bundle(dir: &Path, version: &str) -> std::path::PathBuf {
 #[tokio::test]
 async fn an_oversized_oci_layer_is_refused_before_it_is_downloaded() {
     let _serial = SERIAL.lock().await;
-    let cluster = TestCluster::shared();
+    let cluster = own_cluster();
     cluster.ensure_flux_operator().expect("flux-operator");
     let version = tenantflux_core::releases::OPERATOR_VERSION.to_owned();
     let registry = cluster.registry().expect("registry");
@@ -290,7 +299,7 @@ const REVOKED_WITHIN: Duration = Duration::from_secs(30);
 #[tokio::test]
 async fn a_watch_ends_once_its_caller_loses_the_right_to_it() {
     let _serial = SERIAL.lock().await;
-    let cluster = TestCluster::shared();
+    let cluster = own_cluster();
     let _tenant =
         Tenant::prepare(cluster, &[("TENANTFLUX_STREAM_RECHECK_INTERVAL", RECHECK)]).await;
     let channel = channel(cluster).await;
@@ -535,7 +544,7 @@ fn identity_csrs(cluster: &TestCluster) -> String {
 #[tokio::test]
 async fn client_certificate_users_act_as_themselves_and_not_as_the_owner_of_another_csr() {
     let _serial = SERIAL.lock().await;
-    let cluster = TestCluster::shared();
+    let cluster = own_cluster();
     let tenant = Tenant::prepare(cluster, &[]).await;
     cluster
         .apply_yaml(&format!(
