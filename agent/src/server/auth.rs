@@ -355,7 +355,7 @@ impl Authorizer {
         };
         let this = self.clone();
         let watchdog = async move {
-            let expiry = match &credential {
+            let mut expiry = match &credential {
                 Credential::Token(token) => token_expiry(token),
                 Credential::Proof(_) => None,
             };
@@ -364,8 +364,12 @@ impl Authorizer {
                 let now = std::time::SystemTime::now();
                 let until_expiry = expiry.map(|e| e.duration_since(now).unwrap_or_default());
                 let sleep = match until_expiry {
-                    // A moment past it, so the API server agrees it expired.
-                    Some(left) if left < wait => left + Duration::from_secs(1),
+                    // A moment past it, so the API server agrees it expired; once only, so
+                    // a clock ahead of the API server's does not turn it into a busy loop.
+                    Some(left) if left < wait => {
+                        expiry = None;
+                        left + Duration::from_secs(1)
+                    }
                     _ => wait,
                 };
                 tokio::time::sleep(sleep).await;
