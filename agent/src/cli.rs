@@ -90,6 +90,18 @@ pub struct Args {
     )]
     pub operator_resync_interval: Duration,
 
+    /// How often an open watch (WatchStatus, WatchObjects, WatchUpgrade) checks again that
+    /// its caller's token is valid and still grants what the watch shows; a watch whose
+    /// token expires sooner is checked at its expiry. A watch that no longer holds ends with
+    /// UNAUTHENTICATED or PERMISSION_DENIED.
+    #[arg(
+        long,
+        env = "TENANTFLUX_STREAM_RECHECK_INTERVAL",
+        default_value = "1m",
+        value_parser = parse_duration
+    )]
+    pub stream_recheck_interval: Duration,
+
     /// The management side's ed25519 public key (PEM or base64 file) that signed policies
     /// must verify against. Without it the agent accepts no policy.
     #[arg(long, env = "TENANTFLUX_POLICY_PUBLIC_KEY", value_name = "PATH")]
@@ -171,6 +183,11 @@ mod tests {
                 "5m",
             ),
             ("upgrade_concurrency", "TENANTFLUX_UPGRADE_CONCURRENCY", "8"),
+            (
+                "stream_recheck_interval",
+                "TENANTFLUX_STREAM_RECHECK_INTERVAL",
+                "1m",
+            ),
         ];
         let without_default = [
             ("operator_bundle", "TENANTFLUX_OPERATOR_BUNDLE"),

@@ -138,6 +138,33 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
         "create",
         None
     ));
+    // Reading a caller's identity CSR, and nothing that would approve or sign one.
+    assert!(allows(
+        rules,
+        "certificates.k8s.io",
+        "certificatesigningrequests",
+        "get",
+        None
+    ));
+    for verb in ["create", "update", "patch", "delete", "list"] {
+        assert!(
+            !allows(
+                rules,
+                "certificates.k8s.io",
+                "certificatesigningrequests",
+                verb,
+                None
+            ),
+            "{verb} certificatesigningrequests"
+        );
+    }
+    assert!(!allows(
+        rules,
+        "certificates.k8s.io",
+        "certificatesigningrequests/approval",
+        "update",
+        None
+    ));
     for verb in ["get", "list", "watch"] {
         assert!(allows(
             rules,

@@ -181,7 +181,7 @@ impl Cli {
             .build()
             .context("failed to start the async runtime")?;
         let options = ConnectOptions::from(&self.global);
-        runtime.block_on(async move {
+        let result = runtime.block_on(async move {
             match self.command {
                 Command::Status { watch: false } => status::run(&options, &printer).await,
                 Command::Status { watch: true } => status::watch(&options, &printer).await,
@@ -196,7 +196,9 @@ impl Cli {
                 Command::Upgrade(command) => upgrade::run(command, &options, &printer).await,
                 Command::Completion { .. } => unreachable!("answered before connecting"),
             }
-        })
+        });
+        runtime.block_on(crate::connect::delete_identity_csrs());
+        result
     }
 }
 

@@ -16,6 +16,7 @@ use k8s_openapi::{
     api::{
         apps::v1::{Deployment, ReplicaSet},
         authentication::v1::{TokenRequest, TokenRequestSpec},
+        certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec},
         core::v1::{Pod, ServiceAccount},
     },
     apimachinery::pkg::apis::meta::v1::OwnerReference,
@@ -234,6 +235,11 @@ pub enum ConnectError {
     InvalidToken,
 
     #[error(
+        "cannot create the CertificateSigningRequest that proves who you are to the agent: {cause}"
+    )]
+    IdentityCsr { cause: String },
+
+    #[error(
         "no token audience given (--agent-audience is empty): a token without one would be valid \
          for the API server itself, so none is requested; use the agent's --token-audience (default tenantflux-agent)"
     )]
@@ -250,7 +256,8 @@ impl ConnectError {
             | Self::NoAgentPod { .. }
             | Self::CheckPods { .. }
             | Self::Unreachable { .. }
-            | Self::TokenRequest { .. } => true,
+            | Self::TokenRequest { .. }
+            | Self::IdentityCsr { .. } => true,
             Self::Kubeconfig { .. }
             | Self::NoConfig { .. }
             | Self::Client { .. }
@@ -543,9 +550,33 @@ pub fn grpc_port(pod: &Pod) -> u16 {
         .unwrap_or(DEFAULT_GRPC_PORT)
 }
 
-/// Adds `authorization: Bearer <token>` to every call.
+/// What calls carry: a bearer token, or a proof of the caller's identity.
+pub enum Credential {
+    Bearer(Token),
+    Identity(Box<IdentityCsr>),
+}
+
+/// A CertificateSigningRequest this process created to prove its user's identity, and the
+/// key in it (see `tenantflux_core::identity`).
+pub struct IdentityCsr {
+    name: String,
+    key: tenantflux_core::identity::SigningKey,
+    audience: String,
+    namespace: String,
+}
+
+/// Adds `authorization: Bearer <token>`, or a fresh caller-identity proof, to every call.
 #[derive(Clone)]
-pub struct BearerAuth(MetadataValue<Ascii>);
+pub enum BearerAuth {
+    Token(MetadataValue<Ascii>),
+    Proof {
+        csr: MetadataValue<Ascii>,
+        name: String,
+        key: Arc<tenantflux_core::identity::SigningKey>,
+        audience: String,
+        namespace: String,
+    },
+}
 
 impl BearerAuth {
     pub fn new(token: &Token) -> Result<Self, ConnectError> {
@@ -553,7 +584,24 @@ impl BearerAuth {
             .parse()
             .map_err(|_| ConnectError::InvalidToken)?;
         value.set_sensitive(true);
-        Ok(Self(value))
+        Ok(Self::Token(value))
+    }
+
+    fn from_credential(credential: Credential) -> Result<Self, ConnectError> {
+        match credential {
+            Credential::Bearer(token) => Self::new(&token),
+            Credential::Identity(csr) => {
+                let csr = *csr;
+                Ok(Self::Proof {
+                    // CSR names are DNS subdomains: ASCII.
+                    csr: csr.name.parse().map_err(|_| ConnectError::InvalidToken)?,
+                    name: csr.name,
+                    key: Arc::new(csr.key),
+                    audience: csr.audience,
+                    namespace: csr.namespace,
+                })
+            }
+        }
     }
 }
 
@@ -562,10 +610,54 @@ impl Interceptor for BearerAuth {
         &mut self,
         mut request: tonic::Request<()>,
     ) -> Result<tonic::Request<()>, tonic::Status> {
-        request
-            .metadata_mut()
-            .insert("authorization", self.0.clone());
+        match self {
+            Self::Token(value) => {
+                request
+                    .metadata_mut()
+                    .insert("authorization", value.clone());
+            }
+            Self::Proof {
+                csr,
+                name,
+                key,
+                audience,
+                namespace,
+            } => {
+                use tenantflux_core::identity;
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64);
+                let proof = identity::sign_proof(key, name, audience, namespace, now);
+                let mut proof: MetadataValue<Ascii> = proof
+                    .parse()
+                    .map_err(|_| tonic::Status::internal("the identity proof is not ASCII"))?;
+                proof.set_sensitive(true);
+                let metadata = request.metadata_mut();
+                metadata.insert(identity::CSR_METADATA, csr.clone());
+                metadata.insert(identity::PROOF_METADATA, proof);
+            }
+        }
         Ok(request)
+    }
+}
+
+/// The identity CSRs this process created, deleted by [`delete_identity_csrs`] when the
+/// command ends.
+static IDENTITY_CSRS: Mutex<Vec<(Client, String)>> = Mutex::new(Vec::new());
+
+/// Deletes the CSRs this process created to prove its user's identity. One left behind (the
+/// process killed) proves nothing without its key, which never left the process; the
+/// controller-manager removes pending CSRs after a day.
+pub async fn delete_identity_csrs() {
+    let created = std::mem::take(&mut *IDENTITY_CSRS.lock().unwrap_or_else(|p| p.into_inner()));
+    for (client, name) in created {
+        let api: Api<CertificateSigningRequest> = Api::all(client);
+        if let Err(err) = api.delete(&name, &Default::default()).await {
+            eprintln!(
+                "warning: could not delete CertificateSigningRequest {name}, which proved who you are to the agent: {}",
+                describe(&err)
+            );
+        }
     }
 }
 
@@ -597,7 +689,10 @@ impl Agent {
                 let (channel, target) = direct_channel(address, options.timeout).await?;
                 let token = match &options.token {
                     // A direct address with an explicit token needs no Kubernetes at all.
-                    Some(token) => (token.clone(), TokenSource::Flag(token).to_string()),
+                    Some(token) => (
+                        Credential::Bearer(token.clone()),
+                        TokenSource::Flag(token).to_string(),
+                    ),
                     None => {
                         let (client, user) = kube_client(options).await?;
                         client.default_namespace().clone_into(&mut namespace);
@@ -626,7 +721,7 @@ impl Agent {
             };
             eprintln!("sending {credential} to {target}{checked}");
         }
-        let auth = BearerAuth::new(&token)?;
+        let auth = BearerAuth::from_credential(token)?;
         Ok(Self {
             client: AgentClient::with_interceptor(channel.clone(), auth.clone()),
             workloads: WorkloadsClient::with_interceptor(channel.clone(), auth.clone()),
@@ -820,20 +915,20 @@ pub fn read_kubeconfigs(paths: &OsString) -> Result<Kubeconfig, ConnectError> {
         })
 }
 
-/// The token calls carry, and what it is (for `TENANTFLUX_VERBOSE`).
+/// The credential calls carry, and what it is (for `TENANTFLUX_VERBOSE`).
 async fn resolve_token(
     options: &ConnectOptions,
     client: Client,
     user: &AuthInfo,
-) -> Result<(Token, String), ConnectError> {
+) -> Result<(Credential, String), ConnectError> {
     let source = token_source(options.token.as_ref(), user);
     let what = source.to_string();
     match source {
-        TokenSource::Flag(token) => Ok((token.clone(), what)),
-        TokenSource::Kubeconfig(token) => Ok((token, what)),
+        TokenSource::Flag(token) => Ok((Credential::Bearer(token.clone()), what)),
+        TokenSource::Kubeconfig(token) => Ok((Credential::Bearer(token), what)),
         TokenSource::KubeconfigFile(path) => tokio::fs::read_to_string(path)
             .await
-            .map(|text| (Token::new(text), what))
+            .map(|text| (Credential::Bearer(Token::new(text)), what))
             .map_err(|err| ConnectError::TokenFile {
                 path: path.to_owned(),
                 cause: err.to_string(),
@@ -842,6 +937,31 @@ async fn resolve_token(
             let namespace = &options.agent_namespace;
             let account = &options.token_account;
             let audience = &options.audience;
+            // A user without a token proves who they are, so the agent authorizes them and
+            // not a borrowed account; the fleet acts as its own account by design.
+            if account == CLIENT_SERVICE_ACCOUNT {
+                let identity = bounded(
+                    options.timeout,
+                    || "creating the CertificateSigningRequest that proves who you are".to_owned(),
+                    create_identity_csr(client.clone(), audience, namespace),
+                )
+                .await??;
+                match identity {
+                    Ok(csr) => {
+                        let what = format!(
+                            "a proof of your identity with CertificateSigningRequest {} (signer {}, never approved; deleted when the command ends)",
+                            csr.name,
+                            tenantflux_core::identity::SIGNER_NAME
+                        );
+                        return Ok((Credential::Identity(Box::new(csr)), what));
+                    }
+                    Err(forbidden) => eprintln!(
+                        "note: you may not create CertificateSigningRequests ({forbidden}), so the agent cannot \
+                         tell who you are: acting as ServiceAccount {namespace}/{account}, whose RBAC decides \
+                         what you may do; ask for `create certificatesigningrequests` (see the README) to act as yourself"
+                    ),
+                }
+            }
             let what = format!(
                 "a TokenRequest token of ServiceAccount {account} in namespace {namespace} \
                  (audience {audience}, valid {TOKEN_LIFETIME_SECONDS} s)"
@@ -856,8 +976,70 @@ async fn resolve_token(
                 request_token(client, namespace, account, audience),
             )
             .await?
-            .map(|token| (token, what))
+            .map(|token| (Credential::Bearer(token), what))
         }
+    }
+}
+
+/// Creates an identity CSR with a fresh key. `Ok(Err(message))`: the user may not create
+/// CSRs (the caller falls back to the ServiceAccount).
+async fn create_identity_csr(
+    client: Client,
+    audience: &str,
+    namespace: &str,
+) -> Result<Result<IdentityCsr, String>, ConnectError> {
+    use tenantflux_core::identity;
+    let key =
+        tenantflux_core::policy::signing::generate().map_err(|err| ConnectError::IdentityCsr {
+            cause: describe(&err),
+        })?;
+    // The key is random; its first bytes make the name unique.
+    let suffix: String = key.verifying_key().as_bytes()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let name = format!("tenantflux-caller-{suffix}");
+    let csr = CertificateSigningRequest {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(
+                [(
+                    "app.kubernetes.io/part-of".to_owned(),
+                    "tenantflux".to_owned(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        spec: CertificateSigningRequestSpec {
+            request: k8s_openapi::ByteString(
+                identity::csr_pem(&key, "tenantflux caller identity").into_bytes(),
+            ),
+            signer_name: identity::SIGNER_NAME.to_owned(),
+            usages: Some(vec!["digital signature".to_owned()]),
+            expiration_seconds: Some(600),
+            ..Default::default()
+        },
+        status: None,
+    };
+    let api: Api<CertificateSigningRequest> = Api::all(client.clone());
+    match api.create(&PostParams::default(), &csr).await {
+        Ok(_) => {
+            IDENTITY_CSRS
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((client, name.clone()));
+            Ok(Ok(IdentityCsr {
+                name,
+                key,
+                audience: audience.to_owned(),
+                namespace: namespace.to_owned(),
+            }))
+        }
+        Err(kube::Error::Api(status)) if status.is_forbidden() => Ok(Err(status.message)),
+        Err(err) => Err(ConnectError::IdentityCsr {
+            cause: describe(&err),
+        }),
     }
 }
 
@@ -1288,11 +1470,49 @@ mod tests {
     }
 
     #[test]
+    fn each_call_carries_a_fresh_proof_the_agent_can_check() {
+        use tenantflux_core::identity;
+        let key = tenantflux_core::policy::signing::generate().unwrap();
+        let public = *key.verifying_key().as_bytes();
+        let mut auth = BearerAuth::from_credential(Credential::Identity(Box::new(IdentityCsr {
+            name: "tenantflux-caller-0011".into(),
+            key,
+            audience: "tenantflux-agent".into(),
+            namespace: "tenantflux-system".into(),
+        })))
+        .unwrap();
+        let request = auth.call(tonic::Request::new(())).unwrap();
+        let metadata = request.metadata();
+        assert!(metadata.get("authorization").is_none(), "no token is sent");
+        assert_eq!(
+            metadata.get(identity::CSR_METADATA).unwrap(),
+            "tenantflux-caller-0011"
+        );
+        let proof = metadata.get(identity::PROOF_METADATA).unwrap();
+        assert!(proof.is_sensitive());
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        identity::verify_proof(
+            &public,
+            proof.to_str().unwrap(),
+            "tenantflux-caller-0011",
+            "tenantflux-agent",
+            "tenantflux-system",
+            Some(now),
+        )
+        .unwrap();
+    }
+
+    #[test]
     fn tokens_never_show_in_debug_output() {
         let token = Token::new("s3cr3t-value");
         assert!(!format!("{token:?}").contains("s3cr3t"));
-        let auth = BearerAuth::new(&token).unwrap();
-        assert!(!format!("{:?}", auth.0).contains("s3cr3t"));
+        let BearerAuth::Token(value) = BearerAuth::new(&token).unwrap() else {
+            panic!("a token is sent as a bearer token");
+        };
+        assert!(!format!("{value:?}").contains("s3cr3t"));
         let options = ConnectOptions {
             kubeconfig: None,
             inline_kubeconfig: None,

@@ -519,7 +519,7 @@ impl TestCluster {
 impl TestCluster {
     /// The management side's account: ServiceAccount `tenantflux-system/platform`, which may
     /// push policies (update policies.tenantflux.io) and reach the agent (Role
-    /// tenantflux-user). Client-certificate users act as tenantflux-client, which may only read.
+    /// tenantflux-user). Client-certificate users act as themselves (an identity CSR).
     pub fn policy_pusher_kubeconfig(&self) -> Result<PathBuf> {
         const NS: &str = "tenantflux-system";
         let platform = self.token_kubeconfig(NS, "platform")?;

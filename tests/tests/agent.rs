@@ -61,8 +61,8 @@ async fn status_with_client_certificates_goes_through_kubectl_and_the_port_forwa
         .expect("FluxInstance");
     cluster.ensure_agent().expect("agent");
 
-    // The admin kubeconfig authenticates with a client certificate, so the plugin asks the
-    // TokenRequest API for an audience-bound token of the tenantflux-client ServiceAccount.
+    // The admin kubeconfig authenticates with a client certificate, so the plugin proves the
+    // admin's identity with a CertificateSigningRequest (tests/tests/security_api.rs).
     let status = wait_for(
         "kubectl tenantflux status to report a Ready FluxInstance",
         // Well under flux-operator's 5-minute report interval: the agent asks for a fresh

@@ -676,7 +676,7 @@ async fn oci_bundle_installs_and_wrong_digest_or_registry_fail_without_touching_
 }
 
 /// Signs `text` (a Policy) with `keys/ed25519.key` and pushes it as a ServiceAccount allowed to
-/// update policies (client-certificate users act as tenantflux-client, which may only read).
+/// update policies, as the platform does.
 fn push_policy(cluster: &TestCluster, dir: &std::path::Path, name: &str, text: &str) {
     let plugin = |kubeconfig: Option<&std::path::Path>, args: &[&str]| {
         let output = cluster

@@ -272,6 +272,10 @@ fn chart_values_reach_the_objects() {
     let users = &objects[&key("RoleBinding", ns, "tenantflux-users")];
     assert_eq!(users["subjects"][0]["name"], "tenant-admins");
     assert_eq!(users["roleRef"]["name"], "tenantflux-user");
+    // The same users may prove who they are (client certificates act as themselves).
+    let identity = &objects[&key("ClusterRoleBinding", "", "tenantflux-users-caller-identity")];
+    assert_eq!(identity["subjects"][0]["name"], "tenant-admins");
+    assert_eq!(identity["roleRef"]["name"], "tenantflux-caller-identity");
     let admin = &objects[&key("NetworkPolicy", ns, "tenantflux-agent")]["spec"]["ingress"][0];
     assert_eq!(
         admin["ports"],

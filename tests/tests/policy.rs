@@ -231,8 +231,26 @@ async fn signed_policy_is_verified_stored_kept_and_guarded() {
     cluster.restart_agent_with(&key_env).expect("agent");
     assert_eq!(show(&cluster)["present"], false);
 
-    // A tenant user (tenantflux-user) may read the policy but not push one.
-    let err = refused(&cluster, &["policy", "push", "-f", path(&gen7)]);
+    // A tenant user (tenantflux-user) may read the policy but not push one. (The cluster's
+    // admin, with its client certificate, now proves who it is and may push.)
+    let tenant_user = cluster
+        .token_kubeconfig("tenantflux-system", "policy-reader")
+        .expect("tenant user");
+    cluster
+        .apply_yaml(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {name: policy-reader, namespace: tenantflux-system}\n\
+             roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}\n\
+             subjects: [{kind: ServiceAccount, name: policy-reader, namespace: tenantflux-system}]\n",
+        )
+        .expect("tenant user's binding");
+    let output = run_as(
+        &cluster,
+        Some(&tenant_user),
+        &["policy", "push", "-f", path(&gen7)],
+    );
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let err = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(
         err.contains("may not update policies.tenantflux.io in namespace \"tenantflux-system\""),
         "{err}"

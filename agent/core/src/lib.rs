@@ -6,6 +6,7 @@
 
 pub mod duration;
 pub mod flux;
+pub mod identity;
 pub mod operator;
 pub mod policy;
 pub mod releases;

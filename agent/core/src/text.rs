@@ -2,6 +2,9 @@
 
 /// How much of a caller's text an error message quotes.
 const QUOTE: usize = 64;
+/// How much of each cause [`chain`] keeps: causes come from libraries (a YAML parser's
+/// "invalid type: string \"…\"" quotes the whole string), not from our own bounded messages.
+const CAUSE: usize = 512;
 
 /// `text` quoted (`"…"`), cut to its first 64 characters when longer, saying how long it was:
 /// a message that quoted a megabyte of input would travel in a gRPC trailer.
@@ -14,7 +17,8 @@ pub fn quote(text: &str) -> String {
 
 /// `error: cause: cause` on one line, for a gRPC message, a status problem or an Event. A cause
 /// whose text its parent already contains is left out (errors that format `{source}` into
-/// their own message would otherwise repeat it).
+/// their own message would otherwise repeat it); each cause is cut to its first 512
+/// characters, since a library's error may quote its whole input.
 pub fn chain(err: &dyn std::error::Error) -> String {
     let mut message = err.to_string();
     let mut source = err.source();
@@ -22,7 +26,13 @@ pub fn chain(err: &dyn std::error::Error) -> String {
         let text = cause.to_string();
         if !message.contains(&text) {
             message.push_str(": ");
-            message.push_str(&text);
+            match text.char_indices().nth(CAUSE) {
+                None => message.push_str(&text),
+                Some((end, _)) => {
+                    message.push_str(&text[..end]);
+                    message.push_str(&format!("… ({} bytes)", text.len()));
+                }
+            }
         }
         source = cause.source();
     }
@@ -66,5 +76,21 @@ mod tests {
             chain(&Outer::Repeats(Inner)),
             "reading the bundle: connection refused"
         );
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("parsing")]
+    struct Parsing(#[source] Echo);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("invalid type: string {0:?}")]
+    struct Echo(String);
+
+    #[test]
+    fn a_cause_that_echoes_its_input_is_cut() {
+        let message = chain(&Parsing(Echo("a".repeat(1 << 20))));
+        assert!(message.len() < 600, "{} bytes", message.len());
+        assert!(message.starts_with("parsing: invalid type: string \"aaa"));
+        assert!(message.ends_with(&format!("… ({} bytes)", (1 << 20) + 23)));
     }
 }

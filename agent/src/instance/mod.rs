@@ -17,6 +17,7 @@ use tenantflux_core::{
         INSTANCE_API_VERSION, INSTANCE_KIND, INSTANCE_NAME, INSTANCE_PLURAL, INSTANCE_VERSION,
         OPERATOR_GROUP, REPORT_KIND, REPORT_PLURAL,
     },
+    text::quote,
 };
 use tokio::sync::watch;
 
@@ -49,15 +50,22 @@ pub enum ManifestError {
     Yaml(String),
     #[error("the manifest is not an object")]
     NotAnObject,
-    #[error("apiVersion is {found:?}; a FluxInstance is {INSTANCE_API_VERSION}")]
+    #[error(
+        "apiVersion is {}; a FluxInstance is {INSTANCE_API_VERSION}",
+        quote(found)
+    )]
     ApiVersion { found: String },
-    #[error("kind is {found:?}; expected {INSTANCE_KIND}")]
+    #[error("kind is {}; expected {INSTANCE_KIND}", quote(found))]
     Kind { found: String },
     #[error(
-        "metadata.name is {found:?}; flux-operator reconciles only the FluxInstance named {INSTANCE_NAME:?}"
+        "metadata.name is {}; flux-operator reconciles only the FluxInstance named {INSTANCE_NAME:?}",
+        quote(found)
     )]
     Name { found: String },
-    #[error("metadata.namespace is {found:?}; the FluxInstance lives in {expected:?}")]
+    #[error(
+        "metadata.namespace is {}; the FluxInstance lives in {expected:?}",
+        quote(found)
+    )]
     Namespace { found: String, expected: String },
     #[error("spec is missing")]
     Spec,

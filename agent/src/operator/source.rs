@@ -22,6 +22,11 @@ use super::bundle::digest_of;
 pub const INSTALL_KEY: &str = "install.yaml";
 /// The path of the install manifest inside the official flux-operator-manifests artifact.
 pub const ARTIFACT_PATH: &str = "flux-operator/install.yaml";
+/// The largest artifact layer the agent downloads, and the largest `install.yaml` it unpacks
+/// from one: a registry tag is whoever can push to it, and the agent runs with 128 MiB. The
+/// official artifact (every Flux distribution's manifests) is a few MiB; its install.yaml is
+/// about 100 KiB.
+pub const MAX_LAYER_BYTES: u64 = 32 * 1024 * 1024;
 
 /// A configured bundle source (`--operator-bundle`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -378,19 +383,40 @@ impl Fetcher {
                 artifact: name.clone(),
                 problem: "it has no layers".into(),
             })?;
-        let mut blob = Vec::new();
+        // Refused on the manifest's word before any of it is downloaded; the writer holds a
+        // registry that sends more than it declared to the same limit.
+        if u64::try_from(layer.size).map_or(true, |size| size > MAX_LAYER_BYTES) {
+            return Err(SourceError::Artifact {
+                artifact: name.clone(),
+                problem: format!(
+                    "its layer {} is {} bytes, more than the {MAX_LAYER_BYTES} bytes (32 MiB) the agent downloads; nothing was downloaded",
+                    layer.digest, layer.size
+                ),
+            });
+        }
+        let mut blob = Limited::new(MAX_LAYER_BYTES);
         client
             .pull_blob(&reference, layer, &mut blob)
             .await
-            .map_err(registry("pulling the layer"))?;
-        let yaml = install_yaml_from_layer(&blob).map_err(|problem| SourceError::Artifact {
-            artifact: name.clone(),
-            problem,
-        })?;
+            .map_err(|err| match blob.exceeded {
+                true => SourceError::Artifact {
+                    artifact: name.clone(),
+                    problem: format!(
+                        "the registry sent more than the {MAX_LAYER_BYTES} bytes (32 MiB) the agent downloads for layer {} ({} bytes declared)",
+                        layer.digest, layer.size
+                    ),
+                },
+                false => registry("pulling the layer")(err),
+            })?;
+        let yaml =
+            install_yaml_from_layer(&blob.bytes).map_err(|problem| SourceError::Artifact {
+                artifact: name.clone(),
+                problem,
+            })?;
         Ok(Fetched {
             yaml,
             digest: manifest_digest,
-            distributions: distributions_from_layer(&blob),
+            distributions: distributions_from_layer(&blob.bytes),
         })
     }
 
@@ -410,6 +436,56 @@ impl Fetcher {
             .and_then(|mut d| d.remove(".dockerconfigjson"))
             .ok_or_else(|| problem("no key .dockerconfigjson (create it with kubectl create secret docker-registry)"))?;
         registry_auth_from_docker_config(&config.0, registry).map_err(|p| problem(&p))
+    }
+}
+
+/// An in-memory writer that refuses to hold more than `limit` bytes.
+struct Limited {
+    bytes: Vec<u8>,
+    limit: u64,
+    exceeded: bool,
+}
+
+impl Limited {
+    fn new(limit: u64) -> Self {
+        Self {
+            bytes: Vec::new(),
+            limit,
+            exceeded: false,
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Limited {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let total = self.bytes.len() as u64 + buf.len() as u64;
+        if total > self.limit {
+            self.exceeded = true;
+            return std::task::Poll::Ready(Err(std::io::Error::other(format!(
+                "more than {} bytes",
+                self.limit
+            ))));
+        }
+        self.bytes.extend_from_slice(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
     }
 }
 
@@ -474,8 +550,7 @@ pub fn install_yaml_from_layer(layer: &[u8]) -> Result<String, String> {
         .entries()
         .map_err(|err| format!("its layer is not a gzipped tarball: {err}"))?;
     for entry in entries {
-        let mut entry =
-            entry.map_err(|err| format!("its layer is not a gzipped tarball: {err}"))?;
+        let entry = entry.map_err(|err| format!("its layer is not a gzipped tarball: {err}"))?;
         let path = entry
             .path()
             .map_err(|err| format!("a tarball entry has a bad path: {err}"))?
@@ -483,11 +558,20 @@ pub fn install_yaml_from_layer(layer: &[u8]) -> Result<String, String> {
             .trim_start_matches("./")
             .to_owned();
         if path == ARTIFACT_PATH {
-            let mut yaml = String::new();
+            // A small gzip can unpack to gigabytes: read no more than the limit, plus one
+            // byte to tell "at the limit" from "over it".
+            let mut bytes = Vec::new();
             entry
-                .read_to_string(&mut yaml)
-                .map_err(|err| format!("{ARTIFACT_PATH} is not UTF-8 text: {err}"))?;
-            return Ok(yaml);
+                .take(MAX_LAYER_BYTES + 1)
+                .read_to_end(&mut bytes)
+                .map_err(|err| format!("its layer is not a gzipped tarball: {err}"))?;
+            if bytes.len() as u64 > MAX_LAYER_BYTES {
+                return Err(format!(
+                    "its {ARTIFACT_PATH} unpacks to more than the {MAX_LAYER_BYTES} bytes (32 MiB) the agent reads"
+                ));
+            }
+            return String::from_utf8(bytes)
+                .map_err(|err| format!("{ARTIFACT_PATH} is not UTF-8 text: {err}"));
         }
     }
     Err(format!("its layer has no {ARTIFACT_PATH}"))
@@ -607,6 +691,30 @@ mod tests {
             .append_data(&mut header, path, content.as_bytes())
             .unwrap();
         builder.into_inner().unwrap().finish().unwrap()
+    }
+
+    #[test]
+    fn an_install_yaml_that_unpacks_past_the_limit_is_refused() {
+        let huge = " ".repeat(MAX_LAYER_BYTES as usize + 1);
+        let layer = tarball(ARTIFACT_PATH, &huge);
+        assert!(layer.len() < 1024 * 1024, "the layer itself is small");
+        let err = install_yaml_from_layer(&layer).unwrap_err();
+        assert_eq!(
+            err,
+            "its flux-operator/install.yaml unpacks to more than the 33554432 bytes (32 MiB) the agent reads"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_layer_writer_holds_no_more_than_its_limit() {
+        use tokio::io::AsyncWriteExt as _;
+        let mut writer = Limited::new(10);
+        writer.write_all(b"0123456789").await.unwrap();
+        assert!(!writer.exceeded);
+        let err = writer.write_all(b"x").await.unwrap_err();
+        assert_eq!(err.to_string(), "more than 10 bytes");
+        assert!(writer.exceeded);
+        assert_eq!(writer.bytes, b"0123456789");
     }
 
     #[test]

@@ -271,7 +271,11 @@ async fn run(args: Args) -> Result<(), Error> {
         admin::router(readiness, metrics.clone()),
         shutdown.clone(),
     ));
-    let authorizer = Arc::new(Authorizer::new(client.clone(), args.token_audience));
+    let authorizer = Arc::new(
+        Authorizer::new(client.clone(), args.token_audience)
+            .with_stream_recheck(args.stream_recheck_interval)
+            .with_namespace(args.namespace.clone()),
+    );
     let agent_namespace = args.namespace.clone();
     let service = AgentService::new(
         args.namespace,

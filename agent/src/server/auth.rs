@@ -8,7 +8,7 @@ use std::{
     collections::{BTreeMap, HashMap},
     fmt,
     hash::Hash,
-    sync::Mutex,
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -105,6 +105,43 @@ pub fn bearer_token(metadata: &MetadataMap) -> Result<BearerToken, AuthError> {
     Ok(BearerToken::new(token))
 }
 
+/// A caller-identity proof: the CSR a call names and the proof it carries (see
+/// `tenantflux_core::identity`).
+#[derive(Clone)]
+pub struct CallerProof {
+    csr: String,
+    proof: String,
+}
+
+/// What a stream was opened with, for its rechecks.
+enum Credential {
+    Token(BearerToken),
+    Proof(CallerProof),
+}
+
+/// Reads a caller-identity proof from the call's metadata; None when the call carries none.
+pub fn caller_proof(metadata: &MetadataMap) -> Result<Option<CallerProof>, AuthError> {
+    use tenantflux_core::identity::{CSR_METADATA, PROOF_METADATA};
+    let Some(csr) = metadata.get(CSR_METADATA) else {
+        return Ok(None);
+    };
+    let text = |value: &tonic::metadata::MetadataValue<tonic::metadata::Ascii>| {
+        value.to_str().map(str::to_owned).ok()
+    };
+    let csr = text(csr)
+        .filter(|c| !c.is_empty())
+        .ok_or(AuthError::MissingToken {
+            reason: "the \"x-tenantflux-csr\" metadata is empty or not printable ASCII",
+        })?;
+    let proof = metadata
+        .get(PROOF_METADATA)
+        .and_then(text)
+        .ok_or(AuthError::MissingToken {
+            reason: "the call names a CertificateSigningRequest (\"x-tenantflux-csr\") but carries no \"x-tenantflux-proof\"",
+        })?;
+    Ok(Some(CallerProof { csr, proof }))
+}
+
 /// One permission on a Kubernetes resource, as SubjectAccessReview checks it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Permission {
@@ -193,6 +230,22 @@ pub enum AuthError {
         detail: String,
     },
 
+    #[error(
+        "the caller-identity proof with CertificateSigningRequest {} does not hold: {reason}",
+        tenantflux_core::text::quote(csr)
+    )]
+    Identity { csr: String, reason: String },
+
+    #[error(
+        "could not read CertificateSigningRequest {} to check the caller's identity: {source}",
+        tenantflux_core::text::quote(csr)
+    )]
+    CsrRead {
+        csr: String,
+        #[source]
+        source: kube::Error,
+    },
+
     #[error("could not check the bearer token: TokenReview failed: {source}")]
     TokenReview {
         #[source]
@@ -214,9 +267,16 @@ impl From<AuthError> for tonic::Status {
     fn from(err: AuthError) -> Self {
         let message = err.to_string();
         match err {
-            AuthError::MissingToken { .. } | AuthError::Unauthenticated { .. } => {
-                tonic::Status::unauthenticated(message)
-            }
+            AuthError::MissingToken { .. }
+            | AuthError::Unauthenticated { .. }
+            | AuthError::Identity { .. } => tonic::Status::unauthenticated(message),
+            AuthError::CsrRead {
+                source: kube::Error::Api(ref status),
+                ..
+            } if status.code == 403 => tonic::Status::unavailable(format!(
+                "{message} (the agent's own ClusterRole lacks get on certificatesigningrequests: apply deploy/manifests)"
+            )),
+            AuthError::CsrRead { .. } => tonic::Status::unavailable(message),
             AuthError::Denied { .. } => tonic::Status::permission_denied(message),
             AuthError::TokenReview { .. } | AuthError::AccessReview { .. } => {
                 tonic::Status::unavailable(message)
@@ -231,7 +291,17 @@ pub struct Authorizer {
     audience: String,
     tokens: TtlCache<TokenKey, UserInfo>,
     decisions: TtlCache<(UserInfo, Permission), Decision>,
+    stream_recheck: Duration,
+    /// The agent's namespace, which a caller-identity proof names.
+    namespace: String,
 }
+
+/// A stream of gRPC answers, as a server-streaming RPC returns it.
+pub type GuardedStream<T> =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<T, tonic::Status>> + Send>>;
+
+/// How soon a recheck that could not reach the API server is tried again.
+const RECHECK_RETRY: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Debug)]
 struct Decision {
@@ -246,7 +316,108 @@ impl Authorizer {
             audience: audience.into(),
             tokens: TtlCache::new(TOKEN_TTL, CACHE_CAPACITY),
             decisions: TtlCache::new(DECISION_TTL, CACHE_CAPACITY),
+            stream_recheck: Duration::from_secs(60),
+            namespace: "tenantflux-system".into(),
         }
+    }
+
+    /// The agent's namespace (`--namespace`), which caller-identity proofs must name.
+    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// How often an open stream checks its caller again (`--stream-recheck-interval`).
+    pub fn with_stream_recheck(mut self, interval: Duration) -> Self {
+        self.stream_recheck = interval;
+        self
+    }
+
+    /// `stream`, ended when its caller no longer holds: every recheck interval, and at the
+    /// token's expiry when it carries one, the token is reviewed again and each of
+    /// `permissions` asked again, past the caches. A token no longer valid ends the stream
+    /// with UNAUTHENTICATED, a permission gone with PERMISSION_DENIED naming it. When the API
+    /// server cannot be asked, the stream goes on and the check is tried again shortly: an
+    /// outage must not cut every watch.
+    pub fn guard<T: Send + 'static>(
+        self: &Arc<Self>,
+        metadata: &MetadataMap,
+        permissions: Vec<Permission>,
+        stream: GuardedStream<T>,
+    ) -> GuardedStream<T> {
+        // The stream was opened with one of the two, so it is there.
+        let credential = match caller_proof(metadata) {
+            Ok(Some(proof)) => Credential::Proof(proof),
+            _ => match bearer_token(metadata) {
+                Ok(token) => Credential::Token(token),
+                Err(_) => return stream,
+            },
+        };
+        let this = self.clone();
+        let watchdog = async move {
+            let mut expiry = match &credential {
+                Credential::Token(token) => token_expiry(token),
+                Credential::Proof(_) => None,
+            };
+            let mut wait = this.stream_recheck;
+            loop {
+                let now = std::time::SystemTime::now();
+                let until_expiry = expiry.map(|e| e.duration_since(now).unwrap_or_default());
+                let sleep = match until_expiry {
+                    // A moment past it, so the API server agrees it expired; once only, so
+                    // a clock ahead of the API server's does not turn it into a busy loop.
+                    Some(left) if left < wait => {
+                        expiry = None;
+                        left + Duration::from_secs(1)
+                    }
+                    _ => wait,
+                };
+                tokio::time::sleep(sleep).await;
+                match this.recheck(&credential, &permissions).await {
+                    Ok(()) => wait = this.stream_recheck,
+                    Err(
+                        err @ (AuthError::Unauthenticated { .. }
+                        | AuthError::Identity { .. }
+                        | AuthError::Denied { .. }),
+                    ) => {
+                        let status = tonic::Status::from(err);
+                        return tonic::Status::new(
+                            status.code(),
+                            format!("the stream ended: {}", status.message()),
+                        );
+                    }
+                    Err(err) => {
+                        tracing::warn!(error = %err, "rechecking a stream's caller; trying again");
+                        wait = this.stream_recheck.min(RECHECK_RETRY);
+                    }
+                }
+            }
+        };
+        end_when(stream, watchdog)
+    }
+
+    /// The token and each permission asked again of the API server, bypassing the caches.
+    async fn recheck(
+        &self,
+        credential: &Credential,
+        permissions: &[Permission],
+    ) -> Result<(), AuthError> {
+        let user = match credential {
+            Credential::Token(token) => self.review_user(token).await?,
+            // The proof was fresh when the stream opened; now the CSR must still be there.
+            Credential::Proof(proof) => self.proven_user(proof, false).await?,
+        };
+        for permission in permissions {
+            let decision = self.access_review(&user, permission).await?;
+            if !decision.allowed {
+                return Err(AuthError::Denied {
+                    user: user.username.clone(),
+                    permission: Box::new(permission.clone()),
+                    detail: decision.detail,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Checks that the call's bearer token is valid and its user holds `permission`; returns
@@ -256,10 +427,101 @@ impl Authorizer {
         metadata: &MetadataMap,
         permission: &Permission,
     ) -> Result<UserInfo, AuthError> {
-        let token = bearer_token(metadata)?;
-        let user = self.authenticate(&token).await?;
+        let user = self.identify(metadata).await?;
         self.check(&user, permission).await?;
         Ok(user)
+    }
+
+    /// Who the call's credential (a caller-identity proof, else a bearer token) says the
+    /// caller is.
+    pub async fn identify(&self, metadata: &MetadataMap) -> Result<UserInfo, AuthError> {
+        match caller_proof(metadata)? {
+            Some(proof) => self.prove(&proof).await,
+            None => self.authenticate(&bearer_token(metadata)?).await,
+        }
+    }
+
+    /// The user a caller-identity proof stands for, cached like a token.
+    async fn prove(&self, proof: &CallerProof) -> Result<UserInfo, AuthError> {
+        let key = BearerToken::new(format!("{}\n{}", proof.csr, proof.proof)).cache_key();
+        if let Some(user) = self.tokens.get(&key) {
+            return Ok(user);
+        }
+        let user = self.proven_user(proof, true).await?;
+        self.tokens.insert(key, user.clone());
+        Ok(user)
+    }
+
+    /// Reads the proof's CertificateSigningRequest and checks it (signer, age when `fresh`)
+    /// and the proof (signed by the CSR's key, for this agent, made now when `fresh`); the
+    /// user is the one the API server recorded as the CSR's creator.
+    async fn proven_user(&self, proof: &CallerProof, fresh: bool) -> Result<UserInfo, AuthError> {
+        use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+        use tenantflux_core::identity;
+        let refused = |reason: String| AuthError::Identity {
+            csr: proof.csr.clone(),
+            reason,
+        };
+        let api: Api<CertificateSigningRequest> = Api::all(self.client.clone());
+        let csr = api
+            .get_opt(&proof.csr)
+            .await
+            .map_err(|source| AuthError::CsrRead {
+                csr: proof.csr.clone(),
+                source,
+            })?
+            .ok_or_else(|| {
+                refused(
+                    "it does not exist (the plugin deletes it when its command ends): run the command again"
+                        .into(),
+                )
+            })?;
+        if csr.spec.signer_name != identity::SIGNER_NAME {
+            return Err(refused(format!(
+                "its signerName is {}, not {}",
+                tenantflux_core::text::quote(&csr.spec.signer_name),
+                identity::SIGNER_NAME
+            )));
+        }
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        if fresh {
+            let created = csr
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_second())
+                .unwrap_or(0);
+            if now - created > identity::MAX_CSR_AGE_SECONDS {
+                return Err(refused(format!(
+                    "it was created {} s ago; a proof may use one at most {} s old: run the command again",
+                    now - created,
+                    identity::MAX_CSR_AGE_SECONDS
+                )));
+            }
+        }
+        let public_key = identity::csr_public_key(&csr.spec.request.0)
+            .map_err(|err| refused(err.to_string()))?;
+        identity::verify_proof(
+            &public_key,
+            &proof.proof,
+            &proof.csr,
+            &self.audience,
+            &self.namespace,
+            fresh.then_some(now),
+        )
+        .map_err(|err| refused(err.to_string()))?;
+        let username = csr.spec.username.unwrap_or_default();
+        if username.is_empty() {
+            return Err(refused(
+                "the API server recorded no creator (spec.username)".into(),
+            ));
+        }
+        Ok(UserInfo {
+            username,
+            uid: csr.spec.uid.unwrap_or_default(),
+            groups: csr.spec.groups.unwrap_or_default(),
+            extra: csr.spec.extra.unwrap_or_default(),
+        })
     }
 
     pub async fn authenticate(&self, token: &BearerToken) -> Result<UserInfo, AuthError> {
@@ -267,6 +529,13 @@ impl Authorizer {
         if let Some(user) = self.tokens.get(&key) {
             return Ok(user);
         }
+        let user = self.review_user(token).await?;
+        self.tokens.insert(key, user.clone());
+        Ok(user)
+    }
+
+    /// The token's user, from the API server (TokenReview), without the cache.
+    async fn review_user(&self, token: &BearerToken) -> Result<UserInfo, AuthError> {
         let bound = self.review(token, Some(self.audience.clone())).await?;
         let status = if authenticated(&bound) {
             bound
@@ -295,7 +564,6 @@ impl Authorizer {
                 extra: u.extra.unwrap_or_default(),
             })
             .unwrap_or_default();
-        self.tokens.insert(key, user.clone());
         Ok(user)
     }
 
@@ -371,6 +639,50 @@ impl Authorizer {
             })?;
         Ok(decision(created.status.unwrap_or_default()))
     }
+}
+
+/// `stream` until it ends, or until `revoked` resolves: then its status is the last item.
+fn end_when<T: Send + 'static>(
+    stream: GuardedStream<T>,
+    revoked: impl std::future::Future<Output = tonic::Status> + Send + 'static,
+) -> GuardedStream<T> {
+    use futures::StreamExt as _;
+
+    enum Item<T> {
+        Next(Result<T, tonic::Status>),
+        End,
+        Revoked(tonic::Status),
+    }
+    let inner = stream
+        .map(Item::Next)
+        .chain(futures::stream::once(std::future::ready(Item::End)));
+    let revoked = futures::stream::once(revoked).map(Item::Revoked);
+    let mut ended = false;
+    let merged = futures::stream::select(inner, revoked)
+        .take_while(move |item| {
+            let go = !ended && !matches!(item, Item::End);
+            ended |= matches!(item, Item::Revoked(_));
+            std::future::ready(go)
+        })
+        .map(|item| match item {
+            Item::Next(result) => result,
+            Item::Revoked(status) => Err(status),
+            Item::End => unreachable!("take_while stops at the end"),
+        });
+    Box::pin(merged)
+}
+
+/// When a JWT bearer token expires (its `exp` claim), read without verifying it: the time
+/// only schedules a check by the API server, which decides. None for other tokens.
+fn token_expiry(token: &BearerToken) -> Option<std::time::SystemTime> {
+    use base64::Engine as _;
+    let payload = token.expose().split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let exp = claims.get("exp")?.as_u64()?;
+    std::time::UNIX_EPOCH.checked_add(Duration::from_secs(exp))
 }
 
 fn authenticated(status: &TokenReviewStatus) -> bool {
@@ -594,6 +906,49 @@ mod tests {
             })
             .allowed
         );
+    }
+
+    #[tokio::test]
+    async fn a_guarded_stream_ends_with_the_revocation_or_with_itself() {
+        use futures::StreamExt as _;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
+        let (revoke, revoked) = tokio::sync::oneshot::channel::<tonic::Status>();
+        let items: GuardedStream<u32> =
+            Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(Ok));
+        let mut stream = end_when(items, async move { revoked.await.unwrap() });
+        tx.send(1).unwrap();
+        assert_eq!(stream.next().await.unwrap().unwrap(), 1);
+        revoke
+            .send(tonic::Status::permission_denied("the stream ended: gone"))
+            .unwrap();
+        let err = stream.next().await.unwrap().unwrap_err();
+        assert_eq!(err.code(), tonic::Code::PermissionDenied);
+        tx.send(2).unwrap();
+        assert!(
+            stream.next().await.is_none(),
+            "nothing after the revocation"
+        );
+
+        // A stream that ends on its own ends at once, its watchdog still waiting.
+        let items: GuardedStream<u32> = Box::pin(futures::stream::iter([Ok(7)]));
+        let mut stream = end_when(items, std::future::pending());
+        assert_eq!(stream.next().await.unwrap().unwrap(), 7);
+        assert!(stream.next().await.is_none());
+    }
+
+    #[test]
+    fn a_jwt_tells_when_it_expires_and_other_tokens_do_not() {
+        use base64::Engine as _;
+        let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(br#"{"aud":["tenantflux-agent"],"exp":1900000000}"#);
+        let jwt = BearerToken::new(format!("eyJhbGciOiJSUzI1NiJ9.{claims}.c2lnbmF0dXJl"));
+        assert_eq!(
+            token_expiry(&jwt),
+            Some(std::time::UNIX_EPOCH + Duration::from_secs(1_900_000_000))
+        );
+        for opaque in ["abcdef", "a.b.c", "x.e30.y"] {
+            assert_eq!(token_expiry(&BearerToken::new(opaque)), None, "{opaque}");
+        }
     }
 
     #[test]

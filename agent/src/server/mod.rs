@@ -138,11 +138,18 @@ impl Agent for AgentService {
         &self,
         request: Request<WatchStatusRequest>,
     ) -> Result<Response<Self::WatchStatusStream>, tonic::Status> {
+        let metadata = request.metadata().clone();
         self.rpc(
             "WatchStatus",
             request,
             |_| Permission::agent_status(&self.namespace),
-            |_, _| async { Ok(status_stream(self.status.clone(), self.shutdown.clone())) },
+            |_, _| async {
+                Ok(self.authorizer.guard(
+                    &metadata,
+                    vec![Permission::agent_status(&self.namespace)],
+                    status_stream(self.status.clone(), self.shutdown.clone()),
+                ))
+            },
         )
         .await
     }

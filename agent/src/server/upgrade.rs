@@ -75,6 +75,20 @@ fn current(upgrader: &Upgrader) -> UpgradeState {
         .unwrap_or_default()
 }
 
+/// The longest `to` a plan takes: `>=2.10.0 <2.11.0` is 17 characters. The plan echoes it
+/// (`requested`), so a megabyte of it would come back in the answer.
+const MAX_TARGET: usize = 64;
+
+fn target(to: &str) -> Result<&str, tonic::Status> {
+    if to.len() > MAX_TARGET {
+        return Err(tonic::Status::invalid_argument(format!(
+            "to {} is longer than {MAX_TARGET} bytes: give a Flux version or range, e.g. 2.9.x",
+            tenantflux_core::text::quote(to)
+        )));
+    }
+    Ok(to)
+}
+
 #[tonic::async_trait]
 impl upgrade_server::Upgrade for UpgradeService {
     async fn plan_upgrade(
@@ -86,7 +100,7 @@ impl upgrade_server::Upgrade for UpgradeService {
             .await?;
         let plan = self
             .upgrader
-            .plan(&request.get_ref().to)
+            .plan(target(&request.get_ref().to)?)
             .await
             .map_err(unavailable)?;
         Ok(Response::new(plan))
@@ -103,7 +117,7 @@ impl upgrade_server::Upgrade for UpgradeService {
         // The migration writes objects and CRD status for the caller: they must be allowed to.
         let plan = self
             .upgrader
-            .plan(&request.get_ref().to)
+            .plan(target(&request.get_ref().to)?)
             .await
             .map_err(unavailable)?;
         for migration in &plan.migrations {
@@ -174,6 +188,10 @@ impl upgrade_server::Upgrade for UpgradeService {
             })
             .map(Ok)
             .take_until(async move { shutdown.cancelled().await });
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(self.authorizer.guard(
+            request.metadata(),
+            vec![self.instance("get")],
+            Box::pin(stream),
+        )))
     }
 }

@@ -581,8 +581,7 @@ impl Workloads for WorkloadsService {
         let metadata = request.metadata().clone();
         self.rpc("ListKinds", async {
             // Any authenticated caller may learn which Flux APIs exist, as discovery allows.
-            let token = super::auth::bearer_token(&metadata)?;
-            self.authorizer.authenticate(&token).await?;
+            self.authorizer.identify(&metadata).await?;
             self.wait_discovered().await?;
             let served = self.caches.served();
             let kinds = catalog::KINDS
@@ -678,6 +677,7 @@ impl Workloads for WorkloadsService {
             let (caches, _) = self
                 .permitted(&metadata, kinds, "watch", filter.namespace.as_deref())
                 .await?;
+            let filter_namespace = filter.namespace.clone();
             // Subscribed before the snapshot, so no change falls between the two.
             let changes = BroadcastStream::new(self.caches.subscribe());
             let mut snapshot = Vec::new();
@@ -730,7 +730,13 @@ impl Workloads for WorkloadsService {
                     std::future::ready(go)
                 })
                 .take_until(async move { shutdown.cancelled().await });
-            Ok(Box::pin(stream) as EventStream)
+            let permissions = caches
+                .iter()
+                .map(|c| permission("watch", c.kind, filter_namespace.as_deref()))
+                .collect();
+            Ok(self
+                .authorizer
+                .guard(&metadata, permissions, Box::pin(stream) as EventStream))
         })
         .await
     }

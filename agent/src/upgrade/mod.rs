@@ -105,7 +105,7 @@ pub enum StartError {
         started_at: String,
         requested_by: String,
     },
-    #[error("the upgrade to {to:?} is blocked; nothing was changed:\n{}", blockers.join("\n"))]
+    #[error("the upgrade to {} is blocked; nothing was changed:\n{}", tenantflux_core::text::quote(to), blockers.join("\n"))]
     Blocked { to: String, blockers: Vec<String> },
     #[error(transparent)]
     Step(StepError),

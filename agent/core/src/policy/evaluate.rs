@@ -6,14 +6,21 @@
 //! range allows is inside the policy's range (the instance's interval is within the policy's).
 //! The same rule applies to an upgrade deadline: from its date, the range's lowest version must
 //! be at least the minimum.
+//!
+//! What a caller sent is quoted through [`quote`] only, duplicates are reported once, and at
+//! most [`MAX_VIOLATIONS`] violations are listed, then one saying how many more there are: a
+//! 1 MiB spec of `components: [a, a, …]` would otherwise become megabytes of text.
 
-use std::fmt;
+use std::{collections::HashSet, fmt};
 
 use serde::Serialize;
 use serde_json::Value;
 
 use super::{Policy, Range, Requirement, glob};
-use crate::flux::DEFAULT_COMPONENTS;
+use crate::{flux::DEFAULT_COMPONENTS, text::quote};
+
+/// How many violations an evaluation lists before it only counts the rest.
+pub const MAX_VIOLATIONS: usize = 20;
 
 /// One field that breaks the policy.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -48,14 +55,40 @@ struct Checker<'a> {
     by: String,
     out: Evaluation,
     spec: &'a Value,
+    /// Violations past [`MAX_VIOLATIONS`], counted, not kept.
+    omitted: usize,
 }
 
 impl Checker<'_> {
     fn violation(&mut self, field: &str, message: String) {
+        if self.out.violations.iter().any(|v| v.message == message) {
+            return;
+        }
+        if self.out.violations.len() >= MAX_VIOLATIONS {
+            self.omitted += 1;
+            return;
+        }
         self.out.violations.push(Violation {
             field: field.to_owned(),
             message,
         });
+    }
+
+    /// The evaluation, with one last violation counting those not listed.
+    fn finish(mut self) -> Evaluation {
+        if self.omitted > 0 {
+            let (count, noun) = match self.omitted {
+                1 => (1, "violation"),
+                n => (n, "violations"),
+            };
+            self.out.violations.push(Violation {
+                field: "spec".to_owned(),
+                message: format!(
+                    "and {count} more {noun} (the first {MAX_VIOLATIONS} are listed): fix those and apply again"
+                ),
+            });
+        }
+        self.out
     }
 
     fn string(&self, path: &str) -> Option<&str> {
@@ -69,7 +102,8 @@ impl Checker<'_> {
         };
         if !patterns.iter().any(|p| glob::matches(p, value)) {
             let message = format!(
-                "{field} {value:?} is not one of {} allowed by {}",
+                "{field} {} is not one of {} allowed by {}",
+                quote(value),
                 quoted(patterns),
                 self.by
             );
@@ -100,6 +134,7 @@ pub(super) fn evaluate(policy: &Policy, spec: &Value, day: i64) -> Evaluation {
         by: format!("policy generation {}", rules.generation),
         out: Evaluation::default(),
         spec,
+        omitted: 0,
     };
 
     let version_field = "spec.distribution.version";
@@ -109,7 +144,11 @@ pub(super) fn evaluate(policy: &Policy, spec: &Value, day: i64) -> Evaluation {
             let message = match check.spec.pointer("/distribution/version") {
                 // YAML reads `version: 2.9` as a number: say so, not that it is missing.
                 Some(value) if !value.is_null() => {
-                    format!("{version_field} is {value}, not a string: quote it, e.g. \"2.9.x\"")
+                    let shown = match value {
+                        Value::Number(_) | Value::Bool(_) => value.to_string(),
+                        _ => quote(&value.to_string()),
+                    };
+                    format!("{version_field} is {shown}, not a string: quote it, e.g. \"2.9.x\"")
                 }
                 _ => format!("{version_field} is missing (a version or range is required)"),
             };
@@ -126,8 +165,8 @@ pub(super) fn evaluate(policy: &Policy, spec: &Value, day: i64) -> Evaluation {
         && !instance.is_within(allowed)
     {
         let message = format!(
-            "{version_field} {:?} is outside {:?} allowed by {}",
-            instance.text(),
+            "{version_field} {} is outside {:?} allowed by {}",
+            quote(instance.text()),
             allowed.text(),
             check.by
         );
@@ -137,8 +176,8 @@ pub(super) fn evaluate(policy: &Policy, spec: &Value, day: i64) -> Evaluation {
         && instance.low() < deadline.minimum
     {
         let head = format!(
-            "{version_field} {:?} allows versions below {}, which {} requires",
-            instance.text(),
+            "{version_field} {} allows versions below {}, which {} requires",
+            quote(instance.text()),
             deadline.minimum_text,
             check.by
         );
@@ -167,14 +206,21 @@ pub(super) fn evaluate(policy: &Policy, spec: &Value, day: i64) -> Evaluation {
     );
 
     if let Some(components) = &rules.components {
+        let mut seen = HashSet::new();
         let listed: Vec<&str> = match spec.get("components").and_then(Value::as_array) {
-            Some(items) => items.iter().filter_map(Value::as_str).collect(),
+            // Each name once, in the order given.
+            Some(items) => items
+                .iter()
+                .filter_map(Value::as_str)
+                .filter(|n| seen.insert(*n))
+                .collect(),
             None => DEFAULT_COMPONENTS.to_vec(),
         };
         if let Some(allowed) = &components.allowed {
             for name in listed.iter().filter(|n| !allowed.iter().any(|a| a == *n)) {
                 let message = format!(
-                    "spec.components {name:?} is not one of {} allowed by {}",
+                    "spec.components {} is not one of {} allowed by {}",
+                    quote(name),
                     quoted(allowed),
                     check.by
                 );
@@ -224,7 +270,7 @@ pub(super) fn evaluate(policy: &Policy, spec: &Value, day: i64) -> Evaluation {
             check.violation("spec.kustomize.patches", message);
         }
     }
-    check.out
+    check.finish()
 }
 
 /// `"a", "b"`.

@@ -16,11 +16,12 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use evaluate::{Evaluation, Violation};
+pub use evaluate::{Evaluation, MAX_VIOLATIONS, Violation};
 pub use range::{Range, RangeError, Release};
 
 use crate::flux::{KNOWN_COMPONENTS, KNOWN_SIZES};
 use crate::operator::{AllowedVersions, BadRequirement};
+use crate::text::quote;
 
 pub const API_VERSION: &str = "tenantflux.io/v1alpha1";
 pub const KIND: &str = "Policy";
@@ -158,9 +159,9 @@ pub struct KustomizeRules {
 pub enum PolicyError {
     #[error("the policy is not valid YAML or has a field the schema lacks")]
     Yaml(#[source] crate::yaml::Error),
-    #[error("apiVersion is {found:?}; a policy is {API_VERSION}")]
+    #[error("apiVersion is {}; a policy is {API_VERSION}", quote(found))]
     ApiVersion { found: String },
-    #[error("kind is {found:?}; a policy is {KIND}")]
+    #[error("kind is {}; a policy is {KIND}", quote(found))]
     Kind { found: String },
     #[error("metadata.name must not be empty")]
     Name,
@@ -174,13 +175,16 @@ pub enum PolicyError {
     },
     #[error("spec.operator.versions")]
     OperatorVersions(#[source] BadRequirement),
-    #[error("{field} {value:?} is not a date (YYYY-MM-DD)")]
+    #[error("{field} {} is not a date (YYYY-MM-DD)", quote(value))]
     Date { field: &'static str, value: String },
-    #[error("{field} names {name:?}, which is not a Flux component (one of {})", KNOWN_COMPONENTS.join(", "))]
+    #[error("{field} names {}, which is not a Flux component (one of {})", quote(name), KNOWN_COMPONENTS.join(", "))]
     Component { field: &'static str, name: String },
-    #[error("spec.components.required names {name:?}, which spec.components.allowed leaves out")]
+    #[error(
+        "spec.components.required names {}, which spec.components.allowed leaves out",
+        quote(name)
+    )]
     RequiredNotAllowed { name: String },
-    #[error("spec.cluster.sizes names {name:?}; sizes are {}", KNOWN_SIZES.join(", "))]
+    #[error("spec.cluster.sizes names {}; sizes are {}", quote(name), KNOWN_SIZES.join(", "))]
     Size { name: String },
     #[error("{field} is empty: nothing could match; leave it out to allow anything")]
     EmptyList { field: &'static str },

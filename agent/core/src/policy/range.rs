@@ -58,12 +58,16 @@ pub struct Range {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RangeError {
     #[error(
-        "{text:?} is neither a version (2.8.0) nor a semver range (2.8.x, >=2.7.0 <2.10.0): {reason}"
+        "{} is neither a version (2.8.0) nor a semver range (2.8.x, >=2.7.0 <2.10.0): {reason}",
+        crate::text::quote(text)
     )]
     Syntax { text: String, reason: String },
-    #[error("{text:?} uses ||; write one range (e.g. >=2.7.0 <2.10.0)")]
+    #[error(
+        "{} uses ||; write one range (e.g. >=2.7.0 <2.10.0)",
+        crate::text::quote(text)
+    )]
     Alternatives { text: String },
-    #[error("{text:?} matches no version")]
+    #[error("{} matches no version", crate::text::quote(text))]
     Empty { text: String },
 }
 

@@ -33,6 +33,13 @@ use super::{Policy, PolicyError};
 
 pub const SIGNED_KIND: &str = "SignedPolicy";
 
+/// DER prefix of an Ed25519 SubjectPublicKeyInfo (RFC 8410); the 32 key bytes follow. Keys
+/// are read and written through ed25519-dalek's pkcs8/pem; the caller-identity CSR
+/// (`crate::identity`) builds its DER with this.
+pub(crate) const SPKI_PREFIX: [u8; 12] = [
+    0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+];
+
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
     #[error("not an ed25519 {what} key: expected a PEM \"{label}\" block or base64 of 32 bytes")]
@@ -51,10 +58,15 @@ pub enum SignedError {
     #[error("the signed policy is not valid YAML or has a field the envelope lacks")]
     Yaml(#[source] crate::yaml::Error),
     #[error(
-        "kind is {found:?}; expected {SIGNED_KIND} (sign a Policy with `kubectl tenantflux policy sign`)"
+        "kind is {}; expected {SIGNED_KIND} (sign a Policy with `kubectl tenantflux policy sign`)",
+        crate::text::quote(found)
     )]
     Kind { found: String },
-    #[error("apiVersion is {found:?}; expected {}", super::API_VERSION)]
+    #[error(
+        "apiVersion is {}; expected {}",
+        crate::text::quote(found),
+        super::API_VERSION
+    )]
     ApiVersion { found: String },
     #[error("the signature is not base64 of 64 bytes")]
     SignatureEncoding,

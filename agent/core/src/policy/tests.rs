@@ -415,3 +415,48 @@ fn the_schema_refuses_what_the_parser_refuses() {
         assert!(!validate(&text).is_empty(), "schema accepts {to:?}");
     }
 }
+
+#[test]
+fn repeated_and_countless_violations_stay_bounded() {
+    let policy = policy(FULL);
+    // A megabyte of the same unknown component: reported once.
+    let mut repeated = spec(COMPLIANT);
+    repeated["components"] = json!(vec!["a"; 250_000]);
+    let evaluation = policy.evaluate_at(&repeated, early());
+    assert_eq!(
+        messages(&evaluation)
+            .iter()
+            .filter(|m| m.starts_with("spec.components \"a\""))
+            .count(),
+        1
+    );
+    assert!(evaluation.violations.len() <= MAX_VIOLATIONS);
+    // As many distinct ones, each with a long name: the first 20 (each name quoted short),
+    // then one counting the rest.
+    let mut distinct = spec(COMPLIANT);
+    let names: Vec<String> = (0..100_000)
+        .map(|i| format!("{i:>6}{}", "x".repeat(94)))
+        .collect();
+    distinct["components"] = json!(names);
+    let evaluation = policy.evaluate_at(&distinct, early());
+    assert_eq!(evaluation.violations.len(), MAX_VIOLATIONS + 1);
+    let text: usize = evaluation.violations.iter().map(|v| v.message.len()).sum();
+    assert!(text < 8 * 1024, "{text} bytes of violations");
+    assert!(
+        evaluation.violations[0]
+            .message
+            .contains("… (100 bytes) is not one of"),
+        "{}",
+        evaluation.violations[0].message
+    );
+    let last = &evaluation.violations[MAX_VIOLATIONS];
+    assert_eq!(last.field, "spec");
+    // Every listed component breaks the policy, and so do the required ones it now lacks.
+    assert!(
+        last.message
+            .starts_with("and 99982 more violations (the first 20 are listed)"),
+        "{}",
+        last.message
+    );
+    assert!(!evaluation.compliant());
+}
