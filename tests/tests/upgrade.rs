@@ -480,7 +480,7 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
     let apply = tokio::task::spawn_blocking(move || child.wait_with_output());
 
     // Kill 1: some CRDs done, some not.
-    let at_kill = wait_for(
+    wait_for(
         "the migration half-way",
         Duration::from_secs(120),
         || async {
@@ -495,6 +495,12 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
     .await
     .unwrap();
     cluster.kill_agent().expect("kill -9 during migration");
+    // What the killed agent recorded last: it may have started another CRD between the read
+    // above and the kill.
+    let at_kill = record(&client).await.expect("the record")["crds"]
+        .as_array()
+        .expect("CRDs in the record")
+        .clone();
     cluster
         .restart_agent_with(&agent_env)
         .expect("agent restart");
