@@ -29,7 +29,9 @@ use super::{
 };
 use crate::workloads::{
     cache::{Caches, Change, ChangeType, KindCache},
-    catalog::{self, FluxKind, StatusSelector, Target},
+    catalog::{self, FluxKind},
+    patches::{self, Target},
+    rows::{self, StatusSelector},
 };
 
 /// How long a call waits for the first discovery, or for a cache's first list.
@@ -372,7 +374,7 @@ impl WorkloadsService {
             namespace,
             name,
         };
-        let patch = catalog::reconcile_patch(target, requested_at, force);
+        let patch = patches::reconcile_patch(target, requested_at, force);
         self.apply(
             cache,
             namespace,
@@ -527,7 +529,7 @@ fn flux_object_from_json(
     object: &DynamicObject,
     json: &serde_json::Value,
 ) -> FluxObject {
-    let row = catalog::row(kind, json);
+    let row = rows::row(kind, json);
     FluxObject {
         kind: kind.kind.into(),
         api_version: object
@@ -756,7 +758,7 @@ impl Workloads for WorkloadsService {
                 namespace: &namespace,
                 name: &name,
             };
-            let patch = catalog::suspend_patch(target, true, None);
+            let patch = patches::suspend_patch(target, true, None);
             self.apply(&cache, &namespace, &name, "suspending", &patch)
                 .await
         })
@@ -779,7 +781,7 @@ impl Workloads for WorkloadsService {
                 namespace: &namespace,
                 name: &name,
             };
-            let patch = catalog::suspend_patch(target, false, Some(&requested_at));
+            let patch = patches::suspend_patch(target, false, Some(&requested_at));
             let object = self
                 .apply(&cache, &namespace, &name, "resuming", &patch)
                 .await?;
@@ -811,7 +813,7 @@ impl Workloads for WorkloadsService {
             let source = if request.with_source {
                 let object = self.object(&cache, &namespace, &name).await?;
                 let json = serde_json::to_value(&*object).unwrap_or_default();
-                let (kind, source_namespace, source_name) = catalog::row(cache.kind, &json)
+                let (kind, source_namespace, source_name) = rows::row(cache.kind, &json)
                     .source
                     .ok_or_else(|| WorkloadsError::NoSource {
                         kind: cache.kind.kind,
