@@ -1,0 +1,68 @@
+//! The kubeconfig: the files of `--kubeconfig`/`KUBECONFIG` merged as kubectl merges them, and
+//! the Kubernetes client and user it selects.
+
+use std::ffi::OsString;
+
+use kube::{
+    Client,
+    config::{AuthInfo, KubeConfigOptions, Kubeconfig},
+};
+
+use super::*;
+
+/// A client for the kubeconfig's cluster, and the kubeconfig user it authenticates as.
+pub async fn kube_client(options: &ConnectOptions) -> Result<(Client, AuthInfo), ConnectError> {
+    let kube_options = KubeConfigOptions {
+        context: options.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let given = match (&options.inline_kubeconfig, &options.kubeconfig) {
+        (Some(inline), _) => Some(inline.clone()),
+        (None, Some(paths)) if !paths.is_empty() => Some(read_kubeconfigs(paths)?),
+        (None, _) => None,
+    };
+    let mut config = match given {
+        Some(kubeconfig) => kube::Config::from_custom_kubeconfig(kubeconfig, &kube_options)
+            .await
+            .map_err(|err| ConnectError::Kubeconfig {
+                cause: describe(&err),
+            })?,
+        None => match kube::Config::from_kubeconfig(&kube_options).await {
+            Ok(config) => config,
+            // Like kubectl: with no kubeconfig at all, a pod uses its ServiceAccount.
+            Err(err) if options.context.is_none() => {
+                kube::Config::incluster().map_err(|_| ConnectError::NoConfig {
+                    cause: describe(&err),
+                })?
+            }
+            Err(err) => {
+                return Err(ConnectError::Kubeconfig {
+                    cause: describe(&err),
+                });
+            }
+        },
+    };
+    if let Some(namespace) = &options.namespace {
+        config.default_namespace.clone_from(namespace);
+    }
+    // Only the connect timeout: a read timeout would also cut idle port-forward streams.
+    config.connect_timeout = options.timeout;
+    let cluster = config.cluster_url.to_string();
+    let user = config.auth_info.clone();
+    let client = Client::try_from(config).map_err(|err| ConnectError::Client {
+        cluster,
+        cause: describe(&err),
+    })?;
+    Ok((client, user))
+}
+
+pub fn read_kubeconfigs(paths: &OsString) -> Result<Kubeconfig, ConnectError> {
+    std::env::split_paths(paths)
+        .filter(|p| !p.as_os_str().is_empty())
+        .try_fold(Kubeconfig::default(), |merged, path| {
+            Kubeconfig::read_from(&path).and_then(|next| merged.merge(next))
+        })
+        .map_err(|err| ConnectError::Kubeconfig {
+            cause: describe(&err),
+        })
+}

@@ -1,0 +1,423 @@
+//! Reaching tenantflux-agent: a port-forward to its pod through the API server (or a direct
+//! address), and the bearer token every call carries.
+
+mod credentials;
+mod errors;
+mod kubeconfig;
+mod pod;
+
+pub use self::{credentials::*, errors::*, kubeconfig::*, pod::*};
+
+use std::{
+    error::Error as StdError,
+    ffi::OsString,
+    fmt,
+    future::Future,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Api, Client, api::ListParams, config::Kubeconfig};
+use tenantflux_proto::v1::{
+    GetStatusRequest, Status, WatchStatusRequest, agent_client::AgentClient,
+    instance_client::InstanceClient, policy_client::PolicyClient, upgrade_client::UpgradeClient,
+    workloads_client::WorkloadsClient,
+};
+use tonic::{
+    Streaming,
+    service::interceptor::InterceptedService,
+    transport::{Channel, Endpoint},
+};
+
+use crate::cli::GlobalArgs;
+
+/// Label every tenantflux-agent pod carries (deploy/manifests sets it). Anyone who can create
+/// a pod can set it too, so it only finds candidates: see [`check_agent_pod`].
+pub const AGENT_SELECTOR: &str = "app.kubernetes.io/name=tenantflux-agent";
+/// The Deployment whose pods are the agent (deploy/ creates it).
+pub const AGENT_DEPLOYMENT: &str = "tenantflux-agent";
+/// The ServiceAccount the agent's pods run as (deploy/ creates it).
+pub const AGENT_SERVICE_ACCOUNT: &str = "tenantflux-agent";
+/// Set (to anything but empty or `0`) to have every command say, on stderr, which pod it
+/// checked and what credential it sends there.
+pub const VERBOSE_ENV: &str = "TENANTFLUX_VERBOSE";
+/// The port the agent serves gRPC on when its pod does not name a `grpc` container port.
+pub const DEFAULT_GRPC_PORT: u16 = 9090;
+/// ServiceAccount (created by deploy/) whose tokens users without a token of their own borrow.
+pub const CLIENT_SERVICE_ACCOUNT: &str = "tenantflux-client";
+/// Lifetime asked of a TokenRequest token: long enough for one command, short if it leaks.
+const TOKEN_LIFETIME_SECONDS: i64 = 600;
+/// How often an open call pings the agent, and how long a ping may go unanswered: a
+/// port-forward can die without closing, and a watch on it would otherwise wait forever.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// What the connection needs from the global flags.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    pub kubeconfig: Option<OsString>,
+    /// A kubeconfig held in memory (e.g. read from a tenant cluster's Secret by `fleet`);
+    /// used instead of `kubeconfig` and KUBECONFIG when set.
+    pub inline_kubeconfig: Option<Kubeconfig>,
+    pub context: Option<String>,
+    pub namespace: Option<String>,
+    pub agent_namespace: String,
+    pub agent_address: Option<http::Uri>,
+    pub audience: String,
+    pub token: Option<Token>,
+    /// The ServiceAccount (in `agent_namespace`) whose token is requested for a kubeconfig
+    /// user without one.
+    pub token_account: String,
+    pub timeout: Option<Duration>,
+    /// Say on stderr which pod was checked and what credential is sent to it.
+    pub verbose: bool,
+}
+
+impl From<&GlobalArgs> for ConnectOptions {
+    fn from(args: &GlobalArgs) -> Self {
+        Self {
+            kubeconfig: args.kubeconfig.clone(),
+            inline_kubeconfig: None,
+            context: args.context.clone(),
+            namespace: args.namespace.clone(),
+            agent_namespace: args.agent_namespace.clone(),
+            agent_address: args.agent_address.clone(),
+            audience: args.agent_audience.clone(),
+            token: args.token.clone(),
+            token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
+            timeout: args.request_timeout.get(),
+            verbose: std::env::var_os(VERBOSE_ENV).is_some_and(|v| !v.is_empty() && v != "0"),
+        }
+    }
+}
+
+/// The agent a connection goes to, as error messages name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentTarget {
+    Pod { name: String, namespace: String },
+    Address(String),
+}
+
+impl fmt::Display for AgentTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Pod { name, namespace } => {
+                write!(f, "tenantflux-agent pod {name} in namespace {namespace}")
+            }
+            Self::Address(address) => write!(f, "tenantflux-agent at {address}"),
+        }
+    }
+}
+
+/// The last error the API server reported for a port-forward to the agent pod.
+type ForwardError = Arc<Mutex<Option<String>>>;
+
+/// A connected, authenticated client of one tenantflux-agent.
+pub struct Agent {
+    client: AgentClient<InterceptedService<Channel, BearerAuth>>,
+    workloads: WorkloadsClient<InterceptedService<Channel, BearerAuth>>,
+    policy: PolicyClient<InterceptedService<Channel, BearerAuth>>,
+    instance: InstanceClient<InterceptedService<Channel, BearerAuth>>,
+    upgrade: UpgradeClient<InterceptedService<Channel, BearerAuth>>,
+    target: AgentTarget,
+    forward_error: ForwardError,
+    namespace: String,
+}
+
+impl Agent {
+    pub async fn connect(options: &ConnectOptions) -> Result<Self, ConnectError> {
+        let forward_error = ForwardError::default();
+        // kubectl's: -n, else the kubeconfig context's namespace, else "default".
+        let mut namespace = options
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
+        let (channel, target, (token, credential)) = match &options.agent_address {
+            Some(address) => {
+                let (channel, target) = direct_channel(address, options.timeout).await?;
+                let token = match &options.token {
+                    // A direct address with an explicit token needs no Kubernetes at all.
+                    Some(token) => (
+                        Credential::Bearer(token.clone()),
+                        TokenSource::Flag(token).to_string(),
+                    ),
+                    None => {
+                        let (client, user) = kube_client(options).await?;
+                        client.default_namespace().clone_into(&mut namespace);
+                        resolve_token(options, client, &user).await?
+                    }
+                };
+                (channel, target, token)
+            }
+            None => {
+                let (client, user) = kube_client(options).await?;
+                client.default_namespace().clone_into(&mut namespace);
+                // The pod first: "agent not installed" explains more than a failed TokenRequest,
+                // and no token is requested or read for a pod that is not the agent's.
+                let (channel, target) =
+                    port_forward_channel(client.clone(), options, forward_error.clone()).await?;
+                let token = resolve_token(options, client, &user).await?;
+                (channel, target, token)
+            }
+        };
+        if options.verbose {
+            let checked = match &target {
+                AgentTarget::Pod { .. } => format!(
+                    " (checked: it runs as ServiceAccount {AGENT_SERVICE_ACCOUNT} and belongs to Deployment {AGENT_DEPLOYMENT})"
+                ),
+                AgentTarget::Address(_) => String::new(),
+            };
+            eprintln!("sending {credential} to {target}{checked}");
+        }
+        let auth = BearerAuth::from_credential(token)?;
+        Ok(Self {
+            client: AgentClient::with_interceptor(channel.clone(), auth.clone()),
+            workloads: WorkloadsClient::with_interceptor(channel.clone(), auth.clone()),
+            policy: PolicyClient::with_interceptor(channel.clone(), auth.clone()),
+            instance: InstanceClient::with_interceptor(channel.clone(), auth.clone()),
+            upgrade: UpgradeClient::with_interceptor(channel, auth),
+            target,
+            forward_error,
+            namespace,
+        })
+    }
+
+    pub async fn get_status(&mut self) -> Result<Status, CallError> {
+        match self.client.get_status(GetStatusRequest {}).await {
+            Ok(response) => Ok(response.into_inner()),
+            Err(status) => Err(self.error(&status)),
+        }
+    }
+
+    /// Starts a watch: the agent's status now, then again at every change. The watch owns the
+    /// connection, and ends when the agent closes the stream or the connection breaks.
+    pub async fn watch_status(mut self) -> Result<StatusWatch, CallError> {
+        match self.client.watch_status(WatchStatusRequest {}).await {
+            Ok(response) => Ok(StatusWatch {
+                stream: response.into_inner(),
+                agent: self,
+            }),
+            Err(status) => Err(self.error(&status)),
+        }
+    }
+
+    /// A client of the agent's Workloads service on the same connection.
+    pub fn workloads(&self) -> WorkloadsClient<InterceptedService<Channel, BearerAuth>> {
+        self.workloads.clone()
+    }
+
+    /// A client of the agent's Policy service on the same connection.
+    pub fn policy(&self) -> PolicyClient<InterceptedService<Channel, BearerAuth>> {
+        self.policy.clone()
+    }
+
+    /// A client of the agent's Instance service on the same connection.
+    pub fn instance(&self) -> InstanceClient<InterceptedService<Channel, BearerAuth>> {
+        self.instance.clone()
+    }
+
+    /// A client of the agent's Upgrade service on the same connection.
+    pub fn upgrade(&self) -> UpgradeClient<InterceptedService<Channel, BearerAuth>> {
+        self.upgrade.clone()
+    }
+
+    /// The namespace commands act in: -n, else the kubeconfig context's.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    pub fn target(&self) -> &AgentTarget {
+        &self.target
+    }
+
+    pub fn error(&self, status: &tonic::Status) -> CallError {
+        let forward_error = self.forward_error.lock().ok().and_then(|e| e.clone());
+        call_error(status, &self.target, forward_error)
+    }
+}
+
+/// An open WatchStatus stream.
+pub struct StatusWatch {
+    stream: Streaming<Status>,
+    agent: Agent,
+}
+
+impl StatusWatch {
+    /// The next status; `None` once the agent has ended the stream.
+    pub async fn next(&mut self) -> Result<Option<Status>, CallError> {
+        self.stream
+            .message()
+            .await
+            .map_err(|status| self.agent.error(&status))
+    }
+
+    pub fn target(&self) -> &AgentTarget {
+        &self.agent.target
+    }
+}
+
+async fn direct_channel(
+    address: &http::Uri,
+    timeout: Option<Duration>,
+) -> Result<(Channel, AgentTarget), ConnectError> {
+    // The Uri's Display adds a path ("/") nobody typed.
+    let shown = match (address.scheme_str(), address.authority()) {
+        (Some(scheme), Some(authority)) => format!("{scheme}://{authority}"),
+        _ => address.to_string(),
+    };
+    let target = AgentTarget::Address(shown);
+    let channel = endpoint(Endpoint::from(address.clone()), timeout)
+        .connect()
+        .await
+        .map_err(|err| ConnectError::Unreachable {
+            target: target.clone(),
+            cause: describe(&err),
+        })?;
+    Ok((channel, target))
+}
+
+fn endpoint(endpoint: Endpoint, timeout: Option<Duration>) -> Endpoint {
+    // The timeout bounds connecting and each response's headers, never a stream's messages.
+    let endpoint = endpoint
+        .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
+    match timeout {
+        Some(timeout) => endpoint.timeout(timeout).connect_timeout(timeout),
+        None => endpoint,
+    }
+}
+
+/// Runs `future`, giving up after the request timeout.
+async fn bounded<F: Future>(
+    timeout: Option<Duration>,
+    what: impl FnOnce() -> String,
+    future: F,
+) -> Result<F::Output, ConnectError> {
+    match timeout {
+        Some(timeout) => {
+            tokio::time::timeout(timeout, future)
+                .await
+                .map_err(|_| ConnectError::TimedOut {
+                    what: what(),
+                    timeout,
+                })
+        }
+        None => Ok(future.await),
+    }
+}
+
+/// A gRPC channel whose every connection is a new port-forward to the agent pod.
+async fn port_forward_channel(
+    client: Client,
+    options: &ConnectOptions,
+    forward_error: ForwardError,
+) -> Result<(Channel, AgentTarget), ConnectError> {
+    let namespace = options.agent_namespace.clone();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let list = bounded(
+        options.timeout,
+        || format!("listing pods in namespace {namespace} with selector {AGENT_SELECTOR}"),
+        pods.list(&ListParams::default().labels(AGENT_SELECTOR)),
+    )
+    .await?
+    .map_err(|err| ConnectError::ListPods {
+        namespace: namespace.clone(),
+        cause: describe(&err),
+    })?;
+    let candidates = ready_agent_pods(&list.items);
+    if candidates.is_empty() {
+        return Err(ConnectError::NoAgentPod { namespace });
+    }
+    let pod = bounded(
+        options.timeout,
+        || format!("checking the pods in namespace {namespace} with selector {AGENT_SELECTOR}"),
+        checked_agent_pod(client, &namespace, &candidates),
+    )
+    .await??;
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let port = grpc_port(pod);
+    let target = AgentTarget::Pod {
+        name: name.clone(),
+        namespace,
+    };
+
+    let connector = tower::service_fn(move |_: http::Uri| {
+        let pods = pods.clone();
+        let name = name.clone();
+        let forward_error = forward_error.clone();
+        async move {
+            let mut forwarder = pods.portforward(&name, &[port]).await?;
+            let stream = forwarder
+                .take_stream(port)
+                .ok_or_else(|| std::io::Error::other("the port-forward opened no stream"))?;
+            if let Some(error) = forwarder.take_error(port) {
+                tokio::spawn(async move {
+                    if let Some(message) = error.await
+                        && let Ok(mut slot) = forward_error.lock()
+                    {
+                        *slot = Some(format!("port-forward to port {port} failed: {message}"));
+                    }
+                });
+            }
+            Ok::<_, Box<dyn StdError + Send + Sync>>(TokioIo::new(stream))
+        }
+    });
+    let channel = endpoint(
+        Endpoint::from_static("http://tenantflux-agent"),
+        options.timeout,
+    )
+    .connect_with_connector(connector)
+    .await
+    .map_err(|err| ConnectError::Unreachable {
+        target: target.clone(),
+        cause: describe(&err),
+    })?;
+    Ok((channel, target))
+}
+
+#[cfg(test)]
+mod tests {
+
+    use super::*;
+
+    fn direct(address: &http::Uri, token: &str) -> ConnectOptions {
+        ConnectOptions {
+            kubeconfig: None,
+            inline_kubeconfig: None,
+            context: None,
+            namespace: None,
+            agent_namespace: "tenantflux-system".to_owned(),
+            agent_address: Some(address.clone()),
+            audience: "tenantflux-agent".to_owned(),
+            token: Some(Token::new(token)),
+            token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
+            timeout: Some(Duration::from_secs(5)),
+            verbose: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_address_names_the_agent_and_the_cause() {
+        // Bind then drop, so the port is (almost certainly) closed.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address: http::Uri = format!("http://{}", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        drop(listener);
+        let err = Agent::connect(&direct(&address, "good"))
+            .await
+            .err()
+            .unwrap();
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "cannot reach tenantflux-agent at {}:",
+                address.to_string().trim_end_matches('/')
+            )),
+            "{text}"
+        );
+        assert!(text.to_lowercase().contains("connection refused"), "{text}");
+    }
+}
