@@ -8,9 +8,66 @@
 //! line with the position (no source snippet, which would echo input into messages), and long
 //! strings printed on one line rather than folded, as kubectl prints them.
 
+use std::fmt;
+
 use serde::{Serialize, de::DeserializeOwned};
 
-pub use serde_saphyr::{Error, SerializeError};
+pub use serde_saphyr::SerializeError;
+
+/// A YAML text that did not parse, or did not fit the type it was read as. It says where (line
+/// and column) and, when a field had the wrong type, which field (`spec.generation: …`).
+#[derive(Debug)]
+pub struct Error {
+    path: Option<String>,
+    /// Boxed: serde-saphyr's error is large, and every result carrying this one would be too.
+    inner: Box<serde_saphyr::Error>,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = self
+            .inner
+            .location()
+            .map(|l| format!(" at line {}, column {}", l.line(), l.column()))
+            .unwrap_or_default();
+        match original(&self.inner) {
+            serde_saphyr::Error::MultipleDocuments { .. } => write!(
+                f,
+                "more than one document (separated by ---) where one is expected{at}"
+            ),
+            serde_saphyr::Error::Budget { breach, .. } => write!(
+                f,
+                "the document exceeds the parser's limits ({breach:?}){at}: aliases that expand \
+                 too far, nesting too deep, or far too many nodes"
+            ),
+            _ => match &self.path {
+                Some(path) => write!(f, "{path}: {}", self.inner),
+                None => write!(f, "{}", self.inner),
+            },
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The error under serde-saphyr's wrappers (the alias it was reached through, a snippet).
+fn original(mut err: &serde_saphyr::Error) -> &serde_saphyr::Error {
+    while let serde_saphyr::Error::AliasError { error, .. }
+    | serde_saphyr::Error::WithSnippet { error, .. } = err
+    {
+        err = error;
+    }
+    err
+}
+
+impl From<serde_saphyr::Error> for Error {
+    fn from(inner: serde_saphyr::Error) -> Self {
+        Self {
+            path: None,
+            inner: Box::new(inner),
+        }
+    }
+}
 
 fn options() -> serde_saphyr::Options {
     serde_saphyr::options! {
@@ -21,19 +78,34 @@ fn options() -> serde_saphyr::Options {
 
 /// Parses one YAML document.
 pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, Error> {
-    serde_saphyr::from_str_with_options(text, options())
+    let mut path = None;
+    serde_saphyr::with_deserializer_from_str_with_options(text, options(), |deserializer| {
+        serde_path_to_error::deserialize(deserializer).map_err(|err| {
+            let at = err.path().to_string();
+            path = (at != ".").then_some(at);
+            err.into_inner()
+        })
+    })
+    .map_err(|inner| Error {
+        path,
+        inner: Box::new(inner),
+    })
 }
 
 /// Parses one YAML document from bytes (UTF-8).
 pub fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
-    serde_saphyr::from_slice_with_options(bytes, options())
+    let text = std::str::from_utf8(bytes).map_err(|_| serde_saphyr::Error::InvalidUtf8Input)?;
+    from_str(text)
 }
 
 /// The documents of a multi-document stream (`---` separated) in order, empty ones skipped.
 /// The first document that does not parse, or does not fit `T`, fails the whole stream; the
 /// error says where.
 pub fn documents<T: DeserializeOwned>(text: &str) -> Result<Vec<T>, Error> {
-    serde_saphyr::from_str_multiple_with_options::<T, Vec<T>>(text, options())
+    Ok(serde_saphyr::from_str_multiple_with_options::<T, Vec<T>>(
+        text,
+        options(),
+    )?)
 }
 
 /// Prints `value` as one YAML document: block style, strings with newlines as literal blocks
@@ -93,6 +165,36 @@ mod tests {
         assert_eq!(back, value, "{text}");
     }
 
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Doc {
+        spec: Spec,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Spec {
+        generation: u64,
+    }
+
+    #[test]
+    fn a_field_of_the_wrong_type_is_named_by_its_path() {
+        let err = from_str::<Doc>("spec:\n  generation: seven\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("spec.generation: "), "{err}");
+        assert!(err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn two_documents_where_one_is_expected_say_so() {
+        let err = from_str::<Value>("a: 1\n---\nb: 2\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("more than one document"), "{err}");
+        assert!(!err.contains("from_str_multiple"), "{err}");
+    }
+
     #[test]
     fn a_billion_laughs_fails_within_the_budget() {
         let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
@@ -102,6 +204,7 @@ mod tests {
                 "a{i}: &a{i} [*a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}]\n"
             ));
         }
-        assert!(from_str::<Value>(&text).is_err());
+        let err = from_str::<Value>(&text).unwrap_err().to_string();
+        assert!(err.contains("exceeds the parser's limits"), "{err}");
     }
 }
