@@ -180,6 +180,12 @@ impl PolicyStore {
         }
     }
 
+    /// Reports a problem with the policy's enforcement (`status`, `policy show`) until the
+    /// next accepted push.
+    pub fn report(&self, problem: String) {
+        self.problem(problem);
+    }
+
     fn problem(&self, problem: String) {
         tracing::warn!(problem, "policy store");
         self.held.send_modify(|held| {

@@ -240,7 +240,7 @@ async fn run(args: Args) -> Result<(), Error> {
     });
     let enforcement = tokio::spawn(admission::run(
         client.clone(),
-        policy_store.subscribe(),
+        policy_store.clone(),
         shutdown.clone(),
     ));
 
