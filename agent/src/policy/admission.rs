@@ -7,7 +7,7 @@
 //! The tenant is usually cluster-admin, so both objects are watched: one deleted, or whose spec
 //! differs in any field from what the agent wrote (a field another writer added included, such
 //! as a `matchConditions` entry that matches nothing or a `namespaceSelector` on the binding),
-//! is written again whole, and the tamper is reported as a policy problem (`status`, `policy
+//! is put back whole, and the tamper is reported as a policy problem (`status`, `policy
 //! show`) and as an Event on the policy's ConfigMap.
 
 use std::{sync::Arc, time::Duration};
@@ -19,18 +19,18 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client, Resource,
-    api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams},
+    api::{ApiResource, DynamicObject, Patch, PatchParams},
     runtime::{
         WatchStreamExt,
         events::{Event as KubeEvent, EventType, Recorder, Reporter},
         watcher::{self, Event},
     },
 };
-use serde_json::Value;
+use serde_json::{Value, json};
 use tenantflux_core::{
     FIELD_MANAGER,
     policy::{
-        admission::{NAME, Rendered, drift, render},
+        admission::{NAME, Rendered, drift, merge_patch, render},
         today,
     },
     text::chain,
@@ -129,15 +129,10 @@ impl Target {
     }
 
     /// Writes `want` whole: created by server-side apply when there is none (apply names the
-    /// object, so the agent's RBAC limits even the create to it), otherwise replaced at the
-    /// live resourceVersion, which drops every field another writer added. `Ok(false)`: the
-    /// object changed meanwhile; its next watch event decides again.
+    /// object, so the agent's RBAC limits even the create to it), otherwise put back by a merge
+    /// patch at the live resourceVersion that also removes every field another writer added.
+    /// `Ok(false)`: the object changed meanwhile; its next watch event decides again.
     async fn write(&mut self, want: &Value, generation: u64) -> Result<bool, WriteError> {
-        let error = |source| WriteError {
-            kind: self.kind,
-            generation,
-            source: Box::new(source),
-        };
         let live = self.live.clone().flatten();
         let written = match &live {
             None => {
@@ -145,14 +140,20 @@ impl Target {
                 self.api.patch(NAME, &params, &Patch::Apply(want)).await
             }
             Some(live) => {
-                let mut object: DynamicObject = serde_json::from_value(want.clone())
-                    .map_err(|e| error(kube::Error::SerdeError(e)))?;
-                object.metadata.resource_version = live.metadata.resource_version.clone();
-                let params = PostParams {
+                let spec = live.data.get("spec").unwrap_or(&Value::Null);
+                let patch = json!({
+                    "metadata": {
+                        "resourceVersion": live.metadata.resource_version,
+                        "labels": want["metadata"]["labels"],
+                        "annotations": want["metadata"]["annotations"],
+                    },
+                    "spec": merge_patch(spec, &want["spec"]),
+                });
+                let params = PatchParams {
                     field_manager: Some(FIELD_MANAGER.to_owned()),
-                    ..PostParams::default()
+                    ..PatchParams::default()
                 };
-                self.api.replace(NAME, &params, &object).await
+                self.api.patch(NAME, &params, &Patch::Merge(&patch)).await
             }
         };
         match written {
@@ -163,7 +164,11 @@ impl Target {
                 Ok(true)
             }
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
-            Err(err) => Err(error(err)),
+            Err(source) => Err(WriteError {
+                kind: self.kind,
+                generation,
+                source: Box::new(source),
+            }),
         }
     }
 }

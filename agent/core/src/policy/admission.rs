@@ -412,9 +412,81 @@ pub fn drift(expected: &Value, live: &Value) -> Vec<String> {
     out
 }
 
+/// The JSON merge patch (RFC 7386) that turns `live` into `want`: what the agent sends to put
+/// a tampered object back with `patch` alone, since a merge patch replaces lists whole and a
+/// `null` removes a field someone else added.
+pub fn merge_patch(live: &Value, want: &Value) -> Value {
+    match (live, want) {
+        (Value::Object(live), Value::Object(want)) => {
+            let mut patch = serde_json::Map::new();
+            for (key, value) in want {
+                let part = live
+                    .get(key)
+                    .map_or_else(|| value.clone(), |old| merge_patch(old, value));
+                if live.get(key) != Some(value) {
+                    patch.insert(key.clone(), part);
+                }
+            }
+            for key in live.keys().filter(|k| !want.contains_key(*k)) {
+                patch.insert(key.clone(), Value::Null);
+            }
+            Value::Object(patch)
+        }
+        _ => want.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// RFC 7386's application, to check the patch against.
+    fn apply_merge(target: &mut Value, patch: &Value) {
+        match patch {
+            Value::Object(patch) => {
+                if !target.is_object() {
+                    *target = json!({});
+                }
+                let object = target.as_object_mut().unwrap();
+                for (key, value) in patch {
+                    if value.is_null() {
+                        object.remove(key);
+                    } else {
+                        apply_merge(object.entry(key.clone()).or_insert(Value::Null), value);
+                    }
+                }
+            }
+            _ => *target = patch.clone(),
+        }
+    }
+
+    #[test]
+    fn merge_patch_restores_the_rendered_spec_and_drops_foreign_fields() {
+        let want = render(&policy(""), 0).binding["spec"].clone();
+        let mut live = want.clone();
+        live["matchResources"] =
+            json!({"namespaceSelector": {"matchLabels": {"x": "y"}}, "matchPolicy": "Equivalent"});
+        live["validationActions"] = json!(["Audit", "Deny"]);
+        let patch = merge_patch(&live, &want);
+        assert_eq!(
+            patch,
+            json!({"matchResources": null, "validationActions": ["Deny"]})
+        );
+        apply_merge(&mut live, &patch);
+        assert_eq!(live, want);
+
+        let want = render(&policy(""), 0).policy["spec"].clone();
+        let mut live = want.clone();
+        live["matchConditions"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "off", "expression": "false"}));
+        live["matchConstraints"]["namespaceSelector"] = json!({"matchLabels": {"x": "y"}});
+        let patch = merge_patch(&live, &want);
+        apply_merge(&mut live, &patch);
+        assert_eq!(live, want);
+        assert_eq!(merge_patch(&want, &want), json!({}));
+    }
 
     #[test]
     fn drift_names_each_field_added_changed_or_removed() {
