@@ -95,6 +95,11 @@ pub struct Args {
     #[arg(long, env = "TENANTFLUX_POLICY_PUBLIC_KEY", value_name = "PATH")]
     pub policy_public_key: Option<std::path::PathBuf>,
 
+    /// A name for this cluster, set at install, that a policy's `spec.clusters` may match
+    /// (besides the UID of namespace kube-system, which the agent always knows).
+    #[arg(long, env = "TENANTFLUX_CLUSTER_NAME", value_name = "NAME")]
+    pub cluster_name: Option<String>,
+
     /// How many objects an upgrade's storage migration rewrites at once, when the request
     /// sets none.
     #[arg(
@@ -184,6 +189,7 @@ mod tests {
                 "TENANTFLUX_OPERATOR_BUNDLE_PLAIN_HTTP",
             ),
             ("policy_public_key", "TENANTFLUX_POLICY_PUBLIC_KEY"),
+            ("cluster_name", "TENANTFLUX_CLUSTER_NAME"),
         ];
         for (id, env) in without_default {
             let arg = cmd

@@ -279,3 +279,215 @@ async fn a_switched_off_admission_policy_is_restored_and_reported() {
         .unwrap();
     assert!(!instance.status.success(), "no FluxInstance was stored");
 }
+
+/// The stored policy envelope (ConfigMap `name`, key signed-policy.yaml), or "" without one.
+fn stored(cluster: &TestCluster, name: &str) -> String {
+    cluster
+        .kubectl_ok(&[
+            "-n",
+            AGENT_NAMESPACE,
+            "get",
+            "configmap",
+            name,
+            "-o",
+            "jsonpath={.data.signed-policy\\.yaml}",
+            "--ignore-not-found",
+        ])
+        .expect("kubectl get configmap")
+}
+
+/// Writes `envelope` into the policy store as a tenant admin would, with the agent stopped.
+fn plant(cluster: &TestCluster, envelope: &str) {
+    let map = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": NAME, "namespace": AGENT_NAMESPACE},
+        "data": {"signed-policy.yaml": envelope},
+    });
+    cluster
+        .kubectl_ok(&[
+            "-n",
+            AGENT_NAMESPACE,
+            "patch",
+            "configmap",
+            NAME,
+            "--type=merge",
+            "-p",
+            &map.to_string(),
+        ])
+        .expect("replace the stored policy");
+}
+
+/// Waits until `policy show` reports a problem containing every one of `needles`.
+async fn wait_problem(cluster: &TestCluster, needles: &[&str]) -> Value {
+    wait_for(
+        &format!("{needles:?} in policy show"),
+        Duration::from_secs(60),
+        || {
+            let shown = plugin_ok(cluster, None, &["policy", "show", "-o", "json"]);
+            let found = shown["problems"].as_array().is_some_and(|p| {
+                p.iter().any(|p| {
+                    p.as_str()
+                        .is_some_and(|p| needles.iter().all(|n| p.contains(n)))
+                })
+            });
+            async move { found.then_some(shown) }
+        },
+    )
+    .await
+    .unwrap_or_else(|err| {
+        panic!(
+            "{err}; policy show: {}",
+            plugin_ok(cluster, None, &["policy", "show", "-o", "json"])
+        )
+    })
+}
+
+#[tokio::test]
+async fn an_older_or_another_clusters_policy_is_refused() {
+    let _serial = ONE_CLUSTER_AT_A_TIME.lock().await;
+    let cluster = TestCluster::start(&format!("secpol-replay-{}", std::process::id()))
+        .expect("starting the cluster");
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    let run = |kubeconfig: Option<&Path>, args: &[&str]| {
+        cluster
+            .kubectl_tenantflux(kubeconfig, args)
+            .unwrap_or_else(|err| panic!("kubectl tenantflux {args:?}: {err}"))
+    };
+    let out = run(
+        None,
+        &["policy", "keygen", "--out", path(&keys), "-o", "json"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let key_id = json(&out)["keyId"].as_str().expect("keyId").to_owned();
+    let public = keys.join("ed25519.pub");
+    let restart = || {
+        cluster
+            .restart_agent_with(&[
+                ("TENANTFLUX_POLICY_PUBLIC_KEY", path(&public)),
+                ("TENANTFLUX_CLUSTER_NAME", "secpol-blue"),
+            ])
+            .expect("agent with the policy key and a cluster name");
+    };
+    restart();
+    let platform = cluster
+        .policy_pusher_kubeconfig()
+        .expect("platform account");
+    let sign = |generation: u64, clusters: &str| {
+        let unsigned = dir.path().join(format!("policy-{generation}.yaml"));
+        std::fs::write(
+            &unsigned,
+            format!(
+                "apiVersion: tenantflux.io/v1alpha1\nkind: Policy\nmetadata: {{name: fleet}}\nspec:\n  generation: {generation}\n{clusters}"
+            ),
+        )
+        .unwrap();
+        let signed = dir.path().join(format!("signed-{generation}.yaml"));
+        let key = keys.join("ed25519.key");
+        let out = run(
+            None,
+            &[
+                "policy",
+                "sign",
+                "-f",
+                path(&unsigned),
+                "--key",
+                path(&key),
+                "--out",
+                path(&signed),
+            ],
+        );
+        assert!(out.status.success(), "{out:?}");
+        signed
+    };
+    let push = |signed: &Path| run(Some(&platform), &["policy", "push", "-f", path(signed)]);
+    let uid = cluster
+        .kubectl_ok(&[
+            "get",
+            "namespace",
+            "kube-system",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+        .expect("kube-system uid");
+
+    // The agent reports who the cluster is; the policy in force shows its key.
+    assert!(push(&sign(1, "")).status.success(), "generation 1");
+    let first = stored(&cluster, NAME);
+    let out = push(&sign(2, ""));
+    assert!(out.status.success(), "generation 2: {out:?}");
+    let second = stored(&cluster, NAME);
+    assert_ne!(first, second);
+    let status = plugin_ok(&cluster, None, &["status", "-o", "json"]);
+    assert_eq!(status["agent"]["clusterUid"], uid.as_str(), "{status:#}");
+    assert_eq!(status["agent"]["clusterName"], "secpol-blue", "{status:#}");
+    assert_eq!(status["policy"]["keyId"], key_id.as_str(), "{status:#}");
+    assert_eq!(stored(&cluster, "tenantflux-policy-highest"), second);
+
+    // 1. Rollback: the older, validly signed copy put back while the agent is down.
+    cluster.stop_agent().expect("stopping the agent");
+    plant(&cluster, &first);
+    restart();
+    let shown = wait_problem(
+        &cluster,
+        &[
+            "the policy stored in ConfigMap tenantflux-system/tenantflux-policy is refused: policy fleet generation 1 is a rollback: this cluster has held generation 2",
+        ],
+    )
+    .await;
+    assert_eq!(
+        shown["generation"], 2,
+        "the higher generation stays in force: {shown:#}"
+    );
+    wait_for("the stored copy restored", Duration::from_secs(30), || {
+        let restored = stored(&cluster, NAME) == second;
+        async move { restored.then_some(()) }
+    })
+    .await
+    .expect("store restored from the record");
+
+    // 2. A policy for another cluster is refused and changes nothing.
+    let out = push(&sign(3, "  clusters: [{name: secpol-green}]\n"));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "policy fleet generation 3 is for the clusters [name \"secpol-green\"], not for this cluster (uid \"{uid}\", name \"secpol-blue\")"
+        )),
+        "{err}"
+    );
+    let shown = plugin_ok(&cluster, None, &["policy", "show", "-o", "json"]);
+    assert_eq!(shown["generation"], 2, "{shown:#}");
+    assert_eq!(stored(&cluster, NAME), second);
+    assert_eq!(stored(&cluster, "tenantflux-policy-highest"), second);
+
+    // One that names this cluster, by its uid, is accepted.
+    let out = push(&sign(
+        3,
+        &format!("  clusters: [{{name: secpol-green}}, {{uid: \"{uid}\"}}]\n"),
+    ));
+    assert!(out.status.success(), "{out:?}");
+    let third = stored(&cluster, NAME);
+
+    // 3. Replay: a copy signed for another cluster put in the store while the agent is down.
+    let other =
+        std::fs::read_to_string(sign(4, "  clusters: [{uid: not-this-cluster}]\n")).unwrap();
+    cluster.stop_agent().expect("stopping the agent");
+    plant(&cluster, &other);
+    restart();
+    let shown = wait_problem(
+        &cluster,
+        &[
+            "is refused: policy fleet generation 4 is for the clusters [uid \"not-this-cluster\"], not for this cluster",
+        ],
+    )
+    .await;
+    assert_eq!(shown["generation"], 3, "{shown:#}");
+    wait_for("the stored copy restored", Duration::from_secs(30), || {
+        let restored = stored(&cluster, NAME) == third;
+        async move { restored.then_some(()) }
+    })
+    .await
+    .expect("store restored from the record");
+}

@@ -200,7 +200,12 @@ async fn run(args: Args) -> Result<(), Error> {
         }
         None => None,
     };
-    let policy_store = PolicyStore::new(client.clone(), &args.namespace, policy_key);
+    let policy_store = PolicyStore::new(
+        client.clone(),
+        &args.namespace,
+        policy_key,
+        args.cluster_name.clone(),
+    );
     let (install, install_rx) = match args.operator_bundle.clone() {
         Some(source) => {
             let (tx, rx) = watch::channel(InstallState::initial(&source));

@@ -288,8 +288,12 @@ mod tests {
             metrics.clone(),
             shutdown.clone(),
         );
-        let store =
-            crate::policy::store::PolicyStore::new(offline_client(), "tenantflux-system", None);
+        let store = crate::policy::store::PolicyStore::new(
+            offline_client(),
+            "tenantflux-system",
+            None,
+            None,
+        );
         let instance = InstanceService::new(
             crate::instance::Instances::new(offline_client(), "flux-system", store.subscribe()),
             authorizer.clone(),
