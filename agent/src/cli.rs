@@ -71,6 +71,18 @@ pub struct Args {
     #[arg(long, env = "TENANTFLUX_OPERATOR_VERSION", value_parser = parse_allowed_versions)]
     pub operator_version: Option<AllowedVersions>,
 
+    /// Where the operator Deployment's images may come from: globs over the image reference
+    /// (comma-separated or repeated). A bundle whose Deployment runs another image is refused
+    /// and nothing of it applied.
+    #[arg(
+        long = "operator-image-registry",
+        env = "TENANTFLUX_OPERATOR_IMAGE_REGISTRIES",
+        value_delimiter = ',',
+        default_value = "ghcr.io/controlplaneio-fluxcd/*",
+        value_name = "GLOB"
+    )]
+    pub operator_image_registries: Vec<String>,
+
     /// A `kubernetes.io/dockerconfigjson` Secret in --namespace with the credentials for the
     /// bundle's OCI registry.
     #[arg(long, env = "TENANTFLUX_OPERATOR_BUNDLE_PULL_SECRET")]
@@ -176,6 +188,11 @@ mod tests {
                 "5m",
             ),
             ("upgrade_concurrency", "TENANTFLUX_UPGRADE_CONCURRENCY", "8"),
+            (
+                "operator_image_registries",
+                "TENANTFLUX_OPERATOR_IMAGE_REGISTRIES",
+                "ghcr.io/controlplaneio-fluxcd/*",
+            ),
         ];
         let without_default = [
             ("operator_bundle", "TENANTFLUX_OPERATOR_BUNDLE"),

@@ -218,6 +218,7 @@ async fn run(args: Args) -> Result<(), Error> {
                 agent_namespace: args.namespace.clone(),
                 operator_namespace: args.operator_namespace.clone(),
                 resync: args.operator_resync_interval,
+                image_registries: args.operator_image_registries.clone(),
             };
             let fetcher = Fetcher::new(
                 client.clone(),
