@@ -413,9 +413,11 @@ async fn an_older_or_another_clusters_policy_is_refused() {
         .expect("kube-system uid");
 
     // The agent reports who the cluster is; the policy in force shows its key.
-    assert!(push(&sign(1, "")).status.success(), "generation 1");
+    let signed_1 = sign(1, "");
+    assert!(push(&signed_1).status.success(), "generation 1");
     let first = stored(&cluster, NAME);
-    let out = push(&sign(2, ""));
+    let signed_2 = sign(2, "");
+    let out = push(&signed_2);
     assert!(out.status.success(), "generation 2: {out:?}");
     let second = stored(&cluster, NAME);
     assert_ne!(first, second);
@@ -446,6 +448,50 @@ async fn an_older_or_another_clusters_policy_is_refused() {
     })
     .await
     .expect("store restored from the record");
+
+    // The platform's view: the cluster holds what was pushed last, and is flagged against
+    // an expectation it does not meet.
+    let fleet_file = dir.path().join("fleet.yaml");
+    std::fs::write(
+        &fleet_file,
+        format!(
+            "- {{name: blue, kubeconfig: {}}}\n",
+            cluster.kubeconfig().display()
+        ),
+    )
+    .unwrap();
+    let fleet_status = |expected: &Path| {
+        let out = run(
+            None,
+            &[
+                "fleet",
+                "status",
+                "--fleet-file",
+                path(&fleet_file),
+                "--expect-policy",
+                path(expected),
+                "-o",
+                "json",
+            ],
+        );
+        let row = json(&out)["clusters"][0].clone();
+        (out.status.code(), row)
+    };
+    let (code, row) = fleet_status(&signed_2);
+    assert_eq!(code, Some(0), "{row:#}");
+    assert_eq!(row["policyGeneration"], 2, "{row:#}");
+    assert_eq!(row["policyKeyId"], key_id.as_str(), "{row:#}");
+    assert!(row.get("policyMismatch").is_none(), "{row:#}");
+    let (code, row) = fleet_status(&signed_1);
+    assert_eq!(code, Some(1), "{row:#}");
+    assert_eq!(
+        row["policyMismatch"],
+        format!(
+            "holds policy generation 2 (key {key_id}); the platform pushed generation 1 (key {key_id})"
+        )
+        .as_str(),
+        "{row:#}"
+    );
 
     // 2. A policy for another cluster is refused and changes nothing.
     let out = push(&sign(3, "  clusters: [{name: secpol-green}]\n"));
