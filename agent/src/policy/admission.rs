@@ -245,7 +245,7 @@ pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: Cancellation
                 Ok(true) => match tamper {
                     None => tracing::info!(
                         generation,
-                        "{} {NAME} written: the API server enforces the policy",
+                        "{} {NAME} applied: the API server enforces the policy",
                         target.kind
                     ),
                     Some(what) => {
