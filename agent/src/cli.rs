@@ -71,6 +71,18 @@ pub struct Args {
     #[arg(long, env = "TENANTFLUX_OPERATOR_VERSION", value_parser = parse_allowed_versions)]
     pub operator_version: Option<AllowedVersions>,
 
+    /// Where the operator Deployment's images may come from: globs over the image reference
+    /// (comma-separated or repeated). A bundle whose Deployment runs another image is refused
+    /// and nothing of it applied.
+    #[arg(
+        long = "operator-image-registry",
+        env = "TENANTFLUX_OPERATOR_IMAGE_REGISTRIES",
+        value_delimiter = ',',
+        default_value = "ghcr.io/controlplaneio-fluxcd/*",
+        value_name = "GLOB"
+    )]
+    pub operator_image_registries: Vec<String>,
+
     /// A `kubernetes.io/dockerconfigjson` Secret in --namespace with the credentials for the
     /// bundle's OCI registry.
     #[arg(long, env = "TENANTFLUX_OPERATOR_BUNDLE_PULL_SECRET")]
@@ -106,6 +118,11 @@ pub struct Args {
     /// must verify against. Without it the agent accepts no policy.
     #[arg(long, env = "TENANTFLUX_POLICY_PUBLIC_KEY", value_name = "PATH")]
     pub policy_public_key: Option<std::path::PathBuf>,
+
+    /// A name for this cluster, set at install, that a policy's `spec.clusters` may match
+    /// (besides the UID of namespace kube-system, which the agent always knows).
+    #[arg(long, env = "TENANTFLUX_CLUSTER_NAME", value_name = "NAME")]
+    pub cluster_name: Option<String>,
 
     /// How many objects an upgrade's storage migration rewrites at once, when the request
     /// sets none.
@@ -188,6 +205,11 @@ mod tests {
                 "TENANTFLUX_STREAM_RECHECK_INTERVAL",
                 "1m",
             ),
+            (
+                "operator_image_registries",
+                "TENANTFLUX_OPERATOR_IMAGE_REGISTRIES",
+                "ghcr.io/controlplaneio-fluxcd/*",
+            ),
         ];
         let without_default = [
             ("operator_bundle", "TENANTFLUX_OPERATOR_BUNDLE"),
@@ -201,6 +223,7 @@ mod tests {
                 "TENANTFLUX_OPERATOR_BUNDLE_PLAIN_HTTP",
             ),
             ("policy_public_key", "TENANTFLUX_POLICY_PUBLIC_KEY"),
+            ("cluster_name", "TENANTFLUX_CLUSTER_NAME"),
         ];
         for (id, env) in without_default {
             let arg = cmd

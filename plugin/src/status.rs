@@ -123,6 +123,10 @@ pub struct AgentView {
     pub problems: Vec<String>,
     pub kubernetes_version: String,
     pub started_at: Option<String>,
+    /// The UID of namespace kube-system: who this cluster is to a policy's `spec.clusters`.
+    pub cluster_uid: String,
+    /// The name set at the agent's install (`--cluster-name`), if any.
+    pub cluster_name: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -187,6 +191,8 @@ pub struct PolicyView {
     /// Upgrade deadlines coming up.
     pub warnings: Vec<String>,
     pub upgrade_deadline: Option<DeadlineView>,
+    /// The id of the key that signed it.
+    pub key_id: String,
 }
 
 /// The policy's upgrade deadline: from `date` (UTC) on, Flux must be at least
@@ -242,6 +248,8 @@ impl From<pb::Status> for StatusView {
                 problems: agent.problems,
                 kubernetes_version: agent.kubernetes_version,
                 started_at: timestamp(agent.started_at),
+                cluster_uid: agent.cluster_uid,
+                cluster_name: agent.cluster_name,
             },
             operator: OperatorView {
                 phase: phase(operator.phase),
@@ -290,6 +298,7 @@ impl From<pb::Status> for StatusView {
                     minimum_version: d.minimum_version,
                     date: d.date,
                 }),
+                key_id: p.key_id,
             }),
             observed_at: timestamp(status.observed_at),
         }
@@ -328,6 +337,13 @@ pub fn render_table(view: &StatusView, style: Style) -> String {
     };
     field(&mut out, "Health", &style.paint(agent.health, health_tone));
     field(&mut out, "Kubernetes", or_dash(&agent.kubernetes_version));
+    if !agent.cluster_uid.is_empty() {
+        let name = match agent.cluster_name.as_str() {
+            "" => String::new(),
+            name => format!(" ({name})"),
+        };
+        field(&mut out, "Cluster", &format!("{}{name}", agent.cluster_uid));
+    }
     match agent.problems.as_slice() {
         [] => field(&mut out, "Problems", "none"),
         problems => {
@@ -432,6 +448,9 @@ pub fn render_table(view: &StatusView, style: Style) -> String {
         Some(policy) => {
             field(&mut out, "Name", &policy.name);
             field(&mut out, "Generation", &policy.generation.to_string());
+            if !policy.key_id.is_empty() {
+                field(&mut out, "Key", &policy.key_id);
+            }
             let compliant = if policy.compliant {
                 style.paint("yes", Tone::Good)
             } else {
@@ -475,6 +494,7 @@ mod tests {
                     seconds: 1_767_225_600,
                     nanos: 0,
                 }),
+                ..pb::AgentInfo::default()
             }),
             operator: Some(pb::OperatorStatus {
                 phase: pb::OperatorPhase::Ready as i32,
@@ -528,6 +548,7 @@ mod tests {
                     date: "2026-09-01".to_owned(),
                     warn_days: 30,
                 }),
+                ..pb::PolicyStatus::default()
             }),
             observed_at: Some(prost_types::Timestamp {
                 seconds: 1_767_225_660,

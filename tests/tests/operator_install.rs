@@ -203,7 +203,7 @@ async fn configmap_bundle_installs_upgrades_restores_and_refuses_bad_bundles() {
     // The previous version, plus two objects the next bundle drops: a ServiceAccount (pruned
     // on upgrade) and a CRD (never deleted).
     let legacy_sa = "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: flux-operator-legacy\n  namespace: flux-system";
-    let legacy_crd = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: legacies.tenantflux.test\nspec:\n  group: tenantflux.test\n  names: {kind: Legacy, plural: legacies, singular: legacy, listKind: LegacyList}\n  scope: Namespaced\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}";
+    let legacy_crd = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: legacies.fluxcd.controlplane.io\nspec:\n  group: fluxcd.controlplane.io\n  names: {kind: Legacy, plural: legacies, singular: legacy, listKind: LegacyList}\n  scope: Namespaced\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}";
     let old_bundle = format!(
         "{}\n---\n{legacy_sa}\n---\n{legacy_crd}\n",
         bundle_text(&previous).trim_end()
@@ -237,7 +237,7 @@ async fn configmap_bundle_installs_upgrades_restores_and_refuses_bad_bundles() {
         "fluxinstances.fluxcd.controlplane.io",
         "fluxreports.fluxcd.controlplane.io",
         "resourcesets.fluxcd.controlplane.io",
-        "legacies.tenantflux.test",
+        "legacies.fluxcd.controlplane.io",
     ] {
         let crd = get_json(&cluster, &["crd", crd]);
         assert_eq!(
@@ -274,7 +274,7 @@ async fn configmap_bundle_installs_upgrades_restores_and_refuses_bad_bundles() {
         .unwrap();
     assert!(!sa.status.success(), "the dropped ServiceAccount is pruned");
     cluster
-        .kubectl_ok(&["get", "crd", "legacies.tenantflux.test"])
+        .kubectl_ok(&["get", "crd", "legacies.fluxcd.controlplane.io"])
         .expect("a CRD the new bundle dropped stays");
     assert_eq!(record(&cluster)["data"]["version"], current.as_str());
     let digest = upgraded["bundleDigest"].clone();
@@ -381,6 +381,60 @@ async fn configmap_bundle_installs_upgrades_restores_and_refuses_bad_bundles() {
     })
     .await;
     assert_untouched(&cluster);
+
+    // What flux-operator's install never holds (issue 16, finding 2): each refused naming the
+    // object and field, nothing of the bundle applied.
+    let foreign_crd = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.tenantflux.test\nspec:\n  group: tenantflux.test\n  names: {kind: Widget, plural: widgets}\n  scope: Namespaced\n  versions: []";
+    let subject =
+        "subjects:\n- kind: ServiceAccount\n  name: flux-operator\n  namespace: flux-system\n";
+    assert!(marked.contains(subject), "the bundle binds flux-operator");
+    let deployment_labels =
+        "kind: Deployment\nmetadata:\n  labels:\n    app.kubernetes.io/name: flux-operator\n";
+    assert!(
+        marked.contains(deployment_labels),
+        "the Deployment's labels"
+    );
+    let attacks = [
+        (
+            format!("{}\n---\n{foreign_crd}\n", marked.trim_end()),
+            "CustomResourceDefinition \"widgets.tenantflux.test\" has spec.group \"tenantflux.test\"; a flux-operator bundle defines resources of fluxcd.controlplane.io only".to_owned(),
+        ),
+        (
+            marked.replace(
+                subject,
+                &format!("{subject}- kind: ServiceAccount\n  name: default\n  namespace: kube-system\n"),
+            ),
+            "ClusterRoleBinding flux-operator-cluster-admin subjects[1] is \"ServiceAccount\" \"default\" in namespace \"kube-system\"; a bundle binds roles only to ServiceAccounts in the operator namespace \"flux-system\"".to_owned(),
+        ),
+        (
+            marked.replace(
+                "ghcr.io/controlplaneio-fluxcd/flux-operator:",
+                "docker.io/evil/flux-operator:",
+            ),
+            format!("Deployment flux-operator spec.template.spec.containers[0].image is \"docker.io/evil/flux-operator:{current}\", from none of the registries allowed (ghcr.io/controlplaneio-fluxcd/*; --operator-image-registry)"),
+        ),
+        (
+            marked.replace(
+                deployment_labels,
+                &format!("{deployment_labels}    app.kubernetes.io/version: v0.58.0\n"),
+            ),
+            format!("Deployment flux-operator says version \"v0.58.0\" (label app.kubernetes.io/version) but runs image tag \"{current}\""),
+        ),
+    ];
+    for (bundle, reason) in &attacks {
+        put_bundle(&cluster, bundle);
+        wait_operator(&cluster, reason, "failed", |o| {
+            o["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains(reason.as_str()))
+        })
+        .await;
+        assert_untouched(&cluster);
+    }
+    let crd = cluster
+        .kubectl(&["get", "crd", "widgets.tenantflux.test"])
+        .expect("kubectl");
+    assert!(!crd.status.success(), "the foreign CRD was not created");
 
     // A good bundle again: back to READY.
     put_bundle(&cluster, &bundle_text(&current));

@@ -14,10 +14,16 @@ use sha2::{Digest, Sha256};
 
 use tenantflux_core::{
     FIELD_MANAGER, MANAGED_BY_LABEL,
-    flux::{OPERATOR_CRDS, OPERATOR_DEPLOYMENT, image_tag},
+    flux::{OPERATOR_CRDS, OPERATOR_DEPLOYMENT, OPERATOR_GROUP, image_tag},
     operator::AllowedVersions,
-    policy::range,
+    policy::{glob, range},
+    text::quote,
 };
+
+/// The prefixes of the cluster-scoped RBAC names flux-operator's releases ship
+/// (`flux-operator-edit`, `flux-operator-view`, `flux-operator-cluster-admin`, `flux-web-admin`,
+/// `flux-web-user`): a bundle may create or overwrite no other ClusterRole or binding.
+const CLUSTER_RBAC_PREFIXES: &[&str] = &["flux-operator", "flux-web-"];
 
 /// Apply order: each stage is applied (and, for CRDs and the operator, waited for) before the
 /// next starts.
@@ -239,6 +245,45 @@ pub enum BundleError {
         source: semver::Error,
     },
 
+    #[error(
+        "CustomResourceDefinition {name} has spec.group {group}; a flux-operator bundle defines \
+         resources of {OPERATOR_GROUP} only"
+    )]
+    ForeignCrd { name: String, group: String },
+
+    #[error(
+        "{object}: a bundle creates cluster RBAC only under the names flux-operator's releases \
+         use (flux-operator*, flux-web-*)"
+    )]
+    ForeignClusterRbac { object: ObjectRef },
+
+    #[error(
+        "{object} subjects[{index}] is {subject}; a bundle binds roles only to ServiceAccounts in \
+         the operator namespace {namespace:?}"
+    )]
+    ForeignSubject {
+        object: Box<ObjectRef>,
+        index: usize,
+        subject: String,
+        namespace: String,
+    },
+
+    #[error(
+        "Deployment {OPERATOR_DEPLOYMENT} {field} is {image}, from none of the registries allowed \
+         ({allowed}; --operator-image-registry)"
+    )]
+    ImageNotAllowed {
+        field: String,
+        image: String,
+        allowed: String,
+    },
+
+    #[error(
+        "Deployment {OPERATOR_DEPLOYMENT} says version {label} (label app.kubernetes.io/version) \
+         but runs image tag {tag}: the bundle's version must be the one it runs"
+    )]
+    VersionMismatch { label: String, tag: String },
+
     #[error("flux-operator {version} is outside {allowed}")]
     VersionNotAllowed {
         version: String,
@@ -265,6 +310,7 @@ impl Bundle {
         yaml: &str,
         digest: String,
         operator_namespace: &str,
+        image_registries: &[String],
     ) -> Result<Self, BundleError> {
         let mut objects = Vec::new();
         let mut seen = BTreeSet::new();
@@ -303,7 +349,8 @@ impl Bundle {
                 object: extra.reference.clone(),
             });
         }
-        let version = deployment_version(&deployment.manifest).ok_or(BundleError::NoVersion)?;
+        check_images(&deployment.manifest, image_registries)?;
+        let version = deployment_version(&deployment.manifest)?.ok_or(BundleError::NoVersion)?;
         let semver = semver::Version::parse(range::strip_v(&version)).map_err(|source| {
             BundleError::BadVersion {
                 version: version.clone(),
@@ -409,6 +456,7 @@ fn bundle_object(
             expected: operator_namespace.to_owned(),
         });
     }
+    check_contents(&value, kind, &reference, operator_namespace)?;
     let metadata = value
         .get_mut("metadata")
         .and_then(Value::as_object_mut)
@@ -430,24 +478,112 @@ fn bundle_object(
     })
 }
 
-/// The label `app.kubernetes.io/version`, else the tag of the `manager` container's image (the
-/// first container's when none is called so).
-fn deployment_version(deployment: &Value) -> Option<String> {
-    if let Some(version) = deployment
+/// What only flux-operator's own install holds: CRDs of its group, cluster RBAC under its
+/// names, bindings to ServiceAccounts of the operator namespace.
+fn check_contents(
+    value: &Value,
+    kind: &Kind,
+    reference: &ObjectRef,
+    operator_namespace: &str,
+) -> Result<(), BundleError> {
+    match kind.kind {
+        "CustomResourceDefinition" => {
+            let group = value.pointer("/spec/group").and_then(Value::as_str);
+            let suffix = format!(".{OPERATOR_GROUP}");
+            if group != Some(OPERATOR_GROUP) || !reference.name.ends_with(&suffix) {
+                return Err(BundleError::ForeignCrd {
+                    name: quote(&reference.name),
+                    group: group.map_or_else(|| "unset".to_owned(), quote),
+                });
+            }
+        }
+        "ClusterRole" | "ClusterRoleBinding"
+            if !CLUSTER_RBAC_PREFIXES
+                .iter()
+                .any(|p| reference.name.starts_with(p)) =>
+        {
+            return Err(BundleError::ForeignClusterRbac {
+                object: reference.clone(),
+            });
+        }
+        _ => {}
+    }
+    if matches!(kind.kind, "ClusterRoleBinding" | "RoleBinding") {
+        let subjects = value.get("subjects").and_then(Value::as_array);
+        for (index, subject) in subjects.into_iter().flatten().enumerate() {
+            let field = |name: &str| subject.get(name).and_then(Value::as_str).unwrap_or("");
+            let ours =
+                field("kind") == "ServiceAccount" && field("namespace") == operator_namespace;
+            if !ours {
+                let namespace = match field("namespace") {
+                    "" => String::new(),
+                    ns => format!(" in namespace {}", quote(ns)),
+                };
+                return Err(BundleError::ForeignSubject {
+                    object: Box::new(reference.clone()),
+                    index,
+                    subject: format!(
+                        "{} {}{namespace}",
+                        quote(field("kind")),
+                        quote(field("name"))
+                    ),
+                    namespace: operator_namespace.to_owned(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every image of the Deployment's pod (init containers too) from an allowed registry.
+fn check_images(deployment: &Value, registries: &[String]) -> Result<(), BundleError> {
+    for list in ["initContainers", "containers"] {
+        let containers = deployment
+            .pointer(&format!("/spec/template/spec/{list}"))
+            .and_then(Value::as_array);
+        for (index, container) in containers.into_iter().flatten().enumerate() {
+            let image = container.get("image").and_then(Value::as_str).unwrap_or("");
+            if !registries.iter().any(|r| glob::matches(r, image)) {
+                return Err(BundleError::ImageNotAllowed {
+                    field: format!("spec.template.spec.{list}[{index}].image"),
+                    image: quote(image),
+                    allowed: registries.join(", "),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The tag of the `manager` container's image (the first container's when none is called
+/// so), which must agree with the label `app.kubernetes.io/version` when there is one; the
+/// label alone when the image has no tag.
+fn deployment_version(deployment: &Value) -> Result<Option<String>, BundleError> {
+    let label = deployment
         .pointer("/metadata/labels/app.kubernetes.io~1version")
         .and_then(Value::as_str)
-        .filter(|v| !v.is_empty())
-    {
-        return Some(version.to_owned());
+        .filter(|v| !v.is_empty());
+    let tag = deployment
+        .pointer("/spec/template/spec/containers")
+        .and_then(Value::as_array)
+        .and_then(|containers| {
+            containers
+                .iter()
+                .find(|c| c.get("name").and_then(Value::as_str) == Some("manager"))
+                .or_else(|| containers.first())
+        })
+        .and_then(|c| c.get("image")?.as_str())
+        .and_then(image_tag);
+    match (label, tag) {
+        (Some(label), Some(tag)) if range::strip_v(label) != range::strip_v(tag) => {
+            Err(BundleError::VersionMismatch {
+                label: quote(label),
+                tag: quote(tag),
+            })
+        }
+        (_, Some(tag)) => Ok(Some(tag.to_owned())),
+        (label, None) => Ok(label.map(str::to_owned)),
     }
-    let containers = deployment
-        .pointer("/spec/template/spec/containers")?
-        .as_array()?;
-    let container = containers
-        .iter()
-        .find(|c| c.get("name").and_then(Value::as_str) == Some("manager"))
-        .or_else(|| containers.first())?;
-    image_tag(container.get("image")?.as_str()?).map(str::to_owned)
 }
 
 #[cfg(test)]
@@ -486,7 +622,11 @@ mod tests {
     }
 
     fn parse(yaml: &str) -> Result<Bundle, BundleError> {
-        Bundle::parse(yaml, digest_of(yaml.as_bytes()), NS)
+        let registries = [
+            "ghcr.io/controlplaneio-fluxcd/*".to_owned(),
+            "registry.local:5000/*".to_owned(),
+        ];
+        Bundle::parse(yaml, digest_of(yaml.as_bytes()), NS, &registries)
     }
 
     #[test]
@@ -530,14 +670,91 @@ mod tests {
     }
 
     #[test]
-    fn the_version_label_wins_over_the_image_tag_and_digests_are_ignored() {
-        let yaml = install("registry.local:5000/flux-operator:v0.58.0@sha256:abc").replace(
-            "app.kubernetes.io/name: flux-operator\n",
-            "app.kubernetes.io/name: flux-operator\n    app.kubernetes.io/version: v0.58.2\n",
+    fn the_version_is_the_image_tag_which_the_label_must_agree_with() {
+        let labelled = |image: &str, label: &str| {
+            install(image).replace(
+                "app.kubernetes.io/name: flux-operator\n",
+                &format!(
+                    "app.kubernetes.io/name: flux-operator\n    app.kubernetes.io/version: {label}\n"
+                ),
+            )
+        };
+        let yaml = labelled(
+            "registry.local:5000/flux-operator:v0.58.0@sha256:abc",
+            "0.58.0",
         );
-        assert_eq!(parse(&yaml).unwrap().version, "v0.58.2");
+        assert_eq!(parse(&yaml).unwrap().version, "v0.58.0");
         let yaml = install("registry.local:5000/flux-operator:v0.58.0@sha256:abc");
         assert_eq!(parse(&yaml).unwrap().version, "v0.58.0");
+        let yaml = labelled("registry.local:5000/flux-operator@sha256:abc", "v0.58.2");
+        assert_eq!(
+            parse(&yaml).unwrap().version,
+            "v0.58.2",
+            "no tag: the label"
+        );
+        let yaml = labelled("registry.local:5000/flux-operator:v0.58.0", "v0.58.2");
+        assert_eq!(
+            parse(&yaml).unwrap_err().to_string(),
+            "Deployment flux-operator says version \"v0.58.2\" (label app.kubernetes.io/version) \
+             but runs image tag \"v0.58.0\": the bundle's version must be the one it runs"
+        );
+    }
+
+    #[test]
+    fn a_bundle_may_hold_only_what_flux_operators_install_holds() {
+        let good = install("ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1");
+        let refusal = |yaml: &str| parse(yaml).unwrap_err().to_string();
+        let foreign_crd = format!("{good}---\n{}", crd("widgets.example.com"));
+        assert_eq!(
+            refusal(&foreign_crd),
+            "CustomResourceDefinition \"widgets.example.com\" has spec.group \"example.com\"; a \
+             flux-operator bundle defines resources of fluxcd.controlplane.io only"
+        );
+        let disguised = format!(
+            "{good}---\n{}",
+            crd("widgets.fluxcd.controlplane.io")
+                .replace("group: fluxcd.controlplane.io", "group: example.com")
+        );
+        assert!(refusal(&disguised).contains("has spec.group \"example.com\""));
+        let role = format!(
+            "{good}---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: admin}}\nrules: []\n"
+        );
+        assert!(
+            refusal(&role).starts_with("ClusterRole admin: a bundle creates cluster RBAC only"),
+            "{}",
+            refusal(&role)
+        );
+        let binding = |subject: &str| {
+            good.replace(
+                "subjects:\n- kind: ServiceAccount\n  name: flux-operator\n  namespace: flux-system\n",
+                &format!("subjects:\n- kind: ServiceAccount\n  name: flux-operator\n  namespace: flux-system\n{subject}"),
+            )
+        };
+        assert_eq!(
+            refusal(&binding(
+                "- kind: ServiceAccount\n  name: default\n  namespace: kube-system\n"
+            )),
+            "ClusterRoleBinding flux-operator-cluster-admin subjects[1] is \"ServiceAccount\" \
+             \"default\" in namespace \"kube-system\"; a bundle binds roles only to ServiceAccounts \
+             in the operator namespace \"flux-system\""
+        );
+        assert!(
+            refusal(&binding(
+                "- kind: User\n  name: mallory\n  apiGroup: rbac.authorization.k8s.io\n"
+            ))
+            .contains("subjects[1] is \"User\" \"mallory\";")
+        );
+        assert_eq!(
+            refusal(&install("docker.io/evil/flux-operator:v0.58.1")),
+            "Deployment flux-operator spec.template.spec.containers[0].image is \
+             \"docker.io/evil/flux-operator:v0.58.1\", from none of the registries allowed \
+             (ghcr.io/controlplaneio-fluxcd/*, registry.local:5000/*; --operator-image-registry)"
+        );
+        let sidecar = good.replace(
+            "      containers:\n",
+            "      initContainers:\n      - name: x\n        image: docker.io/evil/x:1\n      containers:\n",
+        );
+        assert!(refusal(&sidecar).contains("spec.template.spec.initContainers[0].image"));
     }
 
     #[test]

@@ -79,6 +79,8 @@ pub struct InstallConfig {
     /// How often the source is read again and the whole bundle re-applied (which also undoes
     /// edits of objects other than the Deployment).
     pub resync: Duration,
+    /// Globs the operator Deployment's images must match (`--operator-image-registry`).
+    pub image_registries: Vec<String>,
 }
 
 /// Where the install stands; it goes into `Status.operator` and the metrics.
@@ -523,6 +525,7 @@ impl Installer {
             &fetched.yaml,
             fetched.digest,
             &self.config.operator_namespace,
+            &self.config.image_registries,
         )
         .and_then(|b| b.check_version(&allowed).map(|()| b))
         .map_err(|error| InstallError::Rejected {

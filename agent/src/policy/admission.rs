@@ -1,102 +1,277 @@
 //! Keeps the API server's own check of FluxInstances in step with the held policy: the
-//! ValidatingAdmissionPolicy and binding rendered by `tenantflux_core::policy::admission`, server-side applied
-//! when a policy is accepted or loaded at start, and re-rendered hourly so that an upgrade
-//! deadline takes effect on its date. Once applied, they refuse a non-compliant FluxInstance
-//! whether or not the agent runs.
+//! ValidatingAdmissionPolicy and binding rendered by `tenantflux_core::policy::admission`,
+//! written when a policy is accepted or loaded at start, and re-rendered hourly so that an
+//! upgrade deadline takes effect on its date. Once written, they refuse a non-compliant
+//! FluxInstance whether or not the agent runs.
+//!
+//! The tenant is usually cluster-admin, so both objects are watched: one deleted, or whose spec
+//! differs in any field from what the agent wrote (a field another writer added included, such
+//! as a `matchConditions` entry that matches nothing or a `namespaceSelector` on the binding),
+//! is put back whole, and the tamper is reported as a policy problem (`status`, `policy
+//! show`) and as an Event on the policy's ConfigMap.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+use futures::StreamExt;
+use k8s_openapi::api::{
+    admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding},
+    core::v1::ObjectReference,
 };
 use kube::{
-    Api, Client,
-    api::{Patch, PatchParams},
+    Api, Client, Resource,
+    api::{ApiResource, DynamicObject, Patch, PatchParams},
+    runtime::{
+        WatchStreamExt,
+        events::{Event as KubeEvent, EventType, Recorder, Reporter},
+        watcher::{self, Event},
+    },
 };
-use serde_json::Value;
+use serde_json::{Value, json};
 use tenantflux_core::{
+    FIELD_MANAGER,
     policy::{
-        admission::{NAME, Rendered, render},
+        admission::{NAME, Rendered, drift, merge_patch, render},
         today,
     },
     text::chain,
 };
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::store::Held;
+use super::store::{PolicyStore, STORE_NAME};
 
 /// How often the policy is re-rendered for the calendar (upgrade deadlines).
 const RERENDER: Duration = Duration::from_secs(3600);
-/// How soon a failed apply is retried.
+/// How soon a failed write is retried.
 const RETRY: Duration = Duration::from_secs(15);
 
 #[derive(Debug, thiserror::Error)]
-#[error("applying {kind} {NAME} (policy generation {generation})")]
-pub struct ApplyError {
+#[error("writing {kind} {NAME} (policy generation {generation})")]
+pub struct WriteError {
     kind: &'static str,
     generation: u64,
     #[source]
     source: Box<kube::Error>,
 }
 
-/// Applies the rendered policy for every policy the store holds, until the shutdown.
-pub async fn run(client: Client, mut held: watch::Receiver<Held>, shutdown: CancellationToken) {
-    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
-    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client);
-    let mut applied: Option<Rendered> = None;
-    loop {
-        let accepted = held.borrow_and_update().accepted.clone();
-        let mut wait = RERENDER;
-        if let Some(accepted) = accepted {
-            let rendered = render(&accepted.policy, today());
-            if applied.as_ref() != Some(&rendered) {
-                let generation = accepted.policy.generation();
-                match apply(&policies, &bindings, &rendered, generation).await {
-                    Ok(()) => {
-                        tracing::info!(
-                            generation,
-                            "ValidatingAdmissionPolicy {NAME} applied: the API server enforces the policy"
-                        );
-                        applied = Some(rendered);
-                    }
-                    Err(err) => {
-                        tracing::warn!(error = %chain(&err), "enforcing the policy in the API server");
-                        wait = RETRY;
-                    }
-                }
+/// One of the two objects: what the watch shows of it, and what the agent last wrote.
+struct Target {
+    kind: &'static str,
+    api: Api<DynamicObject>,
+    /// The live object, once the watch has listed it (`None` inside: there is none).
+    live: Option<Option<DynamicObject>>,
+    /// The object being re-listed, until the list is done.
+    relisting: Option<DynamicObject>,
+    /// The render last written, and the spec the API server stored for it (with its
+    /// defaults), which the live spec must equal.
+    written: Option<(Value, Value)>,
+    /// The resourceVersion of the latest change seen, a deletion included: what an Event
+    /// about a tamper points at, so that each tamper gets an Event of its own.
+    seen: Option<String>,
+}
+
+impl Target {
+    fn new<K: Resource<DynamicType = ()> + k8s_openapi::Resource>(client: &Client) -> Self {
+        let resource = ApiResource::erase::<K>(&());
+        Self {
+            kind: K::KIND,
+            api: Api::all_with(client.clone(), &resource),
+            live: None,
+            relisting: None,
+            written: None,
+            seen: None,
+        }
+    }
+
+    fn observe(&mut self, event: Event<DynamicObject>) {
+        if let Event::InitApply(o) | Event::Apply(o) | Event::Delete(o) = &event {
+            self.seen.clone_from(&o.metadata.resource_version);
+        }
+        match event {
+            Event::Init => self.relisting = None,
+            Event::InitApply(object) => self.relisting = Some(object),
+            Event::InitDone => self.live = Some(self.relisting.take()),
+            Event::Apply(object) => self.live = Some(Some(object)),
+            Event::Delete(_) => self.live = Some(None),
+        }
+    }
+
+    /// What was done to the object since the agent wrote `want`, if anything: `None` while it
+    /// is as written, or before the agent wrote it.
+    fn tamper(&self, want: &Value) -> Option<String> {
+        let (rendered, spec) = self.written.as_ref()?;
+        if rendered != want {
+            return None;
+        }
+        match self.live.as_ref()? {
+            None => Some("was deleted".to_owned()),
+            Some(live) => {
+                let fields = drift(spec, live.data.get("spec").unwrap_or(&Value::Null));
+                (!fields.is_empty()).then(|| format!("was changed ({})", fields.join(", ")))
             }
         }
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(wait) => {}
-            changed = held.changed() => if changed.is_err() { return },
+    }
+
+    /// The object as an Event's related object, at the change last seen.
+    fn reference(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some("admissionregistration.k8s.io/v1".into()),
+            kind: Some(self.kind.into()),
+            name: Some(NAME.into()),
+            resource_version: self.seen.clone(),
+            ..ObjectReference::default()
+        }
+    }
+
+    /// Whether the object must be written: a new render, or it differs from the last write.
+    fn needs_write(&self, want: &Value) -> bool {
+        self.live.is_some()
+            && (self.written.as_ref().is_none_or(|(r, _)| r != want) || self.tamper(want).is_some())
+    }
+
+    /// Writes `want` whole: created by server-side apply when there is none (apply names the
+    /// object, so the agent's RBAC limits even the create to it), otherwise put back by a merge
+    /// patch at the live resourceVersion that also removes every field another writer added.
+    /// `Ok(false)`: the object changed meanwhile; its next watch event decides again.
+    async fn write(&mut self, want: &Value, generation: u64) -> Result<bool, WriteError> {
+        let live = self.live.clone().flatten();
+        let written = match &live {
+            None => {
+                let params = PatchParams::apply(FIELD_MANAGER).force();
+                self.api.patch(NAME, &params, &Patch::Apply(want)).await
+            }
+            Some(live) => {
+                let spec = live.data.get("spec").unwrap_or(&Value::Null);
+                let patch = json!({
+                    "metadata": {
+                        "resourceVersion": live.metadata.resource_version,
+                        "labels": want["metadata"]["labels"],
+                        "annotations": want["metadata"]["annotations"],
+                    },
+                    "spec": merge_patch(spec, &want["spec"]),
+                });
+                let params = PatchParams {
+                    field_manager: Some(FIELD_MANAGER.to_owned()),
+                    ..PatchParams::default()
+                };
+                self.api.patch(NAME, &params, &Patch::Merge(&patch)).await
+            }
+        };
+        match written {
+            Ok(object) => {
+                let spec = object.data.get("spec").cloned().unwrap_or(Value::Null);
+                self.written = Some((want.clone(), spec));
+                self.live = Some(Some(object));
+                Ok(true)
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+            Err(source) => Err(WriteError {
+                kind: self.kind,
+                generation,
+                source: Box::new(source),
+            }),
         }
     }
 }
 
-async fn apply(
-    policies: &Api<ValidatingAdmissionPolicy>,
-    bindings: &Api<ValidatingAdmissionPolicyBinding>,
-    rendered: &Rendered,
-    generation: u64,
-) -> Result<(), ApplyError> {
-    let params = PatchParams::apply(tenantflux_core::FIELD_MANAGER).force();
-    let error = |kind| {
-        move |source| ApplyError {
-            kind,
-            generation,
-            source: Box::new(source),
-        }
+/// Writes the rendered policy for every policy the store holds and keeps it as written, until
+/// the shutdown.
+pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: CancellationToken) {
+    let mut held = store.subscribe();
+    let mut policy = Target::new::<ValidatingAdmissionPolicy>(&client);
+    let mut binding = Target::new::<ValidatingAdmissionPolicyBinding>(&client);
+    let by_name = || watcher::Config::default().fields(&format!("metadata.name={NAME}"));
+    let policies = watcher::watcher(policy.api.clone(), by_name()).backoff(crate::watch_backoff());
+    let bindings = watcher::watcher(binding.api.clone(), by_name()).backoff(crate::watch_backoff());
+    let mut policies = std::pin::pin!(policies);
+    let mut bindings = std::pin::pin!(bindings);
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
+    let store_ref = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("ConfigMap".into()),
+        name: Some(STORE_NAME.into()),
+        namespace: Some(store.namespace().to_owned()),
+        ..ObjectReference::default()
     };
-    // The policy first: a binding to a policy the server does not have yet enforces nothing.
-    policies
-        .patch(NAME, &params, &Patch::Apply::<&Value>(&rendered.policy))
-        .await
-        .map_err(error("ValidatingAdmissionPolicy"))?;
-    bindings
-        .patch(NAME, &params, &Patch::Apply::<&Value>(&rendered.binding))
-        .await
-        .map_err(error("ValidatingAdmissionPolicyBinding"))?;
-    Ok(())
+    let mut rendered: Option<(Rendered, u64)> = None;
+    let mut next_render = tokio::time::Instant::now();
+    let mut retry_at: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep_until(next_render) => {
+                rendered = None;
+                next_render = tokio::time::Instant::now() + RERENDER;
+            }
+            () = async {
+                match retry_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => futures::future::pending().await,
+                }
+            } => retry_at = None,
+            changed = held.changed() => {
+                if changed.is_err() { return }
+                rendered = None;
+            }
+            Some(event) = policies.next() => match event {
+                Ok(event) => policy.observe(event),
+                Err(err) => tracing::warn!(error = %err, "watching ValidatingAdmissionPolicy {NAME}"),
+            },
+            Some(event) = bindings.next() => match event {
+                Ok(event) => binding.observe(event),
+                Err(err) => tracing::warn!(error = %err, "watching ValidatingAdmissionPolicyBinding {NAME}"),
+            },
+        }
+        if rendered.is_none() {
+            let accepted = held.borrow_and_update().accepted.clone();
+            rendered = accepted.map(|a| (render(&a.policy, today()), a.policy.generation()));
+        }
+        let Some((want, generation)) = &rendered else {
+            continue;
+        };
+        // The policy first: a binding to a policy the server does not have yet enforces nothing.
+        for (target, want) in [(&mut policy, &want.policy), (&mut binding, &want.binding)] {
+            if !target.needs_write(want) {
+                continue;
+            }
+            let tamper = target.tamper(want);
+            match target.write(want, *generation).await {
+                Ok(false) => {}
+                Ok(true) => match tamper {
+                    None => tracing::info!(
+                        generation,
+                        "{} {NAME} applied: the API server enforces the policy",
+                        target.kind
+                    ),
+                    Some(what) => {
+                        let problem = format!(
+                            "{} {NAME} {what} by someone other than the agent; the agent restored it from policy generation {generation}",
+                            target.kind
+                        );
+                        store.report(problem.clone());
+                        let event = KubeEvent {
+                            type_: EventType::Warning,
+                            reason: "AdmissionPolicyTampered".into(),
+                            note: Some(problem),
+                            action: "Restore".into(),
+                            secondary: Some(target.reference()),
+                        };
+                        if let Err(err) = recorder.publish(&event, &store_ref).await {
+                            tracing::warn!(error = %err, "recording an Event on ConfigMap {STORE_NAME} failed");
+                        }
+                    }
+                },
+                Err(err) => {
+                    tracing::warn!(error = %chain(&err), "enforcing the policy in the API server");
+                    retry_at = Some(tokio::time::Instant::now() + RETRY);
+                    break;
+                }
+            }
+        }
+    }
 }

@@ -2,19 +2,25 @@
 //! (ConfigMap `tenantflux-policy` in the agent's namespace) so it survives restarts, re-verified
 //! at start, and watched, so that an edit to the stored copy is detected, reported, and undone
 //! from the last verified policy held in memory. `server::policy` serves it over gRPC.
+//!
+//! A second record (ConfigMap `tenantflux-policy-highest`) keeps the highest generation this
+//! cluster ever accepted, so that an older validly signed copy put in the store while the
+//! agent is down is reported as a rollback at start and the higher one stays in force. A
+//! policy whose `spec.clusters` does not name this cluster (the UID of namespace kube-system,
+//! or `--cluster-name`) is refused, pushed or stored.
 
 use std::{sync::Arc, time::SystemTime};
 
 use ed25519_dalek::VerifyingKey;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::{
     Api, Client,
     runtime::{WatchStreamExt, watcher},
 };
 use tenantflux_core::{
     policy::{
-        Policy,
+        ClusterIdentity, Policy, Refusal,
         signing::{SignedError, SignedPolicy, key_id},
     },
     text::chain,
@@ -27,12 +33,19 @@ use tokio_util::sync::CancellationToken;
 pub const STORE_NAME: &str = "tenantflux-policy";
 /// Its key: the SignedPolicy envelope, exactly as pushed.
 pub const STORE_KEY: &str = "signed-policy.yaml";
+/// The ConfigMap that holds the signed policy of the highest generation ever accepted (same
+/// key), written before the store on every accepted push.
+pub const HIGHEST_NAME: &str = "tenantflux-policy-highest";
+/// How soon the cluster's identity is asked again while the API server does not answer.
+const IDENTITY_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The policy in force, and what is wrong with its stored copy.
 #[derive(Clone, Debug, Default)]
 pub struct Held {
     pub accepted: Option<Accepted>,
     pub problems: Vec<String>,
+    /// This cluster, once the agent has read it (before it, no policy is loaded or accepted).
+    pub cluster: Option<ClusterIdentity>,
 }
 
 #[derive(Clone, Debug)]
@@ -59,6 +72,12 @@ pub enum PushError {
     )]
     Stale { new: u64, old: u64, held: String },
     #[error(transparent)]
+    Refused(Refusal),
+    #[error(
+        "the agent has not read this cluster's identity yet (namespace kube-system); retry when the API server answers it"
+    )]
+    NoIdentity,
+    #[error(transparent)]
     Store(StoreError),
 }
 
@@ -70,9 +89,10 @@ pub enum StoreError {
         #[source]
         source: Box<kube::Error>,
     },
-    #[error("writing ConfigMap {namespace}/{STORE_NAME}")]
+    #[error("writing ConfigMap {namespace}/{name}")]
     Write {
         namespace: String,
+        name: &'static str,
         #[source]
         source: Box<kube::Error>,
     },
@@ -81,6 +101,8 @@ pub enum StoreError {
 /// Holds the policy; shared by the gRPC service and the watcher of the stored copy.
 pub struct PolicyStore {
     key: Option<VerifyingKey>,
+    client: Client,
+    cluster_name: Option<String>,
     configmaps: Api<ConfigMap>,
     namespace: String,
     held: watch::Sender<Held>,
@@ -89,10 +111,17 @@ pub struct PolicyStore {
 }
 
 impl PolicyStore {
-    pub fn new(client: Client, namespace: &str, key: Option<VerifyingKey>) -> Arc<Self> {
+    pub fn new(
+        client: Client,
+        namespace: &str,
+        key: Option<VerifyingKey>,
+        cluster_name: Option<String>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             key,
-            configmaps: Api::namespaced(client, namespace),
+            configmaps: Api::namespaced(client.clone(), namespace),
+            client,
+            cluster_name,
             namespace: namespace.to_owned(),
             held: watch::Sender::new(Held::default()),
             push: Mutex::new(()),
@@ -132,28 +161,7 @@ impl PolicyStore {
             .cloned();
         let held = self.held.borrow().accepted.clone();
         match (held, text) {
-            (None, None) => {}
-            (None, Some(text)) => match self.verify_stored(&text) {
-                Ok((signed, policy)) => {
-                    tracing::info!(
-                        name = policy.name(),
-                        generation = policy.generation(),
-                        "loaded the stored policy"
-                    );
-                    self.held.send_replace(Held {
-                        accepted: Some(Accepted {
-                            signed,
-                            policy: Arc::new(policy),
-                            accepted_at: SystemTime::now(),
-                        }),
-                        problems: Vec::new(),
-                    });
-                }
-                Err(reason) => self.problem(format!(
-                    "the policy stored in {} fails verification and is ignored: {reason}",
-                    self.where_stored()
-                )),
-            },
+            (None, text) => self.load_at_start(text).await,
             (Some(accepted), text) => {
                 if text.as_deref() == Some(accepted.signed.to_yaml().as_str()) {
                     return;
@@ -180,6 +188,151 @@ impl PolicyStore {
         }
     }
 
+    fn where_recorded(&self) -> String {
+        format!("ConfigMap {}/{HIGHEST_NAME}", self.namespace)
+    }
+
+    /// At start: the stored copy, unless it fails verification, is not for this cluster, or
+    /// is lower than the highest generation recorded; then the recorded one, which the store
+    /// gets back. Whatever is refused is reported.
+    async fn load_at_start(&self, text: Option<String>) {
+        let Some(cluster) = self.held.borrow().cluster.clone() else {
+            return;
+        };
+        let recorded = match self.configmaps.get_opt(HIGHEST_NAME).await {
+            Ok(map) => map.and_then(|map| map.data?.remove(STORE_KEY)),
+            Err(err) => {
+                self.problem(format!(
+                    "reading {} (the highest policy generation this cluster held) failed, so a rollback of the stored policy cannot be told: {}",
+                    self.where_recorded(),
+                    chain(&err)
+                ));
+                None
+            }
+        };
+        let recorded = recorded.and_then(|text| {
+            let checked = self.verify_stored(&text).and_then(|(signed, policy)| {
+                policy.is_for(&cluster).map_err(|r| r.to_string())?;
+                Ok((signed, policy))
+            });
+            checked
+                .map_err(|reason| {
+                    self.problem(format!(
+                        "the policy recorded in {} is ignored: {reason}",
+                        self.where_recorded()
+                    ))
+                })
+                .ok()
+        });
+        let highest = recorded.as_ref().map(|(_, p)| p.generation());
+        let was_stored = text.is_some();
+        let stored = text.and_then(|text| {
+            let checked = self.verify_stored(&text).and_then(|(signed, policy)| {
+                policy
+                    .is_for(&cluster)
+                    .and_then(|()| policy.is_not_rollback(highest))
+                    .map_err(|r| r.to_string())?;
+                Ok((signed, policy))
+            });
+            checked
+                .map_err(|reason| {
+                    self.problem(format!(
+                        "the policy stored in {} is refused: {reason}",
+                        self.where_stored()
+                    ))
+                })
+                .ok()
+        });
+        let (signed, policy) = match (stored, recorded) {
+            (Some(stored), recorded) => {
+                let lower = recorded.as_ref().map(|(_, p)| p.generation());
+                if let Some(lower) = lower.filter(|g| *g < stored.1.generation()) {
+                    self.problem(format!(
+                        "{} recorded generation {lower}, lower than the stored generation {}: it was rolled back; the agent recorded generation {} again",
+                        self.where_recorded(),
+                        stored.1.generation(),
+                        stored.1.generation()
+                    ));
+                }
+                if lower.is_none_or(|g| g < stored.1.generation())
+                    && let Err(err) = self.record(&stored.0).await
+                {
+                    tracing::warn!(error = %chain(&err), "recording the highest policy generation");
+                }
+                stored
+            }
+            (None, Some(recorded)) => {
+                let how = if was_stored { "refused" } else { "deleted" };
+                self.problem(format!(
+                    "the stored policy was {how}: the agent holds generation {} from {} and restored {} from it",
+                    recorded.1.generation(),
+                    self.where_recorded(),
+                    self.where_stored()
+                ));
+                if let Err(err) = self.store(&recorded.0).await {
+                    tracing::warn!(error = %chain(&err), "restoring the stored policy");
+                }
+                recorded
+            }
+            (None, None) => return,
+        };
+        tracing::info!(
+            name = policy.name(),
+            generation = policy.generation(),
+            "loaded the stored policy"
+        );
+        self.held.send_modify(|held| {
+            held.accepted = Some(Accepted {
+                signed,
+                policy: Arc::new(policy),
+                accepted_at: SystemTime::now(),
+            });
+        });
+    }
+
+    /// Reads the cluster's identity (the UID of namespace kube-system), retrying until the
+    /// API server answers it or the shutdown.
+    async fn identify(&self, shutdown: &CancellationToken) -> Option<ClusterIdentity> {
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        loop {
+            match namespaces.get("kube-system").await {
+                Ok(namespace) => {
+                    let identity = ClusterIdentity {
+                        uid: namespace.metadata.uid.unwrap_or_default(),
+                        name: self.cluster_name.clone(),
+                    };
+                    tracing::info!(cluster = %identity, "cluster identity");
+                    return Some(identity);
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "reading namespace kube-system (the cluster's identity); retrying")
+                }
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return None,
+                () = tokio::time::sleep(IDENTITY_RETRY) => {}
+            }
+        }
+    }
+
+    async fn record(&self, signed: &SignedPolicy) -> Result<(), StoreError> {
+        let data = [(STORE_KEY.to_owned(), signed.to_yaml())].into();
+        crate::apply_record(&self.configmaps, HIGHEST_NAME, data)
+            .await
+            .map(drop)
+            .map_err(|source| StoreError::Write {
+                namespace: self.namespace.clone(),
+                name: HIGHEST_NAME,
+                source: Box::new(source),
+            })
+    }
+
+    /// Reports a problem with the policy's enforcement (`status`, `policy show`) until the
+    /// next accepted push.
+    pub fn report(&self, problem: String) {
+        self.problem(problem);
+    }
+
     fn problem(&self, problem: String) {
         tracing::warn!(problem, "policy store");
         self.held.send_modify(|held| {
@@ -196,6 +349,7 @@ impl PolicyStore {
             .map(drop)
             .map_err(|source| StoreError::Write {
                 namespace: self.namespace.clone(),
+                name: STORE_NAME,
                 source: Box::new(source),
             })
     }
@@ -203,6 +357,10 @@ impl PolicyStore {
     /// Reads the stored copy once (so the policy is in force before gRPC answers), then
     /// watches it until the shutdown.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let Some(identity) = self.identify(&shutdown).await else {
+            return;
+        };
+        self.held.send_modify(|held| held.cluster = Some(identity));
         let watcher = watcher::watcher(
             self.configmaps.clone(),
             watcher::Config::default().fields(&format!("metadata.name={STORE_NAME}")),
@@ -240,6 +398,10 @@ impl PolicyStore {
             }
             _ => PushError::Invalid(err),
         })?;
+        let cluster = self.held.borrow().cluster.clone();
+        policy
+            .is_for(&cluster.ok_or(PushError::NoIdentity)?)
+            .map_err(PushError::Refused)?;
         let held = self.held.borrow().accepted.clone();
         let previous_generation = held.as_ref().map_or(0, |a| a.policy.generation());
         if let Some(held) = &held {
@@ -260,6 +422,9 @@ impl PolicyStore {
                 });
             }
         }
+        // The record first: if the store then fails, the next start errs toward the higher
+        // generation (reported as a rollback of the store) rather than away from it.
+        self.record(&signed).await.map_err(PushError::Store)?;
         self.store(&signed).await.map_err(PushError::Store)?;
         tracing::info!(
             name = policy.name(),
@@ -273,13 +438,13 @@ impl PolicyStore {
             unchanged: false,
             previous_generation,
         };
-        self.held.send_replace(Held {
-            accepted: Some(Accepted {
+        self.held.send_modify(|held| {
+            held.accepted = Some(Accepted {
                 signed,
                 policy: Arc::new(policy),
                 accepted_at: SystemTime::now(),
-            }),
-            problems: Vec::new(),
+            });
+            held.problems.clear();
         });
         Ok(response)
     }

@@ -200,7 +200,12 @@ async fn run(args: Args) -> Result<(), Error> {
         }
         None => None,
     };
-    let policy_store = PolicyStore::new(client.clone(), &args.namespace, policy_key);
+    let policy_store = PolicyStore::new(
+        client.clone(),
+        &args.namespace,
+        policy_key,
+        args.cluster_name.clone(),
+    );
     // The Flux releases of the artifact the agent installs flux-operator from, once read.
     let (releases_tx, releases_rx) = watch::channel(None);
     let (install, install_rx) = match args.operator_bundle.clone() {
@@ -215,6 +220,7 @@ async fn run(args: Args) -> Result<(), Error> {
                 agent_namespace: args.namespace.clone(),
                 operator_namespace: args.operator_namespace.clone(),
                 resync: args.operator_resync_interval,
+                image_registries: args.operator_image_registries.clone(),
             };
             let fetcher = Fetcher::new(
                 client.clone(),
@@ -243,7 +249,7 @@ async fn run(args: Args) -> Result<(), Error> {
     });
     let enforcement = tokio::spawn(admission::run(
         client.clone(),
-        policy_store.subscribe(),
+        policy_store.clone(),
         shutdown.clone(),
     ));
 

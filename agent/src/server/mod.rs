@@ -304,8 +304,12 @@ mod tests {
             authorizer.clone(),
             shutdown.clone(),
         );
-        let store =
-            crate::policy::store::PolicyStore::new(offline_client(), "tenantflux-system", None);
+        let store = crate::policy::store::PolicyStore::new(
+            offline_client(),
+            "tenantflux-system",
+            None,
+            None,
+        );
         let instance = InstanceService::new(
             crate::instance::Instances::new(offline_client(), "flux-system", store.subscribe()),
             authorizer.clone(),

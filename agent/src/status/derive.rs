@@ -114,6 +114,18 @@ pub fn derive(facts: &AgentFacts, observed: &Observed) -> Status {
             problems,
             kubernetes_version: observed.kubernetes_version.clone().unwrap_or_default(),
             started_at: Some(facts.started_at.into()),
+            cluster_uid: observed
+                .policy
+                .cluster
+                .as_ref()
+                .map(|c| c.uid.clone())
+                .unwrap_or_default(),
+            cluster_name: observed
+                .policy
+                .cluster
+                .as_ref()
+                .and_then(|c| c.name.clone())
+                .unwrap_or_default(),
         }),
         operator: Some(with_install(
             operator_status(&facts.operator_namespace, &observed.operator),
@@ -123,11 +135,12 @@ pub fn derive(facts: &AgentFacts, observed: &Observed) -> Status {
             observed.instance.object.as_ref(),
             observed.report.object.as_ref(),
         )),
-        policy: observed
-            .policy
-            .accepted
-            .as_ref()
-            .map(|accepted| policy_status(&accepted.policy, observed.instance.object.as_ref())),
+        policy: observed.policy.accepted.as_ref().map(|accepted| {
+            let mut status = policy_status(&accepted.policy, observed.instance.object.as_ref());
+            // Verified against the installed key, so it is that key's id.
+            status.key_id.clone_from(&accepted.signed.key_id);
+            status
+        }),
         observed_at: None,
     }
 }
@@ -149,6 +162,7 @@ fn policy_status(policy: &Policy, instance: Option<&DynamicObject>) -> PolicySta
             .collect(),
         warnings: evaluation.warnings,
         upgrade_deadline: upgrade_deadline(policy),
+        key_id: String::new(),
     }
 }
 

@@ -19,7 +19,7 @@ use futures::{StreamExt as _, stream};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use tenantflux_core::{
-    policy::{signing::SignedPolicy, today},
+    policy::{Policy, signing::SignedPolicy, today},
     selector::Selector,
 };
 use tenantflux_proto::v1::PushPolicyRequest;
@@ -27,7 +27,9 @@ use tonic::Code;
 
 use self::{
     discover::{Discovery, Member, Source},
-    view::{Failure, FleetPush, FleetStatus, PushResult, PushRow, Reach, StatusRow},
+    view::{
+        ExpectedPolicy, Failure, FleetPush, FleetStatus, PushResult, PushRow, Reach, StatusRow,
+    },
 };
 use crate::{
     cli::RequestTimeout,
@@ -63,6 +65,10 @@ pub enum FleetCommand {
         /// How often -w asks the fleet again.
         #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_interval)]
         interval: Duration,
+        /// The signed policy the platform pushed: flag (and exit 1 for) every cluster that
+        /// holds another generation or a policy signed with another key.
+        #[arg(long, value_name = "PATH", value_hint = ValueHint::FilePath)]
+        expect_policy: Option<PathBuf>,
     },
     /// The platform's policy across the fleet.
     #[command(subcommand)]
@@ -200,16 +206,27 @@ pub async fn run(
             discovery,
             fan_out,
             watch: false,
+            expect_policy,
             ..
         } => {
+            let expected = expect_policy.as_deref().map(expected_policy).transpose()?;
             let fleet = Fleet::new(&discovery, options).await?;
-            let view = fleet.status(&fan_out).await?;
+            let view = fleet.status(&fan_out, expected.as_ref()).await?;
             printer.print(&view, |v, style| {
                 view::render_status(v, style, Timestamp::now())
             })?;
-            match view.failed() {
-                0 => Ok(()),
-                n => bail!(
+            let mismatched = view
+                .clusters
+                .iter()
+                .filter(|c| c.policy_mismatch.is_some())
+                .count();
+            match (view.failed(), mismatched) {
+                (0, 0) => Ok(()),
+                (0, n) => bail!(
+                    "{n} of {} tenant clusters hold another policy than --expect-policy (see the table)",
+                    view.clusters.len()
+                ),
+                (n, _) => bail!(
                     "{n} of {} tenant clusters could not be asked (see the table)",
                     view.clusters.len()
                 ),
@@ -220,10 +237,12 @@ pub async fn run(
             fan_out,
             watch: true,
             interval,
+            expect_policy,
         } => {
+            let expected = expect_policy.as_deref().map(expected_policy).transpose()?;
             let fleet = Fleet::new(&discovery, options).await?;
             tokio::select! {
-                watched = fleet.watch(&fan_out, interval, printer) => watched,
+                watched = fleet.watch(&fan_out, interval, expected.as_ref(), printer) => watched,
                 interrupted = tokio::signal::ctrl_c() => interrupted.context("cannot listen for Ctrl-C"),
             }
         }
@@ -358,7 +377,11 @@ impl Fleet {
         })
     }
 
-    async fn status(&self, fan_out: &FanOutArgs) -> anyhow::Result<FleetStatus> {
+    async fn status(
+        &self,
+        fan_out: &FanOutArgs,
+        expected: Option<&ExpectedPolicy>,
+    ) -> anyhow::Result<FleetStatus> {
         let members = self.members().await?;
         let today = today();
         let clusters = fan(members, fan_out, |member| async move {
@@ -366,10 +389,14 @@ impl Fleet {
                 let mut agent = self.connect(&member).await?;
                 agent.get_status().await.map_err(call_failure)
             };
-            match bounded(fan_out.cluster_timeout.get(), result).await {
+            let mut row = match bounded(fan_out.cluster_timeout.get(), result).await {
                 Ok(status) => StatusRow::answered(&member, StatusView::from(status), today),
                 Err(failure) => StatusRow::failed(&member, failure),
+            };
+            if let Some(expected) = expected {
+                row.compare(expected);
             }
+            row
         })
         .await;
         Ok(FleetStatus { clusters })
@@ -379,11 +406,12 @@ impl Fleet {
         &self,
         fan_out: &FanOutArgs,
         interval: Duration,
+        expected: Option<&ExpectedPolicy>,
         printer: &Printer,
     ) -> anyhow::Result<()> {
         let mut last: Option<FleetStatus> = None;
         loop {
-            match self.status(fan_out).await {
+            match self.status(fan_out, expected).await {
                 Ok(view) if last.as_ref() != Some(&view) => {
                     let now = Timestamp::now();
                     let header = format!("Fleet at {}", now.strftime("%Y-%m-%d %H:%M:%S UTC"));
@@ -566,6 +594,20 @@ impl Progress {
             let _ = write!(io::stderr(), "\r\x1b[K");
         }
     }
+}
+
+/// The generation and key id of the signed policy file `path` (`--expect-policy`).
+fn expected_policy(path: &std::path::Path) -> anyhow::Result<ExpectedPolicy> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --expect-policy {}", path.display()))?;
+    let signed = SignedPolicy::parse(&text)
+        .with_context(|| format!("--expect-policy {} is not a signed policy", path.display()))?;
+    let policy = Policy::parse(&signed.policy)
+        .with_context(|| format!("the policy in --expect-policy {}", path.display()))?;
+    Ok(ExpectedPolicy {
+        generation: policy.generation(),
+        key_id: signed.key_id,
+    })
 }
 
 #[cfg(test)]

@@ -75,6 +75,11 @@ pub struct StatusRow {
     pub ready: Option<String>,
     pub policy_name: Option<String>,
     pub policy_generation: Option<u64>,
+    /// The id of the key that signed the policy the cluster holds.
+    pub policy_key_id: Option<String>,
+    /// How the policy the cluster holds differs from the one `--expect-policy` names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy_mismatch: Option<String>,
     /// Whether the cluster complies with the policy it holds; none without a policy.
     pub compliant: Option<bool>,
     pub violations: Vec<String>,
@@ -105,6 +110,8 @@ impl StatusRow {
             ready: None,
             policy_name: None,
             policy_generation: None,
+            policy_key_id: None,
+            policy_mismatch: None,
             compliant: None,
             violations: Vec::new(),
             deadline: None,
@@ -139,6 +146,7 @@ impl StatusRow {
         };
         row.policy_name = Some(policy.name);
         row.policy_generation = Some(policy.generation);
+        row.policy_key_id = non_empty(policy.key_id);
         row.violations = policy.violations;
         let mut compliant = policy.compliant;
         if let Some(deadline) = policy.upgrade_deadline {
@@ -166,6 +174,36 @@ impl StatusRow {
         }
         row.compliant = Some(compliant);
         row
+    }
+}
+
+/// The policy the platform pushed, as `fleet status --expect-policy` compares each cluster's
+/// with: a cluster holding another generation or a policy of another key (a rollback, a
+/// replay, a key the platform did not sign with) is flagged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpectedPolicy {
+    pub generation: u64,
+    pub key_id: String,
+}
+
+impl StatusRow {
+    /// Flags this row when the cluster answered and holds anything but `expected`.
+    pub fn compare(&mut self, expected: &ExpectedPolicy) {
+        if self.state != Reach::Ok {
+            return;
+        }
+        let pushed = format!(
+            "the platform pushed generation {} (key {})",
+            expected.generation, expected.key_id
+        );
+        self.policy_mismatch = match (self.policy_generation, self.policy_key_id.as_deref()) {
+            (Some(g), Some(k)) if g == expected.generation && k == expected.key_id => None,
+            (Some(g), k) => Some(format!(
+                "holds policy generation {g} (key {}); {pushed}",
+                k.unwrap_or("-")
+            )),
+            (None, _) => Some(format!("holds no policy; {pushed}")),
+        };
     }
 }
 
@@ -218,6 +256,16 @@ pub fn render_status(view: &FleetStatus, style: Style, now: Timestamp) -> String
                 (None, []) => String::new(),
                 (None, violations) => violations.join("; "),
             };
+            let message = match &row.policy_mismatch {
+                Some(mismatch) if message.is_empty() => mismatch.clone(),
+                Some(mismatch) => format!("{mismatch}; {message}"),
+                None => message,
+            };
+            let key = dash(row.policy_key_id.as_deref());
+            let key = match row.policy_mismatch {
+                Some(_) => Cell::toned(key, Tone::Bad),
+                None => Cell::plain(key),
+            };
             vec![
                 Cell::plain(&row.tenant),
                 Cell::plain(&row.cluster),
@@ -229,6 +277,7 @@ pub fn render_status(view: &FleetStatus, style: Style, now: Timestamp) -> String
                     row.policy_generation
                         .map_or_else(|| "-".to_owned(), |g| g.to_string()),
                 ),
+                key,
                 compliant,
                 Cell::plain(deadline),
                 Cell::plain(
@@ -250,6 +299,7 @@ pub fn render_status(view: &FleetStatus, style: Style, now: Timestamp) -> String
             "FLUX",
             "READY",
             "POLICY",
+            "KEY",
             "COMPLIANT",
             "DEADLINE",
             "LAST CHANGE",
@@ -419,6 +469,8 @@ mod tests {
                 problems: vec![],
                 kubernetes_version: "v1.36.3".into(),
                 started_at: None,
+                cluster_uid: String::new(),
+                cluster_name: String::new(),
             },
             operator: OperatorView {
                 phase: "ready",
@@ -464,7 +516,48 @@ mod tests {
                 minimum_version: minimum.into(),
                 date: date.into(),
             }),
+            key_id: String::new(),
         }
+    }
+
+    #[test]
+    fn a_cluster_holding_another_generation_or_key_is_flagged() {
+        let expected = ExpectedPolicy {
+            generation: 7,
+            key_id: "k1".into(),
+        };
+        let row = |policy: Option<PolicyView>| {
+            let mut row = StatusRow::answered(&member("t", "c"), status("v2.8.0", policy), 0);
+            row.compare(&expected);
+            row.policy_mismatch
+        };
+        let keyed = |generation, key: &str| PolicyView {
+            generation,
+            key_id: key.into(),
+            ..policy(None)
+        };
+        assert_eq!(row(Some(keyed(7, "k1"))), None);
+        assert_eq!(
+            row(Some(keyed(6, "k1"))).as_deref(),
+            Some("holds policy generation 6 (key k1); the platform pushed generation 7 (key k1)")
+        );
+        assert_eq!(
+            row(Some(keyed(7, "k2"))).as_deref(),
+            Some("holds policy generation 7 (key k2); the platform pushed generation 7 (key k1)")
+        );
+        assert_eq!(
+            row(None).as_deref(),
+            Some("holds no policy; the platform pushed generation 7 (key k1)")
+        );
+        let mut unreachable = StatusRow::failed(
+            &member("t", "c"),
+            Failure {
+                reach: Reach::Unreachable,
+                reason: "down".into(),
+            },
+        );
+        unreachable.compare(&expected);
+        assert_eq!(unreachable.policy_mismatch, None, "no answer, no verdict");
     }
 
     fn day(date: &str) -> i64 {

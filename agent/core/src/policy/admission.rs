@@ -372,9 +372,157 @@ fn encode(release: Release) -> i64 {
     major * MAJOR + part(release.minor, MAJOR / MINOR) * MINOR + part(release.patch, MINOR)
 }
 
+/// Where `live` differs from `expected` (an object's `spec` as the agent wrote it and as the API
+/// server holds it now), as field paths two levels deep (`spec.matchConditions`,
+/// `spec.matchResources.namespaceSelector`): what a report of a tampered admission policy
+/// names. A field someone added counts as much as one they changed or removed.
+pub fn drift(expected: &Value, live: &Value) -> Vec<String> {
+    fn walk(path: &str, expected: &Value, live: &Value, depth: usize, out: &mut Vec<String>) {
+        if expected == live {
+            return;
+        }
+        let empty = serde_json::Map::new();
+        let object = |v: &'_ Value| match v {
+            Value::Object(o) => Some(o.clone()),
+            Value::Null => Some(empty.clone()),
+            _ => None,
+        };
+        // A missing object is an empty one, so that an added object names its added fields.
+        let objects = (expected.is_object() || live.is_object())
+            .then(|| object(expected).zip(object(live)))
+            .flatten();
+        match objects {
+            Some((e, l)) if depth < 2 => {
+                let mut keys: Vec<&String> = e.keys().chain(l.keys()).collect();
+                keys.sort();
+                keys.dedup();
+                for key in keys {
+                    let (e, l) = (
+                        e.get(key).unwrap_or(&Value::Null),
+                        l.get(key).unwrap_or(&Value::Null),
+                    );
+                    walk(&format!("{path}.{key}"), e, l, depth + 1, out);
+                }
+            }
+            _ => out.push(path.to_owned()),
+        }
+    }
+    let mut out = Vec::new();
+    walk("spec", expected, live, 0, &mut out);
+    out
+}
+
+/// The JSON merge patch (RFC 7386) that turns `live` into `want`: what the agent sends to put
+/// a tampered object back with `patch` alone, since a merge patch replaces lists whole and a
+/// `null` removes a field someone else added.
+pub fn merge_patch(live: &Value, want: &Value) -> Value {
+    match (live, want) {
+        (Value::Object(live), Value::Object(want)) => {
+            let mut patch = serde_json::Map::new();
+            for (key, value) in want {
+                let part = live
+                    .get(key)
+                    .map_or_else(|| value.clone(), |old| merge_patch(old, value));
+                if live.get(key) != Some(value) {
+                    patch.insert(key.clone(), part);
+                }
+            }
+            for key in live.keys().filter(|k| !want.contains_key(*k)) {
+                patch.insert(key.clone(), Value::Null);
+            }
+            Value::Object(patch)
+        }
+        _ => want.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// RFC 7386's application, to check the patch against.
+    fn apply_merge(target: &mut Value, patch: &Value) {
+        match patch {
+            Value::Object(patch) => {
+                if !target.is_object() {
+                    *target = json!({});
+                }
+                let object = target.as_object_mut().unwrap();
+                for (key, value) in patch {
+                    if value.is_null() {
+                        object.remove(key);
+                    } else {
+                        apply_merge(object.entry(key.clone()).or_insert(Value::Null), value);
+                    }
+                }
+            }
+            _ => *target = patch.clone(),
+        }
+    }
+
+    #[test]
+    fn merge_patch_restores_the_rendered_spec_and_drops_foreign_fields() {
+        let want = render(&policy(""), 0).binding["spec"].clone();
+        let mut live = want.clone();
+        live["matchResources"] =
+            json!({"namespaceSelector": {"matchLabels": {"x": "y"}}, "matchPolicy": "Equivalent"});
+        live["validationActions"] = json!(["Audit", "Deny"]);
+        let patch = merge_patch(&live, &want);
+        assert_eq!(
+            patch,
+            json!({"matchResources": null, "validationActions": ["Deny"]})
+        );
+        apply_merge(&mut live, &patch);
+        assert_eq!(live, want);
+
+        let want = render(&policy(""), 0).policy["spec"].clone();
+        let mut live = want.clone();
+        live["matchConditions"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "off", "expression": "false"}));
+        live["matchConstraints"]["namespaceSelector"] = json!({"matchLabels": {"x": "y"}});
+        let patch = merge_patch(&live, &want);
+        apply_merge(&mut live, &patch);
+        assert_eq!(live, want);
+        assert_eq!(merge_patch(&want, &want), json!({}));
+    }
+
+    #[test]
+    fn drift_names_each_field_added_changed_or_removed() {
+        let expected = json!({
+            "policyName": NAME,
+            "validationActions": ["Deny"],
+            "matchResources": {"matchPolicy": "Equivalent", "objectSelector": {}},
+        });
+        assert!(drift(&expected, &expected).is_empty());
+        let mut live = expected.clone();
+        live["matchResources"]["namespaceSelector"] = json!({"matchLabels": {"x": "y"}});
+        live["validationActions"] = json!(["Audit"]);
+        live["paramRef"] = json!({"name": "p"});
+        assert_eq!(
+            drift(&expected, &live),
+            [
+                "spec.matchResources.namespaceSelector",
+                "spec.paramRef.name",
+                "spec.validationActions",
+            ]
+        );
+        let mut live = expected.clone();
+        live.as_object_mut().unwrap().remove("matchResources");
+        assert_eq!(
+            drift(&expected, &live),
+            [
+                "spec.matchResources.matchPolicy",
+                "spec.matchResources.objectSelector"
+            ]
+        );
+        let mut live = expected.clone();
+        live["matchConditions"] = json!([{"name": "off", "expression": "false"}]);
+        assert_eq!(drift(&expected, &live), ["spec.matchConditions"]);
+        assert_eq!(drift(&expected, &Value::Null).len(), 4);
+        assert_eq!(drift(&json!(1), &json!("1")), ["spec"]);
+    }
 
     fn policy(spec: &str) -> Policy {
         let text = format!(

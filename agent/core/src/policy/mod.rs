@@ -6,6 +6,7 @@
 //! the agent accepts only a higher one than it holds.
 
 pub mod admission;
+pub mod clusters;
 mod evaluate;
 pub mod glob;
 pub mod range;
@@ -16,6 +17,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use clusters::{ClusterIdentity, ClusterSelector, Refusal};
 pub use evaluate::{Evaluation, MAX_VIOLATIONS, Violation};
 pub use range::{Range, RangeError, Release};
 
@@ -47,6 +49,9 @@ pub struct Metadata {
 pub struct Spec {
     /// Monotonic: the agent refuses a generation lower than the one it holds.
     pub generation: u64,
+    /// The clusters this policy is for (any entry matching); absent: every cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<Vec<ClusterSelector>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator: Option<OperatorRules>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -188,6 +193,8 @@ pub enum PolicyError {
     Size { name: String },
     #[error("{field} is empty: nothing could match; leave it out to allow anything")]
     EmptyList { field: &'static str },
+    #[error("spec.clusters[{index}] names no cluster: set name, uid or both, not empty")]
+    ClusterSelector { index: usize },
     #[error("spec.defaults is not a FluxInstance spec (an object)")]
     DefaultsShape,
     #[error("spec.defaults breaks the policy itself: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
@@ -255,6 +262,7 @@ impl Policy {
         if spec.generation == 0 {
             return Err(PolicyError::Generation);
         }
+        clusters::check(spec.clusters.as_deref())?;
         let by = format!("policy generation {}", spec.generation);
         let operator_versions = spec
             .operator

@@ -460,3 +460,21 @@ fn repeated_and_countless_violations_stay_bounded() {
     );
     assert!(!evaluation.compliant());
 }
+
+#[test]
+fn schema_and_parser_agree_on_spec_clusters() {
+    let with = |clusters: &str| format!("{MINIMAL}  clusters: {clusters}\n");
+    for good in [
+        "[{uid: 5f1c}]",
+        "[{name: kubernetes-acme}, {name: \"tenant-*\", uid: 5f1c}]",
+    ] {
+        let text = with(good);
+        assert!(Policy::parse(&text).is_ok(), "parser refuses {good}");
+        assert_eq!(validate(&text), Vec::<String>::new(), "{good}");
+    }
+    for bad in ["[]", "[{}]", "[{name: \"\"}]", "[{uid: u, zone: eu}]"] {
+        let text = with(bad);
+        assert!(Policy::parse(&text).is_err(), "parser accepts {bad}");
+        assert!(!validate(&text).is_empty(), "schema accepts {bad}");
+    }
+}

@@ -1,0 +1,539 @@
+//! Attacks on the policy's enforcement, tried on the real control plane with the real
+//! flux-operator's CRDs (SECURITY.md lists what each test stands for):
+//! - a cluster-admin switching off the API server's own check: deleting the
+//!   ValidatingAdmissionPolicyBinding, adding a `matchConditions` entry that matches nothing,
+//!   narrowing the binding with a `namespaceSelector` (finding 3).
+
+use std::{path::Path, time::Duration};
+
+use serde_json::Value;
+use tenantflux_tests::{
+    TestCluster, json, path,
+    tenant::{AGENT_NAMESPACE, compliant_instance, example_without_defaults},
+    wait_for,
+};
+
+const NAME: &str = "tenantflux-policy";
+
+/// Each test starts a cluster of its own; one at a time, since several control planes
+/// starting at once on a small machine time out.
+static ONE_CLUSTER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn plugin_ok(cluster: &TestCluster, kubeconfig: Option<&Path>, args: &[&str]) -> Value {
+    let output = cluster
+        .kubectl_tenantflux(kubeconfig, args)
+        .unwrap_or_else(|err| panic!("kubectl tenantflux {args:?}: {err}"));
+    assert!(
+        output.status.success(),
+        "kubectl tenantflux {args:?}: {output:?}"
+    );
+    json(&output)
+}
+
+/// Makes keys, restarts the agent with the public one, and has the platform's account push
+/// `policy`, signed with the new key.
+fn push_signed(cluster: &TestCluster, dir: &Path, policy: &str) {
+    let keys = dir.join("keys");
+    let run = |args: &[&str]| {
+        let output = cluster.kubectl_tenantflux(None, args).expect("plugin");
+        assert!(output.status.success(), "{args:?}: {output:?}");
+    };
+    run(&["policy", "keygen", "--out", path(&keys)]);
+    let unsigned = dir.join("policy.yaml");
+    std::fs::write(&unsigned, policy).unwrap();
+    let signed = dir.join("signed.yaml");
+    let key = keys.join("ed25519.key");
+    run(&[
+        "policy",
+        "sign",
+        "-f",
+        path(&unsigned),
+        "--key",
+        path(&key),
+        "--out",
+        path(&signed),
+    ]);
+    cluster
+        .restart_agent_with(&[(
+            "TENANTFLUX_POLICY_PUBLIC_KEY",
+            path(&keys.join("ed25519.pub")),
+        )])
+        .expect("agent with the policy key");
+    let platform = cluster
+        .policy_pusher_kubeconfig()
+        .expect("platform account");
+    plugin_ok(
+        cluster,
+        Some(&platform),
+        &["policy", "push", "-f", path(&signed), "-o", "json"],
+    );
+}
+
+fn get(cluster: &TestCluster, kind: &str) -> Option<Value> {
+    let text = cluster
+        .kubectl_ok(&["get", kind, NAME, "-o", "json", "--ignore-not-found"])
+        .expect("kubectl get");
+    serde_json::from_str(&text).ok()
+}
+
+/// Whether the API server refuses a FluxInstance with an unallowed registry (server-side dry
+/// run: nothing is stored).
+fn refuses_non_compliant(cluster: &TestCluster) -> bool {
+    let mut instance = compliant_instance();
+    instance["spec"]["distribution"]["registry"] = "docker.io/evil".into();
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), instance.to_string()).unwrap();
+    let output = cluster
+        .kubectl(&["apply", "--dry-run=server", "-f", path(file.path())])
+        .unwrap();
+    !output.status.success()
+        && String::from_utf8_lossy(&output.stderr)
+            .contains("ValidatingAdmissionPolicy 'tenantflux-policy' with binding 'tenantflux-policy' denied request")
+}
+
+/// The notes of the agent's Events about tampered admission objects.
+fn tamper_events(cluster: &TestCluster) -> Vec<String> {
+    let text = cluster
+        .kubectl_ok(&[
+            "-n",
+            AGENT_NAMESPACE,
+            "get",
+            "events.events.k8s.io",
+            "--field-selector",
+            "reason=AdmissionPolicyTampered",
+            "-o",
+            "json",
+        ])
+        .expect("kubectl get events");
+    let events: Value = serde_json::from_str(&text).expect("JSON");
+    events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["note"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Waits until `status` and `policy show` both report a problem containing every one of
+/// `needles`, and an Event says the same.
+async fn wait_reported(cluster: &TestCluster, needles: &[&str]) {
+    let says = |text: &str| needles.iter().all(|n| text.contains(n));
+    wait_for(
+        &format!("{needles:?} in status, policy show and an Event"),
+        Duration::from_secs(60),
+        || {
+            let status = plugin_ok(cluster, None, &["status", "-o", "json"]);
+            let shown = plugin_ok(cluster, None, &["policy", "show", "-o", "json"]);
+            let has = |problems: &Value| {
+                problems
+                    .as_array()
+                    .is_some_and(|p| p.iter().any(|p| p.as_str().is_some_and(says)))
+            };
+            let reported = has(&status["agent"]["problems"])
+                && has(&shown["problems"])
+                && tamper_events(cluster).iter().any(|n| says(n));
+            async move { reported.then_some(()) }
+        },
+    )
+    .await
+    .unwrap_or_else(|err| {
+        panic!(
+            "{err}; status: {}; events: {:?}",
+            plugin_ok(cluster, None, &["status", "-o", "json"]),
+            tamper_events(cluster)
+        )
+    });
+}
+
+#[tokio::test]
+async fn a_switched_off_admission_policy_is_restored_and_reported() {
+    let _serial = ONE_CLUSTER_AT_A_TIME.lock().await;
+    let cluster = TestCluster::start(&format!("secpol-vap-{}", std::process::id()))
+        .expect("starting the cluster");
+    cluster.ensure_flux_operator().expect("flux-operator");
+    let dir = tempfile::tempdir().unwrap();
+    push_signed(&cluster, dir.path(), &example_without_defaults());
+    wait_for(
+        "the API server to enforce the policy",
+        Duration::from_secs(60),
+        || {
+            let refused = refuses_non_compliant(&cluster);
+            async move { refused.then_some(()) }
+        },
+    )
+    .await
+    .expect("policy enforced");
+    let restored_by =
+        "by someone other than the agent; the agent restored it from policy generation 7";
+
+    // 1. The binding deleted: it comes back (a new object), and enforcement with it.
+    let uid = |kind| get(&cluster, kind).map(|o| o["metadata"]["uid"].clone());
+    let before = uid("validatingadmissionpolicybinding").expect("binding");
+    cluster
+        .kubectl_ok(&["delete", "validatingadmissionpolicybinding", NAME])
+        .expect("delete the binding");
+    wait_for("the binding re-created", Duration::from_secs(60), || {
+        let replaced = uid("validatingadmissionpolicybinding").is_some_and(|u| u != before);
+        async move { replaced.then_some(()) }
+    })
+    .await
+    .expect("binding restored");
+    wait_reported(
+        &cluster,
+        &[&format!(
+            "ValidatingAdmissionPolicyBinding {NAME} was deleted {restored_by}"
+        )],
+    )
+    .await;
+
+    // 2. A matchConditions entry that matches nothing switches the policy off: removed.
+    let generation = |kind| {
+        get(&cluster, kind)
+            .and_then(|o| o["metadata"]["generation"].as_i64())
+            .expect("generation")
+    };
+    let tampered = generation("validatingadmissionpolicy") + 1;
+    cluster
+        .kubectl_ok(&[
+            "patch",
+            "validatingadmissionpolicy",
+            NAME,
+            "--type=json",
+            "-p",
+            r#"[{"op": "add", "path": "/spec/matchConditions/-", "value": {"name": "off", "expression": "false"}}]"#,
+        ])
+        .expect("patch in a matchCondition");
+    wait_for(
+        "the matchCondition removed",
+        Duration::from_secs(60),
+        || {
+            let policy = get(&cluster, "validatingadmissionpolicy").expect("policy");
+            let restored = policy["metadata"]["generation"].as_i64() > Some(tampered)
+                && policy["spec"]["matchConditions"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().all(|c| c["name"] != "off"));
+            async move { restored.then_some(()) }
+        },
+    )
+    .await
+    .expect("matchConditions restored");
+    wait_reported(
+        &cluster,
+        &[&format!(
+            "ValidatingAdmissionPolicy {NAME} was changed (spec.matchConditions) {restored_by}"
+        )],
+    )
+    .await;
+
+    // 3. A namespaceSelector on the binding (the FluxInstance's namespace lacks the label).
+    let tampered = generation("validatingadmissionpolicybinding") + 1;
+    cluster
+        .kubectl_ok(&[
+            "patch",
+            "validatingadmissionpolicybinding",
+            NAME,
+            "--type=merge",
+            "-p",
+            r#"{"spec": {"matchResources": {"namespaceSelector": {"matchLabels": {"example.com/never": "x"}}}}}"#,
+        ])
+        .expect("patch in a namespaceSelector");
+    wait_for(
+        "the namespaceSelector removed",
+        Duration::from_secs(60),
+        || {
+            let binding = get(&cluster, "validatingadmissionpolicybinding").expect("binding");
+            let restored = binding["metadata"]["generation"].as_i64() > Some(tampered)
+                && binding
+                    .pointer("/spec/matchResources/namespaceSelector/matchLabels")
+                    .is_none();
+            async move { restored.then_some(()) }
+        },
+    )
+    .await
+    .expect("namespaceSelector restored");
+    // The API server defaults the rest of matchResources, so the report names those too.
+    wait_reported(
+        &cluster,
+        &[
+            &format!("ValidatingAdmissionPolicyBinding {NAME} was changed ("),
+            "spec.matchResources.namespaceSelector",
+            &format!(") {restored_by}"),
+        ],
+    )
+    .await;
+
+    // Enforcement holds, the policy held is the one pushed, and nothing else was written.
+    assert!(
+        refuses_non_compliant(&cluster),
+        "the policy is enforced again"
+    );
+    let shown = plugin_ok(&cluster, None, &["policy", "show", "-o", "json"]);
+    assert_eq!(shown["generation"], 7, "{shown:#}");
+    assert_eq!(
+        shown["problems"].as_array().map(Vec::len),
+        Some(3),
+        "{shown:#}"
+    );
+    let instance = cluster
+        .kubectl(&["-n", "flux-system", "get", "fluxinstance", "flux"])
+        .unwrap();
+    assert!(!instance.status.success(), "no FluxInstance was stored");
+}
+
+/// The stored policy envelope (ConfigMap `name`, key signed-policy.yaml), or "" without one.
+fn stored(cluster: &TestCluster, name: &str) -> String {
+    cluster
+        .kubectl_ok(&[
+            "-n",
+            AGENT_NAMESPACE,
+            "get",
+            "configmap",
+            name,
+            "-o",
+            "jsonpath={.data.signed-policy\\.yaml}",
+            "--ignore-not-found",
+        ])
+        .expect("kubectl get configmap")
+}
+
+/// Writes `envelope` into the policy store as a tenant admin would, with the agent stopped.
+fn plant(cluster: &TestCluster, envelope: &str) {
+    let map = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": NAME, "namespace": AGENT_NAMESPACE},
+        "data": {"signed-policy.yaml": envelope},
+    });
+    cluster
+        .kubectl_ok(&[
+            "-n",
+            AGENT_NAMESPACE,
+            "patch",
+            "configmap",
+            NAME,
+            "--type=merge",
+            "-p",
+            &map.to_string(),
+        ])
+        .expect("replace the stored policy");
+}
+
+/// Waits until `policy show` reports a problem containing every one of `needles`.
+async fn wait_problem(cluster: &TestCluster, needles: &[&str]) -> Value {
+    wait_for(
+        &format!("{needles:?} in policy show"),
+        Duration::from_secs(60),
+        || {
+            let shown = plugin_ok(cluster, None, &["policy", "show", "-o", "json"]);
+            let found = shown["problems"].as_array().is_some_and(|p| {
+                p.iter().any(|p| {
+                    p.as_str()
+                        .is_some_and(|p| needles.iter().all(|n| p.contains(n)))
+                })
+            });
+            async move { found.then_some(shown) }
+        },
+    )
+    .await
+    .unwrap_or_else(|err| {
+        panic!(
+            "{err}; policy show: {}",
+            plugin_ok(cluster, None, &["policy", "show", "-o", "json"])
+        )
+    })
+}
+
+#[tokio::test]
+async fn an_older_or_another_clusters_policy_is_refused() {
+    let _serial = ONE_CLUSTER_AT_A_TIME.lock().await;
+    let cluster = TestCluster::start(&format!("secpol-replay-{}", std::process::id()))
+        .expect("starting the cluster");
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    let run = |kubeconfig: Option<&Path>, args: &[&str]| {
+        cluster
+            .kubectl_tenantflux(kubeconfig, args)
+            .unwrap_or_else(|err| panic!("kubectl tenantflux {args:?}: {err}"))
+    };
+    let out = run(
+        None,
+        &["policy", "keygen", "--out", path(&keys), "-o", "json"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let key_id = json(&out)["keyId"].as_str().expect("keyId").to_owned();
+    let public = keys.join("ed25519.pub");
+    let restart = || {
+        cluster
+            .restart_agent_with(&[
+                ("TENANTFLUX_POLICY_PUBLIC_KEY", path(&public)),
+                ("TENANTFLUX_CLUSTER_NAME", "secpol-blue"),
+            ])
+            .expect("agent with the policy key and a cluster name");
+    };
+    restart();
+    let platform = cluster
+        .policy_pusher_kubeconfig()
+        .expect("platform account");
+    let sign = |generation: u64, clusters: &str| {
+        let unsigned = dir.path().join(format!("policy-{generation}.yaml"));
+        std::fs::write(
+            &unsigned,
+            format!(
+                "apiVersion: tenantflux.io/v1alpha1\nkind: Policy\nmetadata: {{name: fleet}}\nspec:\n  generation: {generation}\n{clusters}"
+            ),
+        )
+        .unwrap();
+        let signed = dir.path().join(format!("signed-{generation}.yaml"));
+        let key = keys.join("ed25519.key");
+        let out = run(
+            None,
+            &[
+                "policy",
+                "sign",
+                "-f",
+                path(&unsigned),
+                "--key",
+                path(&key),
+                "--out",
+                path(&signed),
+            ],
+        );
+        assert!(out.status.success(), "{out:?}");
+        signed
+    };
+    let push = |signed: &Path| run(Some(&platform), &["policy", "push", "-f", path(signed)]);
+    let uid = cluster
+        .kubectl_ok(&[
+            "get",
+            "namespace",
+            "kube-system",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+        .expect("kube-system uid");
+
+    // The agent reports who the cluster is; the policy in force shows its key.
+    let signed_1 = sign(1, "");
+    assert!(push(&signed_1).status.success(), "generation 1");
+    let first = stored(&cluster, NAME);
+    let signed_2 = sign(2, "");
+    let out = push(&signed_2);
+    assert!(out.status.success(), "generation 2: {out:?}");
+    let second = stored(&cluster, NAME);
+    assert_ne!(first, second);
+    let status = plugin_ok(&cluster, None, &["status", "-o", "json"]);
+    assert_eq!(status["agent"]["clusterUid"], uid.as_str(), "{status:#}");
+    assert_eq!(status["agent"]["clusterName"], "secpol-blue", "{status:#}");
+    assert_eq!(status["policy"]["keyId"], key_id.as_str(), "{status:#}");
+    assert_eq!(stored(&cluster, "tenantflux-policy-highest"), second);
+
+    // 1. Rollback: the older, validly signed copy put back while the agent is down.
+    cluster.stop_agent().expect("stopping the agent");
+    plant(&cluster, &first);
+    restart();
+    let shown = wait_problem(
+        &cluster,
+        &[
+            "the policy stored in ConfigMap tenantflux-system/tenantflux-policy is refused: policy fleet generation 1 is a rollback: this cluster has held generation 2",
+        ],
+    )
+    .await;
+    assert_eq!(
+        shown["generation"], 2,
+        "the higher generation stays in force: {shown:#}"
+    );
+    wait_for("the stored copy restored", Duration::from_secs(30), || {
+        let restored = stored(&cluster, NAME) == second;
+        async move { restored.then_some(()) }
+    })
+    .await
+    .expect("store restored from the record");
+
+    // The platform's view: the cluster holds what was pushed last, and is flagged against
+    // an expectation it does not meet.
+    let fleet_file = dir.path().join("fleet.yaml");
+    std::fs::write(
+        &fleet_file,
+        format!(
+            "- {{name: blue, kubeconfig: {}}}\n",
+            cluster.kubeconfig().display()
+        ),
+    )
+    .unwrap();
+    let fleet_status = |expected: &Path| {
+        let out = run(
+            None,
+            &[
+                "fleet",
+                "status",
+                "--fleet-file",
+                path(&fleet_file),
+                "--expect-policy",
+                path(expected),
+                "-o",
+                "json",
+            ],
+        );
+        let row = json(&out)["clusters"][0].clone();
+        (out.status.code(), row)
+    };
+    let (code, row) = fleet_status(&signed_2);
+    assert_eq!(code, Some(0), "{row:#}");
+    assert_eq!(row["policyGeneration"], 2, "{row:#}");
+    assert_eq!(row["policyKeyId"], key_id.as_str(), "{row:#}");
+    assert!(row.get("policyMismatch").is_none(), "{row:#}");
+    let (code, row) = fleet_status(&signed_1);
+    assert_eq!(code, Some(1), "{row:#}");
+    assert_eq!(
+        row["policyMismatch"],
+        format!(
+            "holds policy generation 2 (key {key_id}); the platform pushed generation 1 (key {key_id})"
+        )
+        .as_str(),
+        "{row:#}"
+    );
+
+    // 2. A policy for another cluster is refused and changes nothing.
+    let out = push(&sign(3, "  clusters: [{name: secpol-green}]\n"));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "policy fleet generation 3 is for the clusters [name \"secpol-green\"], not for this cluster (uid \"{uid}\", name \"secpol-blue\")"
+        )),
+        "{err}"
+    );
+    let shown = plugin_ok(&cluster, None, &["policy", "show", "-o", "json"]);
+    assert_eq!(shown["generation"], 2, "{shown:#}");
+    assert_eq!(stored(&cluster, NAME), second);
+    assert_eq!(stored(&cluster, "tenantflux-policy-highest"), second);
+
+    // One that names this cluster, by its uid, is accepted.
+    let out = push(&sign(
+        3,
+        &format!("  clusters: [{{name: secpol-green}}, {{uid: \"{uid}\"}}]\n"),
+    ));
+    assert!(out.status.success(), "{out:?}");
+    let third = stored(&cluster, NAME);
+
+    // 3. Replay: a copy signed for another cluster put in the store while the agent is down.
+    let other =
+        std::fs::read_to_string(sign(4, "  clusters: [{uid: not-this-cluster}]\n")).unwrap();
+    cluster.stop_agent().expect("stopping the agent");
+    plant(&cluster, &other);
+    restart();
+    let shown = wait_problem(
+        &cluster,
+        &[
+            "is refused: policy fleet generation 4 is for the clusters [uid \"not-this-cluster\"], not for this cluster",
+        ],
+    )
+    .await;
+    assert_eq!(shown["generation"], 3, "{shown:#}");
+    wait_for("the stored copy restored", Duration::from_secs(30), || {
+        let restored = stored(&cluster, NAME) == third;
+        async move { restored.then_some(()) }
+    })
+    .await
+    .expect("store restored from the record");
+}
