@@ -97,15 +97,35 @@ async fn a_megabyte_of_components_is_refused_with_a_bounded_message() {
     let before = tenant.fingerprint().expect("fingerprint");
     let rss_before = agent_rss_kib(cluster);
 
-    // The same unknown component a quarter of a million times, then as many distinct ones:
-    // each was a sentence of its own, 70 bytes of answer per 4 bytes asked.
-    let repeated = instance_with_components(|_| "a".to_owned());
+    // A quarter of a million one-letter components is more nodes than the YAML parser takes
+    // in one document (its budget, 250,000): refused before any policy is evaluated.
+    let too_many_nodes = instance_with_components(|_| "a".to_owned());
+    let err = InstanceClient::new(channel.clone())
+        .apply_instance(with_token(
+            ApplyInstanceRequest {
+                manifest: too_many_nodes,
+                dry_run: false,
+            },
+            &token,
+        ))
+        .await
+        .expect_err("a manifest over the parser's budget is refused");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains("exceeds the parser's limits") && err.message().len() < 1024,
+        "{}",
+        err.message()
+    );
+
+    // Two hundred thousand of the same unknown component, then as many distinct ones as fit:
+    // each was a sentence of its own, 70 bytes of answer per 5 bytes asked.
+    let repeated = instance_with_components(|_| "aa".to_owned());
     let distinct = instance_with_components(|i| format!("c{i}"));
     for (case, manifest, wanted) in [
         (
             "repeated",
             repeated,
-            "spec.components \"a\" is not one of \"source-controller\"",
+            "spec.components \"aa\" is not one of \"source-controller\"",
         ),
         (
             "distinct",
