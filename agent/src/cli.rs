@@ -83,6 +83,13 @@ pub struct Args {
     )]
     pub operator_image_registries: Vec<String>,
 
+    /// Refuse a bundle whose Deployment runs an image not pinned by digest
+    /// (`NAME:TAG@sha256:DIGEST`): then whoever can move the image's tag in its registry cannot
+    /// change what the operator runs. Off by default, since flux-operator's own releases name
+    /// their image by tag only.
+    #[arg(long, env = "TENANTFLUX_OPERATOR_REQUIRE_IMAGE_DIGEST")]
+    pub operator_require_image_digest: bool,
+
     /// A `kubernetes.io/dockerconfigjson` Secret in --namespace with the credentials for the
     /// bundle's OCI registry.
     #[arg(long, env = "TENANTFLUX_OPERATOR_BUNDLE_PULL_SECRET")]
@@ -221,6 +228,10 @@ mod tests {
             (
                 "operator_bundle_plain_http",
                 "TENANTFLUX_OPERATOR_BUNDLE_PLAIN_HTTP",
+            ),
+            (
+                "operator_require_image_digest",
+                "TENANTFLUX_OPERATOR_REQUIRE_IMAGE_DIGEST",
             ),
             ("policy_public_key", "TENANTFLUX_POLICY_PUBLIC_KEY"),
             ("cluster_name", "TENANTFLUX_CLUSTER_NAME"),

@@ -143,6 +143,9 @@ pub struct OperatorView {
     pub bundle_digest: String,
     /// Where the agent installs flux-operator from; empty when it only observes.
     pub source: String,
+    /// What the install did that the cluster's owner should know (objects taken over from
+    /// another field manager).
+    pub notices: Vec<String>,
     pub last_transition: Option<String>,
 }
 
@@ -260,6 +263,7 @@ impl From<pb::Status> for StatusView {
                 desired_replicas: operator.desired_replicas,
                 bundle_digest: operator.bundle_digest,
                 source: operator.source,
+                notices: operator.notices,
                 last_transition: timestamp(operator.last_transition),
             },
             instance: InstanceView {
@@ -379,6 +383,12 @@ pub fn render_table(view: &StatusView, style: Style) -> String {
         field(&mut out, "Bundle", or_dash(&operator.bundle_digest));
         if let Some(since) = &operator.last_transition {
             field(&mut out, "Since", since);
+        }
+        if !operator.notices.is_empty() {
+            field(&mut out, "Notices", "");
+            for notice in &operator.notices {
+                let _ = writeln!(out, "    - {}", style.paint(notice, Tone::Bad));
+            }
         }
     }
 
@@ -620,6 +630,11 @@ Policy
             namespace: "flux-system".to_owned(),
             bundle_digest: "sha256:abc".to_owned(),
             source: "configmap:b".to_owned(),
+            notices: vec![
+                "ClusterRole flux-web-user was taken over from field manager \"kubectl-create\" \
+                 (\".rules\"): the bundle's values apply now"
+                    .to_owned(),
+            ],
             ..pb::OperatorStatus::default()
         });
         let text = render_table(&StatusView::from(status.clone()), Style::PLAIN);
@@ -627,9 +642,19 @@ Policy
         assert!(text.contains("  Reason:      the bundle from configmap:b was refused"));
         assert!(text.contains("  Source:      configmap:b\n"), "{text}");
         assert!(text.contains("  Bundle:      sha256:abc\n"), "{text}");
+        assert!(
+            text.contains("  Notices:\n    - ClusterRole flux-web-user was taken over from"),
+            "{text}"
+        );
         let json: serde_json::Value = serde_json::to_value(StatusView::from(status)).unwrap();
         assert_eq!(json["operator"]["source"], "configmap:b");
         assert_eq!(json["operator"]["bundleDigest"], "sha256:abc");
+        assert!(
+            json["operator"]["notices"][0]
+                .as_str()
+                .unwrap()
+                .contains("kubectl-create")
+        );
     }
 
     #[test]

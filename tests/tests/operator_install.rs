@@ -208,11 +208,29 @@ async fn configmap_bundle_installs_upgrades_restores_and_refuses_bad_bundles() {
         "{}\n---\n{legacy_sa}\n---\n{legacy_crd}\n",
         bundle_text(&previous).trim_end()
     );
+    // A ClusterRole of the bundle's that someone else wrote first (another field manager, other
+    // rules): the install takes it over and says so (issue 16, finding 2).
+    cluster
+        .apply_yaml(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: \
+             flux-web-user\nrules:\n- apiGroups: ['']\n  resources: [configmaps]\n  verbs: [get]\n",
+        )
+        .expect("a ClusterRole flux-web-user of another manager");
     put_bundle(&cluster, &old_bundle);
     let ready = wait_operator(&cluster, "READY at the previous version", "ready", |o| {
         o["version"] == previous.as_str()
     })
     .await;
+    let took_over = "ClusterRole flux-web-user was taken over from field manager \
+                     \"tenantflux-tests\" (\".rules\"): the bundle's values apply now";
+    assert_eq!(ready["notices"], json!([took_over]), "{ready:#}");
+    wait_event(&cluster, "TookOver").await;
+    let role = get_json(&cluster, &["clusterrole", "flux-web-user"]);
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]}]),
+        "the release's rules: {role:#}"
+    );
     assert!(
         ready["bundleDigest"]
             .as_str()
@@ -260,6 +278,11 @@ async fn configmap_bundle_installs_upgrades_restores_and_refuses_bad_bundles() {
     })
     .await;
     assert_ne!(upgraded["bundleDigest"], ready["bundleDigest"]);
+    assert_eq!(
+        upgraded["notices"],
+        json!([]),
+        "a new bundle starts without notices"
+    );
     let deployment = operator_deployment(&cluster).unwrap();
     assert!(image(&deployment).ends_with(&format!(":{current}")));
     wait_event(&cluster, "Upgraded").await;
@@ -302,6 +325,20 @@ async fn configmap_bundle_installs_upgrades_restores_and_refuses_bad_bundles() {
     .await
     .unwrap();
     wait_event(&cluster, "DeploymentRestored").await;
+    wait_operator(
+        &cluster,
+        "the takeover of the edit in the notices",
+        "ready",
+        |o| {
+            o["notices"][0].as_str().is_some_and(|n| {
+                n.starts_with(
+                    "Deployment flux-system/flux-operator was taken over from field manager \
+                 \"kubectl-set\" (\".spec.template.spec.containers[name=\\\"manager\\\"].image\"",
+                )
+            })
+        },
+    )
+    .await;
     cluster
         .kubectl_ok(&["-n", "flux-system", "delete", "deployment", "flux-operator"])
         .expect("delete the Deployment");
@@ -408,6 +445,21 @@ async fn configmap_bundle_installs_upgrades_restores_and_refuses_bad_bundles() {
         ),
         (
             marked.replace(
+                subject,
+                &format!("{subject}- kind: ServiceAccount\n  name: default\n  namespace: flux-system\n"),
+            ),
+            "ClusterRoleBinding flux-operator-cluster-admin subjects[1] is ServiceAccount \"default\", which the bundle does not hold; a bundle binds roles only to its own ServiceAccounts (flux-operator)".to_owned(),
+        ),
+        (
+            replaced(&marked, "  name: flux-web-user\nrules:\n", "  name: flux-web-user\nrules:\n- apiGroups: ['']\n  resources: [secrets]\n  verbs: [get, delete]\n"),
+            "ClusterRole flux-web-user rules[0] grants \"delete\" on \"secrets\" in group \"\", which flux-operator v0.58.0 to v0.59.0 do not grant that role".to_owned(),
+        ),
+        (
+            replaced(&marked, "    app.kubernetes.io/part-of: flux-operator\n  name: flux-web-admin\n", "    app.kubernetes.io/part-of: flux-operator\n    rbac.authorization.k8s.io/aggregate-to-view: \"true\"\n  name: flux-web-admin\n"),
+            "ClusterRole flux-web-admin has label \"rbac.authorization.k8s.io/aggregate-to-view\" (its rules would join ClusterRole \"view\")".to_owned(),
+        ),
+        (
+            marked.replace(
                 "ghcr.io/controlplaneio-fluxcd/flux-operator:",
                 "docker.io/evil/flux-operator:",
             ),
@@ -449,6 +501,46 @@ async fn configmap_bundle_installs_upgrades_restores_and_refuses_bad_bundles() {
         text.contains("  Source:      configmap:flux-operator-bundle\n"),
         "{text}"
     );
+    assert!(
+        text.contains("  Notices:\n    - Deployment flux-system/flux-operator was taken over"),
+        "{text}"
+    );
+
+    // An agent that requires the operator's image by digest refuses the release's tag-only
+    // image, changing nothing, and installs the same release pinned.
+    let mut pinned_envs = envs.to_vec();
+    pinned_envs.push(("TENANTFLUX_OPERATOR_REQUIRE_IMAGE_DIGEST", "true"));
+    cluster.restart_agent_with(&pinned_envs).expect("agent");
+    wait_operator(&cluster, "FAILED for an image by tag", "failed", |o| {
+        o["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("not pinned by digest"))
+    })
+    .await;
+    assert_untouched(&cluster);
+    let pinned_image = format!(
+        "ghcr.io/controlplaneio-fluxcd/flux-operator:{current}@sha256:{}",
+        "0".repeat(64)
+    );
+    put_bundle(
+        &cluster,
+        &bundle_text(&current).replace(
+            &format!("ghcr.io/controlplaneio-fluxcd/flux-operator:{current}"),
+            &pinned_image,
+        ),
+    );
+    wait_operator(&cluster, "READY with the image by digest", "ready", |o| {
+        o["version"] == current.as_str()
+    })
+    .await;
+    let deployment = operator_deployment(&cluster).unwrap();
+    assert_eq!(image(&deployment), pinned_image);
+}
+
+/// `text` with `from` replaced by `to`, which must be there.
+fn replaced(text: &str, from: &str, to: &str) -> String {
+    assert!(text.contains(from), "the bundle holds {from:?}");
+    text.replacen(from, to, 1)
 }
 
 fn free_port() -> u16 {

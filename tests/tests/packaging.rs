@@ -104,6 +104,7 @@ operatorNamespace: flux-operator-system
 operatorBundle: oci://registry.example/flux-operator-manifests:v0.58.1
 operatorVersion: ">=0.58.0 <0.60.0"
 operatorBundlePullSecret: registry-credentials
+operatorRequireImageDigest: true
 clusterName: kubernetes-acme
 policy:
   publicKey: MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=
@@ -233,6 +234,7 @@ fn chart_values_reach_the_objects() {
         "registry-credentials"
     );
     assert_eq!(env["TENANTFLUX_CLUSTER_NAME"], "kubernetes-acme");
+    assert_eq!(env["TENANTFLUX_OPERATOR_REQUIRE_IMAGE_DIGEST"], "true");
     assert_eq!(env["TENANTFLUX_EXAMPLE"], "1");
     assert_eq!(
         container["resources"],

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::rbac;
 use tenantflux_core::{
     FIELD_MANAGER, MANAGED_BY_LABEL,
     flux::{OPERATOR_CRDS, OPERATOR_DEPLOYMENT, OPERATOR_GROUP, image_tag},
@@ -19,11 +20,6 @@ use tenantflux_core::{
     policy::{glob, range},
     text::quote,
 };
-
-/// The prefixes of the cluster-scoped RBAC names flux-operator's releases ship
-/// (`flux-operator-edit`, `flux-operator-view`, `flux-operator-cluster-admin`, `flux-web-admin`,
-/// `flux-web-user`): a bundle may create or overwrite no other ClusterRole or binding.
-const CLUSTER_RBAC_PREFIXES: &[&str] = &["flux-operator", "flux-web-"];
 
 /// Apply order: each stage is applied (and, for CRDs and the operator, waited for) before the
 /// next starts.
@@ -252,10 +248,51 @@ pub enum BundleError {
     ForeignCrd { name: String, group: String },
 
     #[error(
-        "{object}: a bundle creates cluster RBAC only under the names flux-operator's releases \
-         use (flux-operator*, flux-web-*)"
+        "{object}: a bundle creates only the cluster RBAC flux-operator's releases ship ({known})"
     )]
-    ForeignClusterRbac { object: ObjectRef },
+    ForeignClusterRbac { object: ObjectRef, known: String },
+
+    #[error(
+        "{object} rules[{index}] grants {grant}, which {} do not grant that role",
+        super::rbac::RELEASES
+    )]
+    RuleBeyondRelease {
+        object: Box<ObjectRef>,
+        index: usize,
+        grant: String,
+    },
+
+    #[error("{object} {what}")]
+    ForeignAggregation {
+        object: Box<ObjectRef>,
+        what: String,
+    },
+
+    #[error(
+        "{object} binds {role_ref}; flux-operator's releases bind it to ClusterRole {expected}"
+    )]
+    ForeignRoleRef {
+        object: Box<ObjectRef>,
+        role_ref: String,
+        expected: String,
+    },
+
+    #[error(
+        "{object} subjects[{index}] is ServiceAccount {name}, which the bundle does not hold; a \
+         bundle binds roles only to its own ServiceAccounts ({held})"
+    )]
+    UnknownServiceAccount {
+        object: Box<ObjectRef>,
+        index: usize,
+        name: String,
+        held: String,
+    },
+
+    #[error(
+        "Deployment {OPERATOR_DEPLOYMENT} {field} is {image}, not pinned by digest \
+         (--operator-require-image-digest: write it as NAME:TAG@sha256:DIGEST)"
+    )]
+    ImageNotPinned { field: String, image: String },
 
     #[error(
         "{object} subjects[{index}] is {subject}; a bundle binds roles only to ServiceAccounts in \
@@ -310,7 +347,7 @@ impl Bundle {
         yaml: &str,
         digest: String,
         operator_namespace: &str,
-        image_registries: &[String],
+        images: &ImageRules,
     ) -> Result<Self, BundleError> {
         let mut objects = Vec::new();
         let mut seen = BTreeSet::new();
@@ -349,7 +386,8 @@ impl Bundle {
                 object: extra.reference.clone(),
             });
         }
-        check_images(&deployment.manifest, image_registries)?;
+        check_subjects(&objects)?;
+        check_images(&deployment.manifest, images)?;
         let version = deployment_version(&deployment.manifest)?.ok_or(BundleError::NoVersion)?;
         let semver = semver::Version::parse(range::strip_v(&version)).map_err(|source| {
             BundleError::BadVersion {
@@ -497,15 +535,8 @@ fn check_contents(
                 });
             }
         }
-        "ClusterRole" | "ClusterRoleBinding"
-            if !CLUSTER_RBAC_PREFIXES
-                .iter()
-                .any(|p| reference.name.starts_with(p)) =>
-        {
-            return Err(BundleError::ForeignClusterRbac {
-                object: reference.clone(),
-            });
-        }
+        "ClusterRole" => rbac::check_cluster_role(value, reference)?,
+        "ClusterRoleBinding" => rbac::check_cluster_role_binding(value, reference)?,
         _ => {}
     }
     if matches!(kind.kind, "ClusterRoleBinding" | "RoleBinding") {
@@ -535,8 +566,58 @@ fn check_contents(
     Ok(())
 }
 
-/// Every image of the Deployment's pod (init containers too) from an allowed registry.
-fn check_images(deployment: &Value, registries: &[String]) -> Result<(), BundleError> {
+/// Every ServiceAccount a binding of the bundle names is one the bundle holds (the namespace
+/// was checked per object).
+fn check_subjects(objects: &[BundleObject]) -> Result<(), BundleError> {
+    let held: Vec<&str> = objects
+        .iter()
+        .filter(|o| o.kind.kind == "ServiceAccount")
+        .map(|o| o.reference.name.as_str())
+        .collect();
+    for object in objects
+        .iter()
+        .filter(|o| matches!(o.kind.kind, "ClusterRoleBinding" | "RoleBinding"))
+    {
+        let subjects = object.manifest.get("subjects").and_then(Value::as_array);
+        for (index, subject) in subjects.into_iter().flatten().enumerate() {
+            let name = subject.get("name").and_then(Value::as_str).unwrap_or("");
+            if !held.contains(&name) {
+                return Err(BundleError::UnknownServiceAccount {
+                    object: Box::new(object.reference.clone()),
+                    index,
+                    name: quote(name),
+                    held: if held.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        held.join(", ")
+                    },
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What the operator Deployment's images must be.
+#[derive(Clone, Debug)]
+pub struct ImageRules {
+    /// Globs over the image reference (`--operator-image-registry`).
+    pub registries: Vec<String>,
+    /// Every image pinned by digest (`--operator-require-image-digest`).
+    pub require_digest: bool,
+}
+
+/// Whether `image` ends in `@sha256:` and 64 lowercase hex digits.
+fn pinned_by_digest(image: &str) -> bool {
+    image.rsplit_once("@sha256:").is_some_and(|(_, hex)| {
+        hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
+
+/// Every image of the Deployment's pod (init containers too) from an allowed registry, and
+/// pinned by digest when that is required.
+fn check_images(deployment: &Value, rules: &ImageRules) -> Result<(), BundleError> {
+    let registries = &rules.registries;
     for list in ["initContainers", "containers"] {
         let containers = deployment
             .pointer(&format!("/spec/template/spec/{list}"))
@@ -548,6 +629,12 @@ fn check_images(deployment: &Value, registries: &[String]) -> Result<(), BundleE
                     field: format!("spec.template.spec.{list}[{index}].image"),
                     image: quote(image),
                     allowed: registries.join(", "),
+                });
+            }
+            if rules.require_digest && !pinned_by_digest(image) {
+                return Err(BundleError::ImageNotPinned {
+                    field: format!("spec.template.spec.{list}[{index}].image"),
+                    image: quote(image),
                 });
             }
         }
@@ -622,11 +709,18 @@ mod tests {
     }
 
     fn parse(yaml: &str) -> Result<Bundle, BundleError> {
-        let registries = [
-            "ghcr.io/controlplaneio-fluxcd/*".to_owned(),
-            "registry.local:5000/*".to_owned(),
-        ];
-        Bundle::parse(yaml, digest_of(yaml.as_bytes()), NS, &registries)
+        parse_with(yaml, false)
+    }
+
+    fn parse_with(yaml: &str, require_digest: bool) -> Result<Bundle, BundleError> {
+        let images = ImageRules {
+            registries: vec![
+                "ghcr.io/controlplaneio-fluxcd/*".to_owned(),
+                "registry.local:5000/*".to_owned(),
+            ],
+            require_digest,
+        };
+        Bundle::parse(yaml, digest_of(yaml.as_bytes()), NS, &images)
     }
 
     #[test]
@@ -720,9 +814,19 @@ mod tests {
             "{good}---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: admin}}\nrules: []\n"
         );
         assert!(
-            refusal(&role).starts_with("ClusterRole admin: a bundle creates cluster RBAC only"),
+            refusal(&role).starts_with("ClusterRole admin: a bundle creates only the cluster RBAC"),
             "{}",
             refusal(&role)
+        );
+        let widened = format!(
+            "{good}---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: \
+             {{name: flux-web-user}}\nrules:\n- apiGroups: ['']\n  resources: [secrets]\n  \
+             verbs: [get, delete]\n"
+        );
+        assert!(
+            refusal(&widened).contains("flux-web-user rules[0] grants \"delete\" on \"secrets\""),
+            "{}",
+            refusal(&widened)
         );
         let binding = |subject: &str| {
             good.replace(
@@ -745,6 +849,14 @@ mod tests {
             .contains("subjects[1] is \"User\" \"mallory\";")
         );
         assert_eq!(
+            refusal(&binding(
+                "- kind: ServiceAccount\n  name: default\n  namespace: flux-system\n"
+            )),
+            "ClusterRoleBinding flux-operator-cluster-admin subjects[1] is ServiceAccount \
+             \"default\", which the bundle does not hold; a bundle binds roles only to its own \
+             ServiceAccounts (flux-operator)"
+        );
+        assert_eq!(
             refusal(&install("docker.io/evil/flux-operator:v0.58.1")),
             "Deployment flux-operator spec.template.spec.containers[0].image is \
              \"docker.io/evil/flux-operator:v0.58.1\", from none of the registries allowed \
@@ -755,6 +867,47 @@ mod tests {
             "      initContainers:\n      - name: x\n        image: docker.io/evil/x:1\n      containers:\n",
         );
         assert!(refusal(&sidecar).contains("spec.template.spec.initContainers[0].image"));
+    }
+
+    #[test]
+    fn a_required_digest_pins_every_image() {
+        let digest = "a".repeat(64);
+        let pinned = install(&format!(
+            "ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1@sha256:{digest}"
+        ));
+        assert_eq!(parse_with(&pinned, true).unwrap().version, "v0.58.1");
+        let tagged = install("ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1");
+        parse_with(&tagged, false).unwrap();
+        assert_eq!(
+            parse_with(&tagged, true).unwrap_err().to_string(),
+            "Deployment flux-operator spec.template.spec.containers[0].image is \
+             \"ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1\", not pinned by digest \
+             (--operator-require-image-digest: write it as NAME:TAG@sha256:DIGEST)"
+        );
+        let upper = format!("@sha256:{}", "A".repeat(64));
+        for bad in ["@sha256:abc", upper.as_str(), "@sha512:aaaa"] {
+            let yaml = install(&format!(
+                "ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1{bad}"
+            ));
+            assert!(
+                parse_with(&yaml, true)
+                    .unwrap_err()
+                    .to_string()
+                    .contains("not pinned"),
+                "{bad}: {:?}",
+                parse_with(&yaml, true).map(|b| b.version)
+            );
+        }
+        let sidecar = pinned.replace(
+            "      containers:\n",
+            "      initContainers:\n      - name: x\n        image: ghcr.io/controlplaneio-fluxcd/x:1\n      containers:\n",
+        );
+        assert!(
+            parse_with(&sidecar, true)
+                .unwrap_err()
+                .to_string()
+                .contains("initContainers[0].image")
+        );
     }
 
     #[test]

@@ -41,17 +41,22 @@ use tenantflux_proto::v1::OperatorPhase;
 use tokio::sync::watch;
 
 use tenantflux_core::{
-    FIELD_MANAGER, MANAGED_BY_LABEL, flux::OPERATOR_DEPLOYMENT, operator::AllowedVersions,
-    policy::Policy, releases::Releases, text::chain,
+    FIELD_MANAGER, MANAGED_BY_LABEL,
+    flux::OPERATOR_DEPLOYMENT,
+    operator::AllowedVersions,
+    policy::Policy,
+    releases::Releases,
+    text::{chain, quote},
 };
 use tokio_util::sync::CancellationToken;
 
 pub mod bundle;
+mod rbac;
 mod record;
 mod rollout;
 pub mod source;
 
-use bundle::{Bundle, BundleError, BundleObject, ObjectRef, Stage, kind_of, to_prune};
+use bundle::{Bundle, BundleError, BundleObject, ImageRules, ObjectRef, Stage, kind_of, to_prune};
 pub use record::RECORD_CONFIGMAP;
 use record::Record;
 pub use rollout::rollout;
@@ -79,8 +84,9 @@ pub struct InstallConfig {
     /// How often the source is read again and the whole bundle re-applied (which also undoes
     /// edits of objects other than the Deployment).
     pub resync: Duration,
-    /// Globs the operator Deployment's images must match (`--operator-image-registry`).
-    pub image_registries: Vec<String>,
+    /// What the operator Deployment's images must be (`--operator-image-registry`,
+    /// `--operator-require-image-digest`).
+    pub images: ImageRules,
 }
 
 /// Where the install stands; it goes into `Status.operator` and the metrics.
@@ -94,6 +100,9 @@ pub struct InstallState {
     pub version: String,
     /// The digest of the bundle last applied.
     pub digest: String,
+    /// What the install did that its owner should know: objects taken over from another
+    /// field manager. Kept until a bundle of another digest is applied.
+    pub notices: Vec<String>,
     pub last_transition: SystemTime,
 }
 
@@ -105,6 +114,7 @@ impl InstallState {
             source: source.to_string(),
             version: String::new(),
             digest: String::new(),
+            notices: Vec::new(),
             last_transition: SystemTime::now(),
         }
     }
@@ -229,6 +239,45 @@ struct Installer {
     failure: Option<String>,
     /// The Flux releases of the artifact the operator was installed from, with its digest.
     releases: watch::Sender<Option<Arc<Releases>>>,
+    /// See [`InstallState::notices`].
+    notices: Vec<String>,
+}
+
+/// At most this many notices are kept (the newest).
+const MAX_NOTICES: usize = 10;
+
+/// What a server-side apply refused with 409 says another manager owns, as one line:
+/// `field manager "kubectl-edit" (.spec.replicas, .spec.template.spec.containers…)`. The
+/// managers' names are whatever their writers chose, so each is quoted and bounded.
+fn field_conflicts(status: &kube::core::Status) -> String {
+    let mut by_manager: Vec<(String, Vec<&str>)> = Vec::new();
+    let causes = status.details.as_ref().map(|d| d.causes.as_slice());
+    for cause in causes.unwrap_or_default() {
+        let manager = cause
+            .message
+            .split('"')
+            .nth(1)
+            .map_or_else(|| "an unnamed manager".to_owned(), quote);
+        match by_manager.iter_mut().find(|(m, _)| *m == manager) {
+            Some((_, fields)) => fields.push(&cause.field),
+            None => by_manager.push((manager, vec![&cause.field])),
+        }
+    }
+    if by_manager.is_empty() {
+        return format!("another field manager ({})", quote(&status.message));
+    }
+    let listed: Vec<String> = by_manager
+        .iter()
+        .map(|(manager, fields)| {
+            let shown: Vec<String> = fields.iter().take(5).map(|f| quote(f)).collect();
+            let more = match fields.len().saturating_sub(5) {
+                0 => String::new(),
+                n => format!(" and {n} more"),
+            };
+            format!("field manager {manager} ({}{more})", shown.join(", "))
+        })
+        .collect();
+    listed.join(", ")
 }
 
 /// Runs the install loop until the shutdown.
@@ -268,6 +317,7 @@ pub async fn run(
         deployment: None,
         failure: None,
         releases,
+        notices: Vec::new(),
     };
     let deployments = watcher::watcher(
         Api::<Deployment>::namespaced(client.clone(), &installer.config.operator_namespace),
@@ -394,7 +444,8 @@ impl Installer {
             let changed = changed_phase
                 || state.reason != reason
                 || state.version != version
-                || state.digest != digest;
+                || state.digest != digest
+                || state.notices != self.notices;
             if changed_phase {
                 tracing::info!(phase = ?phase, %reason, "flux-operator install phase");
                 state.last_transition = SystemTime::now();
@@ -403,6 +454,7 @@ impl Installer {
             state.reason = reason.clone();
             state.version = version.clone();
             state.digest = digest.clone();
+            state.notices.clone_from(&self.notices);
             changed
         });
     }
@@ -525,7 +577,7 @@ impl Installer {
             &fetched.yaml,
             fetched.digest,
             &self.config.operator_namespace,
-            &self.config.image_registries,
+            &self.config.images,
         )
         .and_then(|b| b.check_version(&allowed).map(|()| b))
         .map_err(|error| InstallError::Rejected {
@@ -533,6 +585,9 @@ impl Installer {
             error,
         })?;
         let previous = self.read_record().await?;
+        if previous.as_ref().is_none_or(|p| p.digest != bundle.digest) {
+            self.notices.clear();
+        }
 
         self.set(
             OperatorPhase::ApplyingCrds,
@@ -709,23 +764,50 @@ impl Installer {
         }
     }
 
-    async fn apply(&self, object: &BundleObject) -> Result<DynamicObject, InstallError> {
+    /// Server-side applies one object. Without force first: when another field manager owns
+    /// some of its fields (someone created or edited it), the apply is repeated with force,
+    /// which takes them over, and that is said in a Warning Event `TookOver` and the install's
+    /// notices, naming the object, the managers and their fields.
+    async fn apply(&mut self, object: &BundleObject) -> Result<DynamicObject, InstallError> {
         let resource = object.kind.api_resource();
         let api: Api<DynamicObject> = match &object.reference.namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
             None => Api::all_with(self.client.clone(), &resource),
         };
-        api.patch(
-            &object.reference.name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&object.manifest),
-        )
-        .await
-        .map_err(|err| InstallError::Apply {
+        let name = &object.reference.name;
+        let failed = |err: kube::Error| InstallError::Apply {
             object: object.reference.clone(),
             message: kube_message(&err),
-        })
-        .inspect(|_| tracing::debug!(object = %object.reference, "applied"))
+        };
+        let params = PatchParams::apply(FIELD_MANAGER);
+        let conflicts = match api
+            .patch(name, &params, &Patch::Apply(&object.manifest))
+            .await
+        {
+            Ok(applied) => {
+                tracing::debug!(object = %object.reference, "applied");
+                return Ok(applied);
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => field_conflicts(&status),
+            Err(err) => return Err(failed(err)),
+        };
+        let applied = api
+            .patch(name, &params.force(), &Patch::Apply(&object.manifest))
+            .await
+            .map_err(failed)?;
+        tracing::debug!(object = %object.reference, "applied");
+        let note = format!(
+            "{} was taken over from {conflicts}: the bundle's values apply now",
+            object.reference
+        );
+        tracing::warn!(%note, "took over fields of another manager");
+        self.event(EventType::Warning, "TookOver", note.clone())
+            .await;
+        if self.notices.len() == MAX_NOTICES {
+            self.notices.remove(0);
+        }
+        self.notices.push(note);
+        Ok(applied)
     }
 
     /// Waits (kube-runtime's `await_condition`, a watch on the one CRD) until `name` is
@@ -906,6 +988,62 @@ mod policy_rules {
         assert_eq!(
             refused.to_string(),
             "flux-operator v0.99.0 is outside \">=0.58.0 <0.59.0\" allowed by policy generation 7"
+        );
+    }
+}
+
+#[cfg(test)]
+mod takeover {
+    use kube::core::Status;
+
+    use super::field_conflicts;
+
+    fn conflict(causes: &[(&str, &str)]) -> Status {
+        let causes: Vec<_> = causes
+            .iter()
+            .map(|(message, field)| {
+                serde_json::json!({"reason": "FieldManagerConflict", "message": message, "field": field})
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "code": 409,
+            "message": "Apply failed with conflicts",
+            "details": {"causes": causes},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_conflict_names_each_manager_once_with_its_fields() {
+        let status = conflict(&[
+            (
+                r#"conflict with "kubectl-set" using apps/v1"#,
+                ".spec.template.spec.containers[name=\"manager\"].image",
+            ),
+            (r#"conflict with "helm" using apps/v1"#, ".spec.replicas"),
+            (
+                r#"conflict with "kubectl-set" using apps/v1"#,
+                ".metadata.labels.a",
+            ),
+        ]);
+        assert_eq!(
+            field_conflicts(&status),
+            "field manager \"kubectl-set\" (\".spec.template.spec.containers[name=\\\"manager\\\"].image\", \
+             \".metadata.labels.a\"), field manager \"helm\" (\".spec.replicas\")"
+        );
+    }
+
+    #[test]
+    fn many_fields_and_long_names_stay_bounded() {
+        let long = format!("conflict with \"{}\" using v1", "m".repeat(500));
+        let fields: Vec<String> = (0..40).map(|i| format!(".data.k{i}")).collect();
+        let causes: Vec<(&str, &str)> =
+            fields.iter().map(|f| (long.as_str(), f.as_str())).collect();
+        let text = field_conflicts(&conflict(&causes));
+        assert!(text.len() < 300, "{text}");
+        assert!(text.ends_with(" and 35 more)"), "{text}");
+        assert!(
+            field_conflicts(&conflict(&[])).starts_with("another field manager (\"Apply failed")
         );
     }
 }

@@ -17,7 +17,7 @@ use crate::{
     VERSION,
     cli::{Args, LogFormat},
     instance::{self, Instances},
-    operator::{self, InstallConfig, InstallState, source::Fetcher},
+    operator::{self, InstallConfig, InstallState, bundle::ImageRules, source::Fetcher},
     policy::{admission, store::PolicyStore},
     server::{
         self, AgentService, InstanceService, PolicyService, UpgradeService, WorkloadsService,
@@ -220,7 +220,10 @@ async fn run(args: Args) -> Result<(), Error> {
                 agent_namespace: args.namespace.clone(),
                 operator_namespace: args.operator_namespace.clone(),
                 resync: args.operator_resync_interval,
-                image_registries: args.operator_image_registries.clone(),
+                images: ImageRules {
+                    registries: args.operator_image_registries.clone(),
+                    require_digest: args.operator_require_image_digest,
+                },
             };
             let fetcher = Fetcher::new(
                 client.clone(),

@@ -238,6 +238,7 @@ fn with_install(mut status: OperatorStatus, install: Option<&InstallState>) -> O
     }
     status.bundle_digest = install.digest.clone();
     status.source = install.source.clone();
+    status.notices.clone_from(&install.notices);
     status.last_transition = Some(install.last_transition.into());
     status
 }

@@ -481,6 +481,7 @@ mod tests {
                 desired_replicas: 1,
                 bundle_digest: String::new(),
                 source: String::new(),
+                notices: Vec::new(),
                 last_transition: None,
             },
             instance: InstanceView {
