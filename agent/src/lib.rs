@@ -42,6 +42,27 @@ const WATCH_MAX_DELAY: Duration = Duration::from_secs(5);
 /// A watch that has run without an error for this long starts again from the shortest wait.
 const WATCH_RESET_AFTER: Duration = Duration::from_secs(120);
 
+/// The environment variable naming the failpoints the agent stops at (comma-separated).
+pub const FAILPOINTS_ENV: &str = "TENANTFLUX_FAILPOINTS";
+
+/// Whether `name` is one of the failpoints in `list` (`TENANTFLUX_FAILPOINTS`'s value).
+fn failpoint_set(list: &str, name: &str) -> bool {
+    list.split(',').any(|n| n.trim() == name)
+}
+
+/// A named point where the fault tests stop the agent: when `TENANTFLUX_FAILPOINTS` names it,
+/// the task logs `failpoint NAME reached` and waits there forever, so that a `kill -9` lands
+/// exactly between two steps however loaded the machine is. Unset (always, outside the tests)
+/// it does nothing. Whoever sets the agent's environment holds its power anyway.
+pub(crate) async fn failpoint(name: &'static str) {
+    static SET: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let list = SET.get_or_init(|| std::env::var(FAILPOINTS_ENV).unwrap_or_default());
+    if failpoint_set(list, name) {
+        tracing::warn!("failpoint {name} reached: waiting here until the process is killed");
+        futures::future::pending::<()>().await;
+    }
+}
+
 /// The waits between attempts of a step that failed, for the agent's own retry loops (install
 /// attempts, the wait for the API server, upgrade steps): `min`, doubling, at most `max`, for
 /// as long as the loop goes on. Loops that succeed start a new sequence.
@@ -121,5 +142,12 @@ mod tests {
         assert_eq!(waits[..7], [1, 2, 4, 8, 16, 30, 30]);
         assert_eq!(waits.len(), 100);
         assert!(waits[5..].iter().all(|w| *w == 30));
+    }
+
+    #[test]
+    fn failpoints_are_named_exactly() {
+        assert!(failpoint_set("a, policy-accepted", "policy-accepted"));
+        assert!(!failpoint_set("policy-accepted-late", "policy-accepted"));
+        assert!(!failpoint_set("", "policy-accepted"));
     }
 }

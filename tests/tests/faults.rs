@@ -62,7 +62,8 @@ fn log_since(log: &std::path::Path, offset: u64) -> String {
     seen
 }
 
-fn kill_9_when(cluster: &TestCluster, trigger: &'static str, action: impl FnOnce()) -> String {
+fn kill_9_when(cluster: &TestCluster, trigger: &str, action: impl FnOnce()) -> String {
+    let trigger = trigger.to_owned();
     let log = cluster.dir().join("agent.log");
     let offset = std::fs::metadata(&log).map_or(0, |m| m.len());
     let pidfile = cluster.dir().join("agent.pid");
@@ -71,7 +72,7 @@ fn kill_9_when(cluster: &TestCluster, trigger: &'static str, action: impl FnOnce
         let mut seen = String::new();
         while Instant::now() < deadline {
             seen = log_since(&log, offset);
-            if let Some(line) = seen.lines().find(|l| l.contains(trigger)) {
+            if let Some(line) = seen.lines().find(|l| l.contains(&trigger)) {
                 let pid: u32 = std::fs::read_to_string(&pidfile)
                     .expect("agent.pid")
                     .trim()
@@ -277,7 +278,8 @@ async fn kill_9_during_the_operator_install_ends_in_the_same_install() {
     );
     let events = event_reasons(&cluster);
     eprintln!("events after the kills: {events:?}");
-    // Never installed twice, never a failure; the Installed Event itself may be lost when the
+    // Never installed twice, never a failure, never a `TookOver` (each restarted agent meets
+    // only fields of its own manager); the Installed Event itself may be lost when the
     // kill falls between the record and the Event (Events are best effort).
     let installed = events.iter().filter(|e| e.contains("Installed")).count();
     assert!(installed <= 1, "{events:?}");
@@ -383,51 +385,53 @@ async fn kill_9_during_policy_apply_and_defaults_create_ends_in_the_same_state()
             .unwrap()
     };
 
+    // Each kill lands at a failpoint (TENANTFLUX_FAILPOINTS): the agent stops between two
+    // steps and is killed there, so every window is hit however loaded the machine is.
+    let stopping_at = |failpoint: &'static str| {
+        let mut envs = envs.to_vec();
+        envs.push((tenantflux_agent::FAILPOINTS_ENV, failpoint));
+        envs
+    };
+    let reached = |failpoint: &str| format!("failpoint {failpoint} reached");
+
     // Killed once the push is stored, before it answers, renders or creates anything.
+    cluster
+        .restart_agent_with(&stopping_at("policy-accepted"))
+        .expect("agent");
     let mut first: Option<Output> = None;
-    kill_9_when(&cluster, "accepted a new policy", || first = Some(push()));
+    kill_9_when(&cluster, &reached("policy-accepted"), || {
+        first = Some(push())
+    });
     eprintln!("the push cut short answered: {:?}", first);
-    // Killed while the defaults create the FluxInstance: the record says "creating" (written
-    // first), and the create may or may not have reached the API server. On a loaded machine the
-    // first kill can land only after the defaults were applied (the kill races the agent's next
-    // requests); then this window cannot be hit in this run, and the test says so.
-    if instance_json(&cluster).is_some() {
-        eprintln!(
-            "the first kill landed after the defaults created the FluxInstance: the kill during \
-             the create is not tried in this run"
+    assert!(
+        instance_json(&cluster).is_none(),
+        "nothing was created before the push answered"
+    );
+    // Killed while the defaults create the FluxInstance: once the record says "creating"
+    // (written first) and before the create, then once after the create and before the record
+    // says "created".
+    for (failpoint, exists) in [
+        ("defaults-recorded-creating", false),
+        ("defaults-created", true),
+    ] {
+        kill_9_when(&cluster, &reached(failpoint), || {
+            let _ = cluster.restart_agent_with(&stopping_at(failpoint));
+        });
+        assert_eq!(
+            defaults_record(&cluster),
+            "creating/7",
+            "after the kill at {failpoint}"
         );
-    } else {
-        kill_9_when(
-            &cluster,
-            "creating FluxInstance flux from the policy's defaults",
-            || {
-                let _ = cluster.restart_agent_with(&envs);
-            },
-        );
-        // The create and its record may also land between the log line and the kill; then the
-        // kill fell just after the create, which the restart must handle too.
-        let recorded = defaults_record(&cluster);
-        assert!(
-            recorded == "creating/7" || recorded == "created/7",
-            "the record after the kill: {recorded}"
-        );
-        eprintln!(
-            "after the kill the defaults record says {recorded} and the FluxInstance {}",
-            if instance_json(&cluster).is_some() {
-                "exists"
-            } else {
-                "does not exist"
-            }
+        assert_eq!(
+            instance_json(&cluster).is_some(),
+            exists,
+            "the FluxInstance after the kill at {failpoint}"
         );
     }
     // Killed as the admission policy is applied.
-    kill_9_when(
-        &cluster,
-        "ValidatingAdmissionPolicy tenantflux-policy applied",
-        || {
-            let _ = cluster.restart_agent_with(&envs);
-        },
-    );
+    kill_9_when(&cluster, &reached("admission-applied"), || {
+        let _ = cluster.restart_agent_with(&stopping_at("admission-applied"));
+    });
     cluster.restart_agent_with(&envs).expect("agent");
 
     // The platform, not knowing whether its push landed, pushes again: nothing new.

@@ -183,6 +183,7 @@ impl Defaults {
                 // create (kill -9, a node lost) records `created` when it starts again, as if
                 // it had not stopped; then created, then recorded as done.
                 self.record(generation, CREATING).await?;
+                crate::failpoint("defaults-recorded-creating").await;
                 tracing::debug!(
                     generation,
                     "creating FluxInstance {INSTANCE_NAME} from the policy's defaults"
@@ -204,6 +205,7 @@ impl Defaults {
                     namespace = self.operator_namespace,
                     "created FluxInstance {INSTANCE_NAME} from the policy's defaults"
                 );
+                crate::failpoint("defaults-created").await;
                 self.record(generation, "created").await?;
                 Ok(true)
             }

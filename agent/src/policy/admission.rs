@@ -243,11 +243,14 @@ pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: Cancellation
             match target.write(want, *generation).await {
                 Ok(false) => {}
                 Ok(true) => match tamper {
-                    None => tracing::info!(
-                        generation,
-                        "{} {NAME} applied: the API server enforces the policy",
-                        target.kind
-                    ),
+                    None => {
+                        tracing::info!(
+                            generation,
+                            "{} {NAME} applied: the API server enforces the policy",
+                            target.kind
+                        );
+                        crate::failpoint("admission-applied").await;
+                    }
                     Some(what) => {
                         let problem = format!(
                             "{} {NAME} {what} by someone other than the agent; the agent restored it from policy generation {generation}",

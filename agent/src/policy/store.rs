@@ -432,6 +432,7 @@ impl PolicyStore {
             previous_generation,
             "accepted a new policy"
         );
+        crate::failpoint("policy-accepted").await;
         let response = PushPolicyResponse {
             name: policy.name().to_owned(),
             generation: policy.generation(),
