@@ -278,6 +278,97 @@ async fn a_switched_off_admission_policy_is_restored_and_reported() {
         .kubectl(&["-n", "flux-system", "get", "fluxinstance", "flux"])
         .unwrap();
     assert!(!instance.status.success(), "no FluxInstance was stored");
+
+    // 4. Tampers made while the agent was not running: reported at its next start (against
+    // its record of what it last wrote, ConfigMap tenantflux-admission) and undone.
+    let record = cluster
+        .kubectl_ok(&[
+            "-n",
+            AGENT_NAMESPACE,
+            "get",
+            "configmap",
+            "tenantflux-admission",
+            "-o",
+            "json",
+        ])
+        .expect("the agent's record of its admission writes");
+    assert!(record.contains("binding.spec"), "{record}");
+    let public_key = dir.path().join("keys").join("ed25519.pub");
+    let with_key = [("TENANTFLUX_POLICY_PUBLIC_KEY", path(&public_key))];
+    cluster.stop_agent().expect("stop the agent");
+    let before = uid("validatingadmissionpolicybinding").expect("binding");
+    cluster
+        .kubectl_ok(&["delete", "validatingadmissionpolicybinding", NAME])
+        .expect("delete the binding");
+    cluster
+        .kubectl_ok(&[
+            "patch",
+            "validatingadmissionpolicy",
+            NAME,
+            "--type=json",
+            "-p",
+            r#"[{"op": "add", "path": "/spec/matchConditions/-", "value": {"name": "off", "expression": "false"}}]"#,
+        ])
+        .expect("patch in a matchCondition");
+    // The API server's admission plugin sees the change through its own informer.
+    wait_for(
+        "the tamper to switch enforcement off while the agent is stopped",
+        Duration::from_secs(30),
+        || {
+            let off = !refuses_non_compliant(&cluster);
+            async move { off.then_some(()) }
+        },
+    )
+    .await
+    .expect("enforcement off");
+    cluster
+        .restart_agent_with(&with_key)
+        .expect("start the agent");
+    let while_stopped = "by someone other than the agent while it was not running; the agent \
+                         restored it from policy generation 7";
+    wait_reported(
+        &cluster,
+        &[&format!(
+            "ValidatingAdmissionPolicyBinding {NAME} was deleted {while_stopped}"
+        )],
+    )
+    .await;
+    wait_reported(
+        &cluster,
+        &[&format!(
+            "ValidatingAdmissionPolicy {NAME} was changed (spec.matchConditions) {while_stopped}"
+        )],
+    )
+    .await;
+    assert!(
+        uid("validatingadmissionpolicybinding").is_some_and(|u| u != before),
+        "the binding is back"
+    );
+    assert!(
+        refuses_non_compliant(&cluster),
+        "the policy is enforced again after the start"
+    );
+    // An agent restarted over an untouched policy rewrites both objects and reports nothing.
+    let log = cluster.dir().join("agent.log");
+    let offset = std::fs::metadata(&log).map_or(0, |m| m.len() as usize);
+    cluster
+        .restart_agent_with(&with_key)
+        .expect("restart the agent");
+    wait_for(
+        "the restarted agent to rewrite the binding",
+        Duration::from_secs(60),
+        || {
+            let text = std::fs::read(&log).unwrap_or_default();
+            let rewritten = String::from_utf8_lossy(&text[offset.min(text.len())..])
+                .contains(&format!("ValidatingAdmissionPolicyBinding {NAME} applied"));
+            async move { rewritten.then_some(()) }
+        },
+    )
+    .await
+    .expect("the binding rewritten at start");
+    let shown = plugin_ok(&cluster, None, &["policy", "show", "-o", "json"]);
+    assert_eq!(shown["generation"], 7, "{shown:#}");
+    assert_eq!(shown["problems"], serde_json::json!([]), "{shown:#}");
 }
 
 /// The stored policy envelope (ConfigMap `name`, key signed-policy.yaml), or "" without one.

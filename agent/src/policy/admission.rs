@@ -9,13 +9,19 @@
 //! as a `matchConditions` entry that matches nothing or a `namespaceSelector` on the binding),
 //! is put back whole, and the tamper is reported as a policy problem (`status`, `policy
 //! show`) and as an Event on the policy's ConfigMap.
+//!
+//! What the agent last wrote of both is kept in ConfigMap `tenantflux-admission`, so that a
+//! change made while the agent was not running is reported at its next start too (it is
+//! undone either way: the agent rewrites both objects whole when it starts). A cluster-admin
+//! who edits that record to match their change can still hide it: the record is the agent's
+//! memory, not a proof.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use k8s_openapi::api::{
     admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding},
-    core::v1::ObjectReference,
+    core::v1::{ConfigMap, ObjectReference},
 };
 use kube::{
     Api, Client, Resource,
@@ -43,6 +49,8 @@ use super::store::{PolicyStore, STORE_NAME};
 const RERENDER: Duration = Duration::from_secs(3600);
 /// How soon a failed write is retried.
 const RETRY: Duration = Duration::from_secs(15);
+/// The ConfigMap (in the agent's namespace) of what the agent last wrote of both objects.
+pub const RECORD_NAME: &str = "tenantflux-admission";
 
 #[derive(Debug, thiserror::Error)]
 #[error("writing {kind} {NAME} (policy generation {generation})")]
@@ -56,6 +64,10 @@ pub struct WriteError {
 /// One of the two objects: what the watch shows of it, and what the agent last wrote.
 struct Target {
     kind: &'static str,
+    /// Its keys in the record: `KEY.rendered`, `KEY.spec`.
+    key: &'static str,
+    /// `written` came from the record of an earlier run, not from a write of this one.
+    from_record: bool,
     api: Api<DynamicObject>,
     /// The live object, once the watch has listed it (`None` inside: there is none).
     live: Option<Option<DynamicObject>>,
@@ -70,10 +82,15 @@ struct Target {
 }
 
 impl Target {
-    fn new<K: Resource<DynamicType = ()> + k8s_openapi::Resource>(client: &Client) -> Self {
+    fn new<K: Resource<DynamicType = ()> + k8s_openapi::Resource>(
+        client: &Client,
+        key: &'static str,
+    ) -> Self {
         let resource = ApiResource::erase::<K>(&());
         Self {
             kind: K::KIND,
+            key,
+            from_record: false,
             api: Api::all_with(client.clone(), &resource),
             live: None,
             relisting: None,
@@ -102,13 +119,43 @@ impl Target {
         if rendered != want {
             return None;
         }
-        match self.live.as_ref()? {
-            None => Some("was deleted".to_owned()),
+        Some(match self.live.as_ref()? {
+            None => "was deleted".to_owned(),
             Some(live) => {
                 let fields = drift(spec, live.data.get("spec").unwrap_or(&Value::Null));
-                (!fields.is_empty()).then(|| format!("was changed ({})", fields.join(", ")))
+                if fields.is_empty() {
+                    return None;
+                }
+                format!("was changed ({})", fields.join(", "))
             }
+        })
+    }
+
+    /// Takes what an earlier run wrote from the record, unless this run wrote already.
+    fn remember(&mut self, record: &BTreeMap<String, String>) {
+        if self.written.is_some() {
+            return;
         }
+        let field = |name: &str| {
+            record
+                .get(&format!("{}.{name}", self.key))
+                .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        };
+        if let (Some(rendered), Some(spec)) = (field("rendered"), field("spec")) {
+            self.written = Some((rendered, spec));
+            self.from_record = true;
+        }
+    }
+
+    /// Its entries of the record, once written.
+    fn record_entries(&self) -> Vec<(String, String)> {
+        let Some((rendered, spec)) = &self.written else {
+            return Vec::new();
+        };
+        vec![
+            (format!("{}.rendered", self.key), rendered.to_string()),
+            (format!("{}.spec", self.key), spec.to_string()),
+        ]
     }
 
     /// The object as an Event's related object, at the change last seen.
@@ -123,9 +170,13 @@ impl Target {
     }
 
     /// Whether the object must be written: a new render, or it differs from the last write.
+    /// At start (`written` from the record) it is rewritten whole in any case, as before
+    /// there was a record.
     fn needs_write(&self, want: &Value) -> bool {
         self.live.is_some()
-            && (self.written.as_ref().is_none_or(|(r, _)| r != want) || self.tamper(want).is_some())
+            && (self.from_record
+                || self.written.as_ref().is_none_or(|(r, _)| r != want)
+                || self.tamper(want).is_some())
     }
 
     /// Writes `want` whole: created by server-side apply when there is none (apply names the
@@ -160,6 +211,7 @@ impl Target {
             Ok(object) => {
                 let spec = object.data.get("spec").cloned().unwrap_or(Value::Null);
                 self.written = Some((want.clone(), spec));
+                self.from_record = false;
                 self.live = Some(Some(object));
                 Ok(true)
             }
@@ -177,8 +229,10 @@ impl Target {
 /// the shutdown.
 pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: CancellationToken) {
     let mut held = store.subscribe();
-    let mut policy = Target::new::<ValidatingAdmissionPolicy>(&client);
-    let mut binding = Target::new::<ValidatingAdmissionPolicyBinding>(&client);
+    let mut policy = Target::new::<ValidatingAdmissionPolicy>(&client, "policy");
+    let mut binding = Target::new::<ValidatingAdmissionPolicyBinding>(&client, "binding");
+    let records = Api::<ConfigMap>::namespaced(client.clone(), store.namespace());
+    let mut record_read = false;
     let by_name = || watcher::Config::default().fields(&format!("metadata.name={NAME}"));
     let policies = watcher::watcher(policy.api.clone(), by_name()).backoff(crate::watch_backoff());
     let bindings = watcher::watcher(binding.api.clone(), by_name()).backoff(crate::watch_backoff());
@@ -234,46 +288,82 @@ pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: Cancellation
         let Some((want, generation)) = &rendered else {
             continue;
         };
+        // Before the first write of this run: what the last run wrote.
+        if !record_read && (policy.live.is_some() || binding.live.is_some()) {
+            match records.get_opt(RECORD_NAME).await {
+                Ok(map) => {
+                    let data = map.and_then(|m| m.data).unwrap_or_default();
+                    policy.remember(&data);
+                    binding.remember(&data);
+                    record_read = true;
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "reading ConfigMap {RECORD_NAME}; retrying");
+                    retry_at = Some(tokio::time::Instant::now() + RETRY);
+                    continue;
+                }
+            }
+        }
         // The policy first: a binding to a policy the server does not have yet enforces nothing.
+        let mut wrote = false;
         for (target, want) in [(&mut policy, &want.policy), (&mut binding, &want.binding)] {
             if !target.needs_write(want) {
                 continue;
             }
             let tamper = target.tamper(want);
+            // A tamper seen against the record happened while the agent was not running.
+            let while_stopped = if target.from_record {
+                " while it was not running"
+            } else {
+                ""
+            };
             match target.write(want, *generation).await {
                 Ok(false) => {}
-                Ok(true) => match tamper {
-                    None => {
-                        tracing::info!(
-                            generation,
-                            "{} {NAME} applied: the API server enforces the policy",
-                            target.kind
-                        );
-                        crate::failpoint("admission-applied").await;
-                    }
-                    Some(what) => {
-                        let problem = format!(
-                            "{} {NAME} {what} by someone other than the agent; the agent restored it from policy generation {generation}",
-                            target.kind
-                        );
-                        store.report(problem.clone());
-                        let event = KubeEvent {
-                            type_: EventType::Warning,
-                            reason: "AdmissionPolicyTampered".into(),
-                            note: Some(problem),
-                            action: "Restore".into(),
-                            secondary: Some(target.reference()),
-                        };
-                        if let Err(err) = recorder.publish(&event, &store_ref).await {
-                            tracing::warn!(error = %err, "recording an Event on ConfigMap {STORE_NAME} failed");
+                Ok(true) => {
+                    wrote = true;
+                    match tamper {
+                        None => {
+                            tracing::info!(
+                                generation,
+                                "{} {NAME} applied: the API server enforces the policy",
+                                target.kind
+                            );
+                            crate::failpoint("admission-applied").await;
+                        }
+                        Some(what) => {
+                            let problem = format!(
+                                "{} {NAME} {what} by someone other than the agent{while_stopped}; the agent restored it from policy generation {generation}",
+                                target.kind
+                            );
+                            store.report(problem.clone());
+                            let event = KubeEvent {
+                                type_: EventType::Warning,
+                                reason: "AdmissionPolicyTampered".into(),
+                                note: Some(problem),
+                                action: "Restore".into(),
+                                secondary: Some(target.reference()),
+                            };
+                            if let Err(err) = recorder.publish(&event, &store_ref).await {
+                                tracing::warn!(error = %err, "recording an Event on ConfigMap {STORE_NAME} failed");
+                            }
                         }
                     }
-                },
+                }
                 Err(err) => {
                     tracing::warn!(error = %chain(&err), "enforcing the policy in the API server");
                     retry_at = Some(tokio::time::Instant::now() + RETRY);
                     break;
                 }
+            }
+        }
+        if wrote {
+            let data = policy
+                .record_entries()
+                .into_iter()
+                .chain(binding.record_entries())
+                .collect();
+            if let Err(err) = crate::apply_record(&records, RECORD_NAME, data).await {
+                tracing::warn!(error = %err, "writing ConfigMap {RECORD_NAME}: a change made while the agent is stopped will be undone but not reported");
             }
         }
     }
