@@ -145,6 +145,20 @@ async fn wait_reported(cluster: &TestCluster, needles: &[&str]) {
     });
 }
 
+/// Adds a `matchConditions` entry that matches nothing: the policy then checks no request.
+fn switch_off_with_a_match_condition(cluster: &TestCluster) {
+    cluster
+        .kubectl_ok(&[
+            "patch",
+            "validatingadmissionpolicy",
+            NAME,
+            "--type=json",
+            "-p",
+            r#"[{"op": "add", "path": "/spec/matchConditions/-", "value": {"name": "off", "expression": "false"}}]"#,
+        ])
+        .expect("patch in a matchCondition");
+}
+
 #[tokio::test]
 async fn a_switched_off_admission_policy_is_restored_and_reported() {
     let _serial = ONE_CLUSTER_AT_A_TIME.lock().await;
@@ -193,16 +207,7 @@ async fn a_switched_off_admission_policy_is_restored_and_reported() {
             .expect("generation")
     };
     let tampered = generation("validatingadmissionpolicy") + 1;
-    cluster
-        .kubectl_ok(&[
-            "patch",
-            "validatingadmissionpolicy",
-            NAME,
-            "--type=json",
-            "-p",
-            r#"[{"op": "add", "path": "/spec/matchConditions/-", "value": {"name": "off", "expression": "false"}}]"#,
-        ])
-        .expect("patch in a matchCondition");
+    switch_off_with_a_match_condition(&cluster);
     wait_for(
         "the matchCondition removed",
         Duration::from_secs(60),
@@ -281,18 +286,11 @@ async fn a_switched_off_admission_policy_is_restored_and_reported() {
 
     // 4. Tampers made while the agent was not running: reported at its next start (against
     // its record of what it last wrote, ConfigMap tenantflux-admission) and undone.
-    let record = cluster
-        .kubectl_ok(&[
-            "-n",
-            AGENT_NAMESPACE,
-            "get",
-            "configmap",
-            "tenantflux-admission",
-            "-o",
-            "json",
-        ])
-        .expect("the agent's record of its admission writes");
-    assert!(record.contains("binding.spec"), "{record}");
+    let record = stored_key(&cluster, "tenantflux-admission", "binding\\.spec");
+    assert!(
+        record.contains("\"policyName\""),
+        "the record holds the binding: {record}"
+    );
     let public_key = dir.path().join("keys").join("ed25519.pub");
     let with_key = [("TENANTFLUX_POLICY_PUBLIC_KEY", path(&public_key))];
     cluster.stop_agent().expect("stop the agent");
@@ -300,16 +298,7 @@ async fn a_switched_off_admission_policy_is_restored_and_reported() {
     cluster
         .kubectl_ok(&["delete", "validatingadmissionpolicybinding", NAME])
         .expect("delete the binding");
-    cluster
-        .kubectl_ok(&[
-            "patch",
-            "validatingadmissionpolicy",
-            NAME,
-            "--type=json",
-            "-p",
-            r#"[{"op": "add", "path": "/spec/matchConditions/-", "value": {"name": "off", "expression": "false"}}]"#,
-        ])
-        .expect("patch in a matchCondition");
+    switch_off_with_a_match_condition(&cluster);
     // The API server's admission plugin sees the change through its own informer.
     wait_for(
         "the tamper to switch enforcement off while the agent is stopped",
@@ -373,6 +362,11 @@ async fn a_switched_off_admission_policy_is_restored_and_reported() {
 
 /// The stored policy envelope (ConfigMap `name`, key signed-policy.yaml), or "" without one.
 fn stored(cluster: &TestCluster, name: &str) -> String {
+    stored_key(cluster, name, "signed-policy\\.yaml")
+}
+
+/// Key `key` (dots escaped for jsonpath) of ConfigMap `name` in the agent's namespace, or "".
+fn stored_key(cluster: &TestCluster, name: &str, key: &str) -> String {
     cluster
         .kubectl_ok(&[
             "-n",
@@ -381,7 +375,7 @@ fn stored(cluster: &TestCluster, name: &str) -> String {
             "configmap",
             name,
             "-o",
-            "jsonpath={.data.signed-policy\\.yaml}",
+            &format!("jsonpath={{.data.{key}}}"),
             "--ignore-not-found",
         ])
         .expect("kubectl get configmap")
