@@ -99,6 +99,10 @@ pub enum PushError {
         "this agent was installed without a policy key (--policy-public-key, Helm value policy.publicKey), so it accepts no policy"
     )]
     NoKey,
+    #[error(
+        "this agent holds no keyring yet: it takes one signed by its root keys from the channel's TAG-keyring tag (kubectl tenantflux policy keyring publish)"
+    )]
+    NoKeyring,
     #[error(transparent)]
     Invalid(SignedError),
     #[error(transparent)]
@@ -222,7 +226,7 @@ impl PolicyStore {
 
     /// Verifies `signed` with the key the keyring in force names for it.
     fn verify(&self, signed: &SignedPolicy) -> Result<Verified, PushError> {
-        let keyring = self.held.borrow().keyring.clone().ok_or(PushError::NoKey)?;
+        let keyring = self.held.borrow().keyring.clone().ok_or(self.no_key())?;
         // A keyring of one keeps the single-key install's own messages (which key it trusts).
         let key = match keyring.version {
             0 => *keyring
@@ -236,6 +240,13 @@ impl PolicyStore {
             }
             _ => PushError::Invalid(err),
         })
+    }
+
+    fn no_key(&self) -> PushError {
+        match self.roots {
+            Some(_) => PushError::NoKeyring,
+            None => PushError::NoKey,
+        }
     }
 
     /// Whether the keyring in force still trusts the key that signed `signed`.
@@ -677,7 +688,7 @@ impl PolicyStore {
     pub async fn push(&self, text: &str) -> Result<PushPolicyResponse, PushError> {
         let _one_at_a_time = self.push.lock().await;
         if self.held.borrow().keyring.is_none() {
-            return Err(PushError::NoKey);
+            return Err(self.no_key());
         }
         let signed = SignedPolicy::parse(text).map_err(PushError::Invalid)?;
         let Verified { policy, validity } = self.verify(&signed)?;

@@ -66,6 +66,7 @@ fn push_status(err: &PushError) -> tonic::Status {
     let message = chain(err);
     match err {
         PushError::NoKey
+        | PushError::NoKeyring
         | PushError::Stale { .. }
         | PushError::Refused(_)
         | PushError::Expired { .. } => tonic::Status::failed_precondition(message),
