@@ -414,6 +414,56 @@ async fn the_agent_pulls_the_channel_refuses_a_rollback_and_survives_the_registr
     .await;
     assert_eq!(shown["generation"], 4, "{shown:#}");
     eprintln!("the registry did not answer from {since}");
+
+    // The platform's view: the channel read once, the cluster marked against it.
+    let fleet_file = platform.dir.path().join("fleet.yaml");
+    std::fs::write(
+        &fleet_file,
+        format!(
+            "- {{name: c1, kubeconfig: {}}}\n",
+            cluster.kubeconfig().display()
+        ),
+    )
+    .unwrap();
+    let fleet = |channel: &str| {
+        let out = platform.plugin(
+            None,
+            &[
+                "fleet",
+                "status",
+                "--fleet-file",
+                path(&fleet_file),
+                "--channel",
+                channel,
+                "--plain-http",
+                "-o",
+                "json",
+            ],
+        );
+        (
+            out.status.code(),
+            json(&out)["clusters"][0]["channel"].clone(),
+        )
+    };
+    assert_eq!(fleet(&channel), (Some(0), Value::from("ahead (1)")));
+    let other = channel.replace(":stable", ":next");
+    let out = platform.plugin(
+        None,
+        &[
+            "policy",
+            "publish",
+            "-f",
+            path(&platform.sign(9, &[])),
+            &other,
+            "--plain-http",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    // A channel the agent does not follow: the cluster is behind it, and the exit code says so.
+    assert_eq!(fleet(&other), (Some(1), Value::from("behind (5)")));
+    publish(&platform.sign(6, &[]));
+    wait_shown(&platform, "generation 6 pulled", |s| s["generation"] == 6).await;
+    assert_eq!(fleet(&channel), (Some(0), Value::from("current")));
 }
 
 /// Keys rotate and revoke without restarting the agent: installed with a root key only, it

@@ -182,7 +182,9 @@ impl Puller {
         };
         self.seen_keyring = Some(digest.clone());
         match self.store.accept_keyring(&text).await {
-            Ok(_) => {}
+            // A policy refused under the old keyring (an unknown key) may pass now.
+            Ok(true) => self.seen = None,
+            Ok(false) => {}
             Err(err @ KeyringRefused::Store(_)) => {
                 self.seen_keyring = None;
                 tracing::warn!(error = %chain(&err), %channel, "storing the pulled keyring");
