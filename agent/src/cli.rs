@@ -126,6 +126,60 @@ pub struct Args {
     #[arg(long, env = "TENANTFLUX_POLICY_PUBLIC_KEY", value_name = "PATH")]
     pub policy_public_key: Option<std::path::PathBuf>,
 
+    /// Root public keys (PEM or base64 files, comma-separated in the env twin) that sign
+    /// keyrings: which policy keys are active and which are revoked. A keyring is taken from
+    /// the channel's `TAG-keyring` tag; until one is held, --policy-public-key (if any) is
+    /// the keyring of one.
+    #[arg(
+        long = "policy-root-key",
+        env = "TENANTFLUX_POLICY_ROOT_KEYS",
+        value_name = "PATH",
+        value_delimiter = ','
+    )]
+    pub policy_root_keys: Vec<std::path::PathBuf>,
+
+    /// How many distinct root keys must sign a keyring.
+    #[arg(
+        long,
+        env = "TENANTFLUX_POLICY_ROOT_THRESHOLD",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..=16)
+    )]
+    pub policy_root_threshold: u32,
+
+    /// A policy channel to pull from, `oci://REGISTRY/REPOSITORY:TAG` (what `kubectl
+    /// tenantflux policy publish` pushes to): the tag is checked on a jittered interval and
+    /// a new policy there is taken exactly as a push would be. Pushes keep working.
+    #[arg(
+        long,
+        env = "TENANTFLUX_POLICY_SOURCE",
+        value_name = "oci://REGISTRY/REPOSITORY:TAG"
+    )]
+    pub policy_source: Option<tenantflux_core::policy::channel::Channel>,
+
+    /// The mean time between two checks of the policy channel's tag (each wait ±20 %); a
+    /// check of an unchanged tag is one HEAD request.
+    #[arg(
+        long,
+        env = "TENANTFLUX_POLICY_SOURCE_INTERVAL",
+        default_value = "5m",
+        value_parser = parse_duration
+    )]
+    pub policy_source_interval: Duration,
+
+    /// A `kubernetes.io/dockerconfigjson` Secret in the agent's namespace with the policy
+    /// registry's credentials.
+    #[arg(
+        long,
+        env = "TENANTFLUX_POLICY_SOURCE_PULL_SECRET",
+        value_name = "NAME"
+    )]
+    pub policy_source_pull_secret: Option<String>,
+
+    /// Pull the policy over plain HTTP (local development registries).
+    #[arg(long, env = "TENANTFLUX_POLICY_SOURCE_PLAIN_HTTP")]
+    pub policy_source_plain_http: bool,
+
     /// A name for this cluster, set at install, that a policy's `spec.clusters` may match
     /// (besides the UID of namespace kube-system, which the agent always knows).
     #[arg(long, env = "TENANTFLUX_CLUSTER_NAME", value_name = "NAME")]
@@ -208,6 +262,16 @@ mod tests {
             ),
             ("upgrade_concurrency", "TENANTFLUX_UPGRADE_CONCURRENCY", "8"),
             (
+                "policy_root_threshold",
+                "TENANTFLUX_POLICY_ROOT_THRESHOLD",
+                "1",
+            ),
+            (
+                "policy_source_interval",
+                "TENANTFLUX_POLICY_SOURCE_INTERVAL",
+                "5m",
+            ),
+            (
                 "stream_recheck_interval",
                 "TENANTFLUX_STREAM_RECHECK_INTERVAL",
                 "1m",
@@ -235,6 +299,16 @@ mod tests {
             ),
             ("policy_public_key", "TENANTFLUX_POLICY_PUBLIC_KEY"),
             ("cluster_name", "TENANTFLUX_CLUSTER_NAME"),
+            ("policy_source", "TENANTFLUX_POLICY_SOURCE"),
+            ("policy_root_keys", "TENANTFLUX_POLICY_ROOT_KEYS"),
+            (
+                "policy_source_pull_secret",
+                "TENANTFLUX_POLICY_SOURCE_PULL_SECRET",
+            ),
+            (
+                "policy_source_plain_http",
+                "TENANTFLUX_POLICY_SOURCE_PLAIN_HTTP",
+            ),
         ];
         for (id, env) in without_default {
             let arg = cmd

@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod channel;
 pub mod cli;
 pub mod complete;
 pub mod connect;

@@ -26,7 +26,16 @@ pub enum PolicyCommand {
         /// Directory to write the key files to (created if missing; existing keys are kept).
         #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath)]
         out: PathBuf,
+        /// A root key (DIR/root.key, DIR/root.pub): it signs keyrings, never policies;
+        /// install its public half with the agent (--policy-root-key) and keep the private
+        /// half offline.
+        #[arg(long)]
+        root: bool,
     },
+    /// Keyrings: which policy-signing keys are active and which are revoked, signed by the
+    /// root keys the agents were installed with.
+    #[command(subcommand)]
+    Keyring(KeyringCommand),
     /// Check a policy and sign it; writes the signed policy to stdout or --out.
     Sign {
         #[command(flatten)]
@@ -37,6 +46,15 @@ pub enum PolicyCommand {
         /// Write the signed policy here instead of stdout.
         #[arg(long, value_name = "PATH", value_hint = ValueHint::FilePath)]
         out: Option<PathBuf>,
+        /// How long the policy holds (signed into it, from now): past it agents keep
+        /// enforcing it but report it stale. Sign and publish a new generation before then.
+        #[arg(long, value_name = "DURATION", default_value = "720h", value_parser = parse_duration)]
+        expires_in: std::time::Duration,
+        /// v2 (default): the signature covers claims (key, generation, issue and expiry
+        /// times, clusters, the policy's sha256); v1: the signature covers the policy only,
+        /// no expiry, for agents older than v2.
+        #[arg(long, value_name = "VERSION", default_value = "v2", value_parser = ["v1", "v2"])]
+        envelope: String,
     },
     /// Check a signed policy against a public key, as the agent does.
     Verify {
@@ -45,6 +63,22 @@ pub enum PolicyCommand {
         #[arg(long, value_name = "PATH", value_hint = ValueHint::FilePath)]
         public_key: PathBuf,
     },
+    /// Publish a signed policy to a channel in an OCI registry (oci://REGISTRY/REPOSITORY:TAG)
+    /// that agents with --policy-source pull from. Credentials: TENANTFLUX_REGISTRY_USERNAME
+    /// and TENANTFLUX_REGISTRY_PASSWORD.
+    Publish {
+        #[command(flatten)]
+        file: FileArg,
+        /// The channel, e.g. oci://registry.example/platform/policy:stable.
+        #[arg(value_name = "oci://REGISTRY/REPOSITORY:TAG")]
+        channel: tenantflux_core::policy::channel::Channel,
+        /// Talk plain HTTP to the registry (local development registries).
+        #[arg(long)]
+        plain_http: bool,
+        /// Check the signature against this public key before publishing.
+        #[arg(long, value_name = "PATH", value_hint = ValueHint::FilePath)]
+        public_key: Option<PathBuf>,
+    },
     /// Send a signed policy to the current context's agent.
     Push {
         #[command(flatten)]
@@ -52,6 +86,40 @@ pub enum PolicyCommand {
     },
     /// Show the policy the agent holds.
     Show,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeyringCommand {
+    /// Write a keyring of VERSION naming the active policy keys and the revoked key ids,
+    /// signed by every --root-key given.
+    Sign {
+        /// Higher than every keyring published before: agents never go back.
+        #[arg(long)]
+        version: u64,
+        /// A policy-signing public key to make active (repeat for several).
+        #[arg(long = "key", value_name = "PATH", required = true, value_hint = ValueHint::FilePath)]
+        keys: Vec<PathBuf>,
+        /// A key id to revoke (repeat for several): policies it signed are refused.
+        #[arg(long, value_name = "KEY_ID")]
+        revoke: Vec<String>,
+        /// A root private key to sign with (repeat up to the agents' threshold).
+        #[arg(long = "root-key", value_name = "PATH", required = true, value_hint = ValueHint::FilePath)]
+        root_keys: Vec<PathBuf>,
+        /// Write the signed keyring here instead of stdout.
+        #[arg(long, value_name = "PATH", value_hint = ValueHint::FilePath)]
+        out: Option<PathBuf>,
+    },
+    /// Publish a signed keyring beside a policy channel: to tag TAG-keyring of
+    /// oci://REGISTRY/REPOSITORY:TAG, where agents pulling that channel look for it.
+    Publish {
+        #[command(flatten)]
+        file: FileArg,
+        /// The policy channel (the keyring goes to its tag with `-keyring` appended).
+        #[arg(value_name = "oci://REGISTRY/REPOSITORY:TAG")]
+        channel: tenantflux_core::policy::channel::Channel,
+        #[arg(long)]
+        plain_http: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -73,10 +141,28 @@ impl FileArg {
 /// The commands that need no cluster.
 pub fn run_local(command: &PolicyCommand, printer: &Printer) -> Option<anyhow::Result<()>> {
     Some(match command {
-        PolicyCommand::Keygen { out } => keygen(out, printer),
-        PolicyCommand::Sign { file, key, out } => sign(file, key, out.as_deref()),
+        PolicyCommand::Keygen { out, root } => keygen(out, *root, printer),
+        PolicyCommand::Keyring(KeyringCommand::Sign {
+            version,
+            keys,
+            revoke,
+            root_keys,
+            out,
+        }) => keyring_sign(*version, keys, revoke, root_keys, out.as_deref()),
+        PolicyCommand::Sign {
+            file,
+            key,
+            out,
+            expires_in,
+            envelope,
+        } => sign(file, key, out.as_deref(), *expires_in, envelope == "v1"),
         PolicyCommand::Verify { file, public_key } => verify(file, public_key, printer),
-        PolicyCommand::Push { .. } | PolicyCommand::Show => return None,
+        PolicyCommand::Push { .. }
+        | PolicyCommand::Show
+        | PolicyCommand::Publish { .. }
+        | PolicyCommand::Keyring(KeyringCommand::Publish { .. }) => {
+            return None;
+        }
     })
 }
 
@@ -88,9 +174,10 @@ struct KeyView {
     public_key: String,
 }
 
-fn keygen(dir: &Path, printer: &Printer) -> anyhow::Result<()> {
-    let private_path = dir.join("ed25519.key");
-    let public_path = dir.join("ed25519.pub");
+fn keygen(dir: &Path, root: bool, printer: &Printer) -> anyhow::Result<()> {
+    let name = if root { "root" } else { "ed25519" };
+    let private_path = dir.join(format!("{name}.key"));
+    let public_path = dir.join(format!("{name}.pub"));
     for path in [&private_path, &public_path] {
         if path.exists() {
             bail!(
@@ -109,12 +196,65 @@ fn keygen(dir: &Path, printer: &Printer) -> anyhow::Result<()> {
         private_key: private_path.display().to_string(),
         public_key: public_path.display().to_string(),
     };
+    let install = if root {
+        "install with the agent: --policy-root-key, Helm value policy.rootKeys"
+    } else {
+        "install with the agent: Helm value policy.publicKey, or name it in a keyring"
+    };
     printer.print(&view, |v, _| {
         format!(
-            "key {}\nprivate key: {} (keep it secret)\npublic key:  {} (install with the agent: Helm value policy.publicKey)\n",
+            "key {}\nprivate key: {} (keep it secret)\npublic key:  {} ({install})\n",
             v.key_id, v.private_key, v.public_key
         )
     })
+}
+
+fn keyring_sign(
+    version: u64,
+    keys: &[PathBuf],
+    revoke: &[String],
+    root_keys: &[PathBuf],
+    out: Option<&Path>,
+) -> anyhow::Result<()> {
+    let read = |path: &PathBuf| {
+        fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+    };
+    let keys = keys
+        .iter()
+        .map(|path| {
+            signing::read_public_key(&read(path)?)
+                .with_context(|| format!("reading the public key {}", path.display()))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let roots = root_keys
+        .iter()
+        .map(|path| {
+            signing::read_private_key(&read(path)?)
+                .with_context(|| format!("reading the root key {}", path.display()))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let document = tenantflux_core::policy::keyring::document(version, &keys, revoke);
+    let signed = tenantflux_core::policy::keyring::sign(&document, &roots)
+        .context("the keyring is refused")?;
+    let yaml = signed.to_yaml();
+    match out {
+        Some(out) => {
+            fs::write(out, &yaml).with_context(|| format!("writing {}", out.display()))?;
+            eprintln!(
+                "signed keyring version {version} ({} active key(s), {} revoked) with {} root key(s) into {}",
+                keys.len(),
+                revoke.len(),
+                roots.len(),
+                out.display()
+            );
+        }
+        None => {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(yaml.as_bytes())?;
+            stdout.flush()?;
+        }
+    }
+    Ok(())
 }
 
 fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
@@ -129,13 +269,37 @@ fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
-fn sign(file: &FileArg, key: &Path, out: Option<&Path>) -> anyhow::Result<()> {
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    tenantflux_core::duration::parse(text).map_err(|err| err.to_string())
+}
+
+fn sign(
+    file: &FileArg,
+    key: &Path,
+    out: Option<&Path>,
+    expires_in: std::time::Duration,
+    v1: bool,
+) -> anyhow::Result<()> {
     let text = file.read()?;
     let key_text = fs::read_to_string(key).with_context(|| format!("reading {}", key.display()))?;
     let key = signing::read_private_key(&key_text)
         .with_context(|| format!("reading the private key {}", key.display()))?;
-    let (signed, policy) = SignedPolicy::sign(&text, &key)
-        .with_context(|| format!("{} is not a valid policy", file.path.display()))?;
+    let invalid = || format!("{} is not a valid policy", file.path.display());
+    let (signed, policy) = if v1 {
+        SignedPolicy::sign_v1(&text, &key).with_context(invalid)?
+    } else {
+        let now = signing::now();
+        let expires_at = i64::try_from(expires_in.as_secs())
+            .ok()
+            .and_then(|s| now.checked_add(s))
+            .context("--expires-in is too long")?;
+        SignedPolicy::sign(&text, &key, now, expires_at).map_err(|err| match err {
+            signing::SignError::Policy(err) => anyhow::Error::new(err).context(invalid()),
+            err @ signing::SignError::Expiry { .. } => {
+                anyhow::Error::new(err).context("--expires-in must be more than 0")
+            }
+        })?
+    };
     let yaml = signed.to_yaml();
     match out {
         Some(out) => {
@@ -161,6 +325,11 @@ struct VerifiedView {
     name: String,
     generation: u64,
     key_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    issued_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires_at: Option<String>,
+    stale: bool,
 }
 
 fn verify(file: &FileArg, public_key: &Path, printer: &Printer) -> anyhow::Result<()> {
@@ -169,17 +338,27 @@ fn verify(file: &FileArg, public_key: &Path, printer: &Printer) -> anyhow::Resul
         .with_context(|| format!("reading {}", public_key.display()))?;
     let key = signing::read_public_key(&key_text)
         .with_context(|| format!("reading the public key {}", public_key.display()))?;
-    let policy = SignedPolicy::parse(&text)
-        .and_then(|signed| signed.verify(&key))
+    let verified = SignedPolicy::parse(&text)
+        .and_then(|signed| signed.verify_claims(&key))
         .with_context(|| format!("{} does not verify", file.path.display()))?;
+    let policy = &verified.policy;
+    let validity = verified.validity;
     let view = VerifiedView {
         name: policy.name().to_owned(),
         generation: policy.generation(),
         key_id: signing::key_id(&key),
+        issued_at: validity.map(|v| signing::format_timestamp(v.issued_at)),
+        expires_at: validity.map(|v| signing::format_timestamp(v.expires_at)),
+        stale: validity.is_some_and(|v| v.is_expired_at(signing::now())),
     };
     printer.print(&view, |v, _| {
+        let expiry = match &v.expires_at {
+            Some(at) if v.stale => format!(", expired at {at} (agents report it stale)"),
+            Some(at) => format!(", expires at {at}"),
+            None => " (envelope v1: never expires)".to_owned(),
+        };
         format!(
-            "verified: policy {:?} generation {} signed by key {}\n",
+            "verified: policy {:?} generation {} signed by key {}{expiry}\n",
             v.name, v.generation, v.key_id
         )
     })
@@ -249,18 +428,53 @@ pub async fn run_remote(
                 name: state.name,
                 generation: state.generation,
                 key_id: state.key_id,
+                expires_at: state
+                    .expires_at
+                    .map(|t| signing::format_timestamp(t.seconds)),
+                stale: state.stale,
+                keyring_version: state.keyring_version,
+                keyring_key_ids: state.keyring_key_ids,
+                source: state.source.map(|s| SourceView {
+                    channel: s.channel,
+                    digest: (!s.digest.is_empty()).then_some(s.digest),
+                    checked_at: s.checked_at.map(|t| signing::format_timestamp(t.seconds)),
+                    unanswered_since: s
+                        .unanswered_since
+                        .map(|t| signing::format_timestamp(t.seconds)),
+                    error: (!s.error.is_empty()).then_some(s.error),
+                }),
                 problems: state.problems,
                 policy: state.policy,
             };
             printer.print(&view, |v, _| {
                 let mut out = if v.present {
+                    let expiry = match &v.expires_at {
+                        Some(at) if v.stale => format!(", STALE: expired at {at}"),
+                        Some(at) => format!(", expires at {at}"),
+                        None => String::new(),
+                    };
                     format!(
-                        "policy {:?} generation {} (key {})\n",
+                        "policy {:?} generation {} (key {}{expiry})\n",
                         v.name, v.generation, v.key_id
                     )
                 } else {
                     "no policy: the agent holds none\n".to_owned()
                 };
+                if v.keyring_version > 0 {
+                    out.push_str(&format!(
+                        "keyring: version {} (active keys: {})\n",
+                        v.keyring_version,
+                        v.keyring_key_ids.join(", ")
+                    ));
+                }
+                if let Some(source) = &v.source {
+                    let how = match (&source.unanswered_since, &source.digest) {
+                        (Some(since), _) => format!("not answering since {since}"),
+                        (None, Some(digest)) => format!("at {digest}"),
+                        (None, None) => "not checked yet".to_owned(),
+                    };
+                    out.push_str(&format!("source: {} ({how})\n", source.channel));
+                }
                 for problem in &v.problems {
                     out.push_str(&format!("problem: {problem}\n"));
                 }
@@ -271,8 +485,84 @@ pub async fn run_remote(
                 out
             })
         }
+        PolicyCommand::Publish {
+            file,
+            channel,
+            plain_http,
+            public_key,
+        } => publish(&file, &channel, plain_http, public_key.as_deref(), printer).await,
+        PolicyCommand::Keyring(KeyringCommand::Publish {
+            file,
+            channel,
+            plain_http,
+        }) => {
+            let text = file.read()?;
+            let signed: tenantflux_core::policy::keyring::SignedKeyring =
+                tenantflux_core::yaml::from_str(&text)
+                    .with_context(|| format!("{} is not a signed keyring", file.path.display()))?;
+            let target = crate::channel::keyring_channel(&channel);
+            eprintln!("publishing the keyring to {target} ...");
+            drop(signed);
+            let digest = crate::channel::publish_keyring(&target, plain_http, &text).await?;
+            printer.print(
+                &serde_json::json!({"channel": target.to_string(), "digest": digest}),
+                |_, _| format!("published the keyring to {target} at {digest}\n"),
+            )
+        }
         local => run_local(&local, printer).unwrap_or(Ok(())),
     }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PublishView {
+    channel: String,
+    digest: String,
+    name: String,
+    generation: u64,
+    key_id: String,
+}
+
+async fn publish(
+    file: &FileArg,
+    channel: &tenantflux_core::policy::channel::Channel,
+    plain_http: bool,
+    public_key: Option<&Path>,
+    printer: &Printer,
+) -> anyhow::Result<()> {
+    let text = file.read()?;
+    let signed = SignedPolicy::parse(&text)
+        .with_context(|| format!("{} is not a signed policy", file.path.display()))?;
+    // Without a key the policy is still parsed: agents refuse what does not parse anyway,
+    // and a channel is no place to find out.
+    let policy = match public_key {
+        Some(path) => {
+            let key_text =
+                fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let key = signing::read_public_key(&key_text)
+                .with_context(|| format!("reading the public key {}", path.display()))?;
+            signed
+                .verify(&key)
+                .with_context(|| format!("{} does not verify", file.path.display()))?
+        }
+        None => tenantflux_core::policy::Policy::parse(&signed.policy)
+            .with_context(|| format!("{} holds no valid policy", file.path.display()))?,
+    };
+    eprintln!("publishing {policy} to {channel} ...");
+    let digest = crate::channel::publish(channel, plain_http, &text, policy.generation()).await?;
+    let view = PublishView {
+        channel: channel.to_string(),
+        digest,
+        name: policy.name().to_owned(),
+        generation: policy.generation(),
+        key_id: signed.key_id.clone(),
+    };
+    printer.print(&view, |v, _| {
+        format!(
+            "published policy {:?} generation {} (key {}) to {} at {}\n",
+            v.name, v.generation, v.key_id, v.channel, v.digest
+        )
+    })
 }
 
 #[derive(Serialize)]
@@ -282,6 +572,29 @@ struct ShowView {
     name: String,
     generation: u64,
     key_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires_at: Option<String>,
+    stale: bool,
+    /// 0: the single installed key (a keyring of one).
+    keyring_version: u64,
+    keyring_key_ids: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<SourceView>,
     problems: Vec<String>,
     policy: String,
+}
+
+/// The channel the agent pulls from, and how it last answered.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SourceView {
+    channel: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    digest: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    checked_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unanswered_since: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
 }

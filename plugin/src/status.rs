@@ -196,6 +196,11 @@ pub struct PolicyView {
     pub upgrade_deadline: Option<DeadlineView>,
     /// The id of the key that signed it.
     pub key_id: String,
+    /// Its signed expiry (envelope v2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// Past its expiry: still enforced, but stale.
+    pub stale: bool,
 }
 
 /// The policy's upgrade deadline: from `date` (UTC) on, Flux must be at least
@@ -303,6 +308,8 @@ impl From<pb::Status> for StatusView {
                     date: d.date,
                 }),
                 key_id: p.key_id,
+                expires_at: timestamp(p.expires_at),
+                stale: p.stale,
             }),
             observed_at: timestamp(status.observed_at),
         }
@@ -460,6 +467,14 @@ pub fn render_table(view: &StatusView, style: Style) -> String {
             field(&mut out, "Generation", &policy.generation.to_string());
             if !policy.key_id.is_empty() {
                 field(&mut out, "Key", &policy.key_id);
+            }
+            if let Some(at) = &policy.expires_at {
+                let text = if policy.stale {
+                    style.paint(&format!("{at} (stale: expired, still enforced)"), Tone::Bad)
+                } else {
+                    at.clone()
+                };
+                field(&mut out, "Expires", &text);
             }
             let compliant = if policy.compliant {
                 style.paint("yes", Tone::Good)

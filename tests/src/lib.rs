@@ -384,6 +384,42 @@ impl TestCluster {
         Ok(stdout.lines().last().unwrap_or_default().trim().to_owned())
     }
 
+    /// Stops this cluster's registry (SIGTERM) and waits until it is gone; a later
+    /// [`Self::registry`] starts it again on the same port with the same storage. Fails when
+    /// no registry runs.
+    pub fn stop_registry(&self) -> Result<()> {
+        let pidfile = self.dir().join("registry.pid");
+        let pid = std::fs::read_to_string(&pidfile).map_err(|err| Error::NothingToStop {
+            reason: format!("reading {}: {err}", pidfile.display()),
+        })?;
+        let pid = pid.trim().to_owned();
+        let signal = |how: &str| {
+            Command::new("kill")
+                .args([how, &pid])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !signal("-TERM") {
+            return Err(Error::NothingToStop {
+                reason: format!("the registry (pid {pid}) is not running"),
+            });
+        }
+        let timeout = Duration::from_secs(10);
+        let deadline = std::time::Instant::now() + timeout;
+        while signal("-0") {
+            if std::time::Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    what: format!("the registry (pid {pid}) to stop"),
+                    after: timeout,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = std::fs::remove_file(&pidfile);
+        Ok(())
+    }
+
     /// The local address the agent's gRPC listener is bound to, for direct connections.
     pub fn agent_grpc_address(&self) -> String {
         let path = self.dir().join("agent.grpc-port");

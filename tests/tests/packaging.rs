@@ -108,6 +108,12 @@ operatorRequireImageDigest: true
 clusterName: kubernetes-acme
 policy:
   publicKey: MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=
+  rootKeys: [MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=, MCowBQYDK2VwAyEAAJo2V6z47o5JPkLf0pDerCk+u0Jec3ujwJ+uIXuOwtE=]
+  rootThreshold: 2
+  source: oci://registry.example/platform/policy:stable
+  sourceInterval: 2m
+  sourcePullSecret: registry-credentials
+  sourcePlainHTTP: true
 logFormat: text
 logLevel: info,tenantflux_agent=debug
 # null drops a default (Helm merges maps).
@@ -235,6 +241,21 @@ fn chart_values_reach_the_objects() {
     );
     assert_eq!(env["TENANTFLUX_CLUSTER_NAME"], "kubernetes-acme");
     assert_eq!(env["TENANTFLUX_OPERATOR_REQUIRE_IMAGE_DIGEST"], "true");
+    assert_eq!(
+        env["TENANTFLUX_POLICY_ROOT_KEYS"],
+        "/etc/tenantflux/policy/root-0.pub,/etc/tenantflux/policy/root-1.pub"
+    );
+    assert_eq!(env["TENANTFLUX_POLICY_ROOT_THRESHOLD"], "2");
+    assert_eq!(
+        env["TENANTFLUX_POLICY_SOURCE"],
+        "oci://registry.example/platform/policy:stable"
+    );
+    assert_eq!(env["TENANTFLUX_POLICY_SOURCE_INTERVAL"], "2m");
+    assert_eq!(
+        env["TENANTFLUX_POLICY_SOURCE_PULL_SECRET"],
+        "registry-credentials"
+    );
+    assert_eq!(env["TENANTFLUX_POLICY_SOURCE_PLAIN_HTTP"], "true");
     assert_eq!(env["TENANTFLUX_EXAMPLE"], "1");
     assert_eq!(
         container["resources"],

@@ -1,6 +1,8 @@
-//! The platform's policy in the cluster: the store of the verified signed policy (`store`), and
+//! The platform's policy in the cluster: the store of the verified signed policy (`store`),
+//! pulling it from a channel in an OCI registry (`pull`), and
 //! its enforcement by the API server itself (`admission`: a ValidatingAdmissionPolicy kept in
 //! step with it). What a policy says and allows is `tenantflux_core::policy`.
 
 pub mod admission;
+pub mod pull;
 pub mod store;

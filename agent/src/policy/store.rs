@@ -18,10 +18,11 @@ use kube::{
     Api, Client,
     runtime::{WatchStreamExt, watcher},
 };
+use tenantflux_core::policy::keyring::{KeyRefusal, Keyring, KeyringError, Roots};
 use tenantflux_core::{
     policy::{
         ClusterIdentity, Policy, Refusal,
-        signing::{SignedError, SignedPolicy, key_id},
+        signing::{self, SignedError, SignedPolicy, Validity, Verified, format_timestamp},
     },
     text::chain,
 };
@@ -36,6 +37,10 @@ pub const STORE_KEY: &str = "signed-policy.yaml";
 /// The ConfigMap that holds the signed policy of the highest generation ever accepted (same
 /// key), written before the store on every accepted push.
 pub const HIGHEST_NAME: &str = "tenantflux-policy-highest";
+/// The ConfigMap that holds the keyring in force (signed by the root keys), and its key;
+/// written only after the keyring passed every check.
+pub const KEYRING_NAME: &str = "tenantflux-policy-keyring";
+pub const KEYRING_KEY: &str = "signed-keyring.yaml";
 /// How soon the cluster's identity is asked again while the API server does not answer.
 const IDENTITY_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -46,6 +51,28 @@ pub struct Held {
     pub problems: Vec<String>,
     /// This cluster, once the agent has read it (before it, no policy is loaded or accepted).
     pub cluster: Option<ClusterIdentity>,
+    /// Whether the stored copy has been read at start (a pulled policy waits for it, so the
+    /// stored one is weighed first).
+    pub loaded: bool,
+    /// The channel the agent pulls from (`--policy-source`), and how it last answered.
+    pub source: Option<SourceState>,
+    /// The keys a policy may be signed with: the keyring the root keys signed last, or the
+    /// keyring of one of a single `--policy-public-key`; none: the agent accepts no policy.
+    pub keyring: Option<Arc<Keyring>>,
+}
+
+/// How the policy channel last answered.
+#[derive(Clone, Debug, Default)]
+pub struct SourceState {
+    /// `oci://REGISTRY/REPOSITORY:TAG`.
+    pub channel: String,
+    /// The digest the tag pointed at when it last answered.
+    pub digest: Option<String>,
+    pub checked_at: Option<SystemTime>,
+    /// Since when it has not answered (none while it answers).
+    pub unanswered_since: Option<SystemTime>,
+    /// Why it did not answer, or why its artifact was refused.
+    pub error: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -53,6 +80,16 @@ pub struct Accepted {
     pub signed: SignedPolicy,
     pub policy: Arc<Policy>,
     pub accepted_at: SystemTime,
+    /// When the signed claims say it holds (envelope v2); a v1 policy never expires.
+    pub validity: Option<Validity>,
+}
+
+impl Accepted {
+    /// Whether the policy's expiry has passed at `now` (unix seconds): the agent still
+    /// enforces it (nothing newer verified), and says it is stale.
+    pub fn is_stale_at(&self, now: i64) -> bool {
+        self.validity.is_some_and(|v| v.is_expired_at(now))
+    }
 }
 
 /// Why a pushed policy was not accepted; the held policy stays in force.
@@ -62,6 +99,10 @@ pub enum PushError {
         "this agent was installed without a policy key (--policy-public-key, Helm value policy.publicKey), so it accepts no policy"
     )]
     NoKey,
+    #[error(
+        "this agent holds no keyring yet: it takes one signed by its root keys from the channel's TAG-keyring tag (kubectl tenantflux policy keyring publish)"
+    )]
+    NoKeyring,
     #[error(transparent)]
     Invalid(SignedError),
     #[error(transparent)]
@@ -73,6 +114,12 @@ pub enum PushError {
     Stale { new: u64, old: u64, held: String },
     #[error(transparent)]
     Refused(Refusal),
+    #[error(transparent)]
+    KeyRefused(KeyRefusal),
+    #[error(
+        "{policy} expired at {expires_at} (its signed expiresAt); sign it again with a later expiry, as a higher generation"
+    )]
+    Expired { policy: String, expires_at: String },
     #[error(
         "the agent has not read this cluster's identity yet (namespace kube-system); retry when the API server answers it"
     )]
@@ -98,9 +145,22 @@ pub enum StoreError {
     },
 }
 
+/// Why a keyring was not taken; the one in force stays.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyringRefused {
+    #[error(
+        "this agent was installed without root keys (--policy-root-key, Helm value policy.rootKeys), so it takes no keyring"
+    )]
+    NoRoots,
+    #[error(transparent)]
+    Invalid(KeyringError),
+    #[error(transparent)]
+    Store(StoreError),
+}
+
 /// Holds the policy; shared by the gRPC service and the watcher of the stored copy.
 pub struct PolicyStore {
-    key: Option<VerifyingKey>,
+    roots: Option<Roots>,
     client: Client,
     cluster_name: Option<String>,
     configmaps: Api<ConfigMap>,
@@ -117,13 +177,29 @@ impl PolicyStore {
         key: Option<VerifyingKey>,
         cluster_name: Option<String>,
     ) -> Arc<Self> {
+        Self::with_roots(client, namespace, key, None, cluster_name)
+    }
+
+    /// A store that also takes keyrings signed by `roots`; `key` (if any) is the keyring of
+    /// one in force until the first keyring arrives.
+    pub fn with_roots(
+        client: Client,
+        namespace: &str,
+        key: Option<VerifyingKey>,
+        roots: Option<Roots>,
+        cluster_name: Option<String>,
+    ) -> Arc<Self> {
+        let held = Held {
+            keyring: key.map(|k| Arc::new(Keyring::of_one(k))),
+            ..Held::default()
+        };
         Arc::new(Self {
-            key,
+            roots,
             configmaps: Api::namespaced(client.clone(), namespace),
             client,
             cluster_name,
             namespace: namespace.to_owned(),
-            held: watch::Sender::new(Held::default()),
+            held: watch::Sender::new(held),
             push: Mutex::new(()),
         })
     }
@@ -142,19 +218,143 @@ impl PolicyStore {
     }
 
     /// Verifies a stored copy; `Err` says why it is not trusted.
-    fn verify_stored(&self, text: &str) -> Result<(SignedPolicy, Policy), String> {
-        let key = self
-            .key
-            .as_ref()
-            .ok_or("the agent has no policy key (--policy-public-key)")?;
+    fn verify_stored(&self, text: &str) -> Result<(SignedPolicy, Verified), String> {
         let signed = SignedPolicy::parse(text).map_err(|err| chain(&err))?;
-        let policy = signed.verify(key).map_err(|err| chain(&err))?;
-        Ok((signed, policy))
+        let verified = self.verify(&signed).map_err(|err| chain(&err))?;
+        Ok((signed, verified))
+    }
+
+    /// Verifies `signed` with the key the keyring in force names for it.
+    fn verify(&self, signed: &SignedPolicy) -> Result<Verified, PushError> {
+        let keyring = self.held.borrow().keyring.clone().ok_or(self.no_key())?;
+        // A keyring of one keeps the single-key install's own messages (which key it trusts).
+        let key = match keyring.version {
+            0 => *keyring
+                .key(&keyring.key_ids()[0])
+                .map_err(PushError::KeyRefused)?,
+            _ => *keyring.key(&signed.key_id).map_err(PushError::KeyRefused)?,
+        };
+        signed.verify_claims(&key).map_err(|err| match err {
+            SignedError::UnknownKey { .. } | SignedError::BadSignature { .. } => {
+                PushError::Untrusted(err)
+            }
+            _ => PushError::Invalid(err),
+        })
+    }
+
+    fn no_key(&self) -> PushError {
+        match self.roots {
+            Some(_) => PushError::NoKeyring,
+            None => PushError::NoKey,
+        }
+    }
+
+    /// Whether the keyring in force still trusts the key that signed `signed`.
+    fn trusts(&self, signed: &SignedPolicy) -> bool {
+        self.held
+            .borrow()
+            .keyring
+            .as_ref()
+            .is_some_and(|k| match k.version {
+                0 => k.key_ids().contains(&signed.key_id),
+                _ => k.key(&signed.key_id).is_ok(),
+            })
+    }
+
+    /// Takes `text` (a SignedKeyring) if enough installed root keys signed it and its version
+    /// is higher than the keyring in force (an equal one must be the same bytes: unchanged,
+    /// `Ok(false)`). It is stored only after every check passed. A held policy whose key the
+    /// new keyring no longer trusts stays in force, reported, until a policy by a trusted key
+    /// comes, which is then taken whatever its generation (the generations of a revoked key
+    /// bind nobody).
+    pub async fn accept_keyring(&self, text: &str) -> Result<bool, KeyringRefused> {
+        let _one_at_a_time = self.push.lock().await;
+        let roots = self.roots.as_ref().ok_or(KeyringRefused::NoRoots)?;
+        let held = self.held.borrow().keyring.clone();
+        let keyring = roots
+            .verify(text, held.as_deref())
+            .map_err(KeyringRefused::Invalid)?;
+        if held
+            .as_ref()
+            .is_some_and(|h| h.signed.is_some() && h.signed == keyring.signed)
+        {
+            return Ok(false);
+        }
+        let data = [(KEYRING_KEY.to_owned(), text.to_owned())].into();
+        crate::apply_record(&self.configmaps, KEYRING_NAME, data)
+            .await
+            .map_err(|source| {
+                KeyringRefused::Store(StoreError::Write {
+                    namespace: self.namespace.clone(),
+                    name: KEYRING_NAME,
+                    source: Box::new(source),
+                })
+            })?;
+        tracing::info!(
+            version = keyring.version,
+            keys = ?keyring.key_ids(),
+            previous = held.as_ref().map(|k| k.version),
+            "accepted a new keyring"
+        );
+        let version = keyring.version;
+        self.held
+            .send_modify(|h| h.keyring = Some(Arc::new(keyring)));
+        let accepted = self.held.borrow().accepted.clone();
+        if let Some(accepted) = accepted
+            && !self.trusts(&accepted.signed)
+        {
+            self.problem(format!(
+                "{} is signed by key {}, which keyring version {version} no longer trusts; the agent keeps enforcing it until a policy signed by a key of the keyring arrives (taken whatever its generation)",
+                accepted.policy, accepted.signed.key_id
+            ));
+        }
+        Ok(true)
+    }
+
+    /// At start: the stored keyring, if the root keys still verify it.
+    async fn load_keyring(&self) {
+        let Some(roots) = &self.roots else {
+            return;
+        };
+        let text = match self.configmaps.get_opt(KEYRING_NAME).await {
+            Ok(map) => map.and_then(|m| m.data?.remove(KEYRING_KEY)),
+            Err(err) => {
+                self.problem(format!(
+                    "reading ConfigMap {}/{KEYRING_NAME} (the keyring) failed: {}",
+                    self.namespace,
+                    chain(&err)
+                ));
+                return;
+            }
+        };
+        let Some(text) = text else {
+            return;
+        };
+        match roots.verify(&text, None) {
+            Ok(keyring) => {
+                tracing::info!(version = keyring.version, keys = ?keyring.key_ids(), "loaded the stored keyring");
+                self.held
+                    .send_modify(|h| h.keyring = Some(Arc::new(keyring)));
+            }
+            Err(err) => self.problem(format!(
+                "the keyring stored in ConfigMap {}/{KEYRING_NAME} is refused: {}",
+                self.namespace,
+                chain(&err)
+            )),
+        }
+    }
+
+    /// Whether the agent takes keyrings (it was installed with root keys).
+    pub fn has_roots(&self) -> bool {
+        self.roots.is_some()
     }
 
     /// What the stored copy says against what is held: accept it at start, otherwise report
     /// and undo an edit.
     async fn observe_stored(&self, stored: Option<&ConfigMap>) {
+        // Not while a push (or pull) is between writing the store and holding what it wrote:
+        // its own write would look like an edit and be undone.
+        let _one_at_a_time = self.push.lock().await;
         let text = stored
             .and_then(|cm| cm.data.as_ref())
             .and_then(|d| d.get(STORE_KEY))
@@ -169,9 +369,9 @@ impl PolicyStore {
                 let what = match &text {
                     None => "was deleted".to_owned(),
                     Some(text) => match self.verify_stored(text) {
-                        Ok((_, policy)) => format!(
+                        Ok((_, verified)) => format!(
                             "was replaced with generation {} without a push",
-                            policy.generation()
+                            verified.policy.generation()
                         ),
                         Err(reason) => format!("was edited ({reason})"),
                     },
@@ -211,9 +411,12 @@ impl PolicyStore {
             }
         };
         let recorded = recorded.and_then(|text| {
-            let checked = self.verify_stored(&text).and_then(|(signed, policy)| {
-                policy.is_for(&cluster).map_err(|r| r.to_string())?;
-                Ok((signed, policy))
+            let checked = self.verify_stored(&text).and_then(|(signed, verified)| {
+                verified
+                    .policy
+                    .is_for(&cluster)
+                    .map_err(|r| r.to_string())?;
+                Ok((signed, verified))
             });
             checked
                 .map_err(|reason| {
@@ -224,15 +427,16 @@ impl PolicyStore {
                 })
                 .ok()
         });
-        let highest = recorded.as_ref().map(|(_, p)| p.generation());
+        let highest = recorded.as_ref().map(|(_, v)| v.policy.generation());
         let was_stored = text.is_some();
         let stored = text.and_then(|text| {
-            let checked = self.verify_stored(&text).and_then(|(signed, policy)| {
-                policy
+            let checked = self.verify_stored(&text).and_then(|(signed, verified)| {
+                verified
+                    .policy
                     .is_for(&cluster)
-                    .and_then(|()| policy.is_not_rollback(highest))
+                    .and_then(|()| verified.policy.is_not_rollback(highest))
                     .map_err(|r| r.to_string())?;
-                Ok((signed, policy))
+                Ok((signed, verified))
             });
             checked
                 .map_err(|reason| {
@@ -243,18 +447,17 @@ impl PolicyStore {
                 })
                 .ok()
         });
-        let (signed, policy) = match (stored, recorded) {
+        let (signed, verified) = match (stored, recorded) {
             (Some(stored), recorded) => {
-                let lower = recorded.as_ref().map(|(_, p)| p.generation());
-                if let Some(lower) = lower.filter(|g| *g < stored.1.generation()) {
+                let lower = recorded.as_ref().map(|(_, v)| v.policy.generation());
+                let generation = stored.1.policy.generation();
+                if let Some(lower) = lower.filter(|g| *g < generation) {
                     self.problem(format!(
-                        "{} recorded generation {lower}, lower than the stored generation {}: it was rolled back; the agent recorded generation {} again",
+                        "{} recorded generation {lower}, lower than the stored generation {generation}: it was rolled back; the agent recorded generation {generation} again",
                         self.where_recorded(),
-                        stored.1.generation(),
-                        stored.1.generation()
                     ));
                 }
-                if lower.is_none_or(|g| g < stored.1.generation())
+                if lower.is_none_or(|g| g < generation)
                     && let Err(err) = self.record(&stored.0).await
                 {
                     tracing::warn!(error = %chain(&err), "recording the highest policy generation");
@@ -265,7 +468,7 @@ impl PolicyStore {
                 let how = if was_stored { "refused" } else { "deleted" };
                 self.problem(format!(
                     "the stored policy was {how}: the agent holds generation {} from {} and restored {} from it",
-                    recorded.1.generation(),
+                    recorded.1.policy.generation(),
                     self.where_recorded(),
                     self.where_stored()
                 ));
@@ -276,6 +479,7 @@ impl PolicyStore {
             }
             (None, None) => return,
         };
+        let Verified { policy, validity } = verified;
         tracing::info!(
             name = policy.name(),
             generation = policy.generation(),
@@ -286,8 +490,52 @@ impl PolicyStore {
                 signed,
                 policy: Arc::new(policy),
                 accepted_at: SystemTime::now(),
+                validity,
             });
         });
+    }
+
+    /// Reports the held policy as stale once its expiry passes, and again for each policy
+    /// accepted later; it stays in force (fail-static) until a newer one is verified.
+    async fn watch_expiry(&self, shutdown: CancellationToken) {
+        let mut held = self.subscribe();
+        loop {
+            let expiry = held
+                .borrow()
+                .accepted
+                .as_ref()
+                .and_then(|a| a.validity.map(|v| (v.expires_at, a.policy.to_string())));
+            let wait = match expiry {
+                Some((expires_at, policy)) if expires_at <= signing::now() => {
+                    let problem = stale_problem(&policy, expires_at);
+                    if !held.borrow().problems.contains(&problem) {
+                        self.problem(problem);
+                    }
+                    None
+                }
+                // To the instant of the expiry, so that the report comes when `stale` turns.
+                Some((expires_at, _)) => Some(
+                    (SystemTime::UNIX_EPOCH
+                        + std::time::Duration::from_secs(u64::try_from(expires_at).unwrap_or(0)))
+                    .duration_since(SystemTime::now())
+                    .unwrap_or_default(),
+                ),
+                None => None,
+            };
+            // What this loop wrote itself is no reason to look again.
+            held.borrow_and_update();
+            let expired = async {
+                match wait {
+                    Some(wait) => tokio::time::sleep(wait).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                changed = held.changed() => if changed.is_err() { return },
+                () = expired => {}
+            }
+        }
     }
 
     /// Reads the cluster's identity (the UID of namespace kube-system), retrying until the
@@ -333,6 +581,46 @@ impl PolicyStore {
         self.problem(problem);
     }
 
+    /// Drops the problems `stale` says are over (e.g. the policy source answers again).
+    pub fn clear_problems(&self, stale: impl Fn(&str) -> bool) {
+        if self.held.borrow().problems.iter().any(|p| stale(p)) {
+            self.held
+                .send_modify(|held| held.problems.retain(|p| !stale(p)));
+        }
+    }
+
+    /// Records how the policy channel answered; watchers hear of it only when more than the
+    /// time of the check changed (an unchanged tag every interval is no news).
+    pub fn set_source(&self, update: impl FnOnce(&mut SourceState)) {
+        self.held.send_if_modified(|held| {
+            let Some(source) = held.source.as_mut() else {
+                return false;
+            };
+            let before = (
+                source.digest.clone(),
+                source.unanswered_since,
+                source.error.clone(),
+            );
+            update(source);
+            before
+                != (
+                    source.digest.clone(),
+                    source.unanswered_since,
+                    source.error.clone(),
+                )
+        });
+    }
+
+    /// Names the channel the agent pulls from.
+    pub fn pull_from(&self, channel: String) {
+        self.held.send_modify(|held| {
+            held.source = Some(SourceState {
+                channel,
+                ..SourceState::default()
+            });
+        });
+    }
+
     fn problem(&self, problem: String) {
         tracing::warn!(problem, "policy store");
         self.held.send_modify(|held| {
@@ -361,6 +649,12 @@ impl PolicyStore {
             return;
         };
         self.held.send_modify(|held| held.cluster = Some(identity));
+        self.load_keyring().await;
+        let expiry = tokio::spawn({
+            let (store, shutdown) = (self.clone(), shutdown.clone());
+            async move { store.watch_expiry(shutdown).await }
+        });
+        let _stop_expiry = AbortOnDrop(expiry);
         let watcher = watcher::watcher(
             self.configmaps.clone(),
             watcher::Config::default().fields(&format!("metadata.name={STORE_NAME}")),
@@ -380,6 +674,9 @@ impl PolicyStore {
                 Some(Ok(watcher::Event::InitApply(cm))) => relist = Some(Some(cm)),
                 Some(Ok(watcher::Event::InitDone)) => {
                     self.observe_stored(relist.take().flatten().as_ref()).await;
+                    if !self.held.borrow().loaded {
+                        self.held.send_modify(|held| held.loaded = true);
+                    }
                 }
                 Some(Ok(watcher::Event::Apply(cm))) => self.observe_stored(Some(&cm)).await,
                 Some(Ok(watcher::Event::Delete(_))) => self.observe_stored(None).await,
@@ -390,14 +687,11 @@ impl PolicyStore {
     /// Accepts `text` (a SignedPolicy) if signed by the installed key with a higher generation.
     pub async fn push(&self, text: &str) -> Result<PushPolicyResponse, PushError> {
         let _one_at_a_time = self.push.lock().await;
-        let key = self.key.as_ref().ok_or(PushError::NoKey)?;
+        if self.held.borrow().keyring.is_none() {
+            return Err(self.no_key());
+        }
         let signed = SignedPolicy::parse(text).map_err(PushError::Invalid)?;
-        let policy = signed.verify(key).map_err(|err| match err {
-            SignedError::UnknownKey { .. } | SignedError::BadSignature { .. } => {
-                PushError::Untrusted(err)
-            }
-            _ => PushError::Invalid(err),
-        })?;
+        let Verified { policy, validity } = self.verify(&signed)?;
         let cluster = self.held.borrow().cluster.clone();
         policy
             .is_for(&cluster.ok_or(PushError::NoIdentity)?)
@@ -406,7 +700,10 @@ impl PolicyStore {
         let previous_generation = held.as_ref().map_or(0, |a| a.policy.generation());
         if let Some(held) = &held {
             let (new, old) = (policy.generation(), held.policy.generation());
-            if new == old && held.signed.policy == signed.policy {
+            if new == old
+                && held.signed.policy == signed.policy
+                && held.signed.claims == signed.claims
+            {
                 return Ok(PushPolicyResponse {
                     name: policy.name().to_owned(),
                     generation: new,
@@ -414,13 +711,21 @@ impl PolicyStore {
                     previous_generation,
                 });
             }
-            if new <= old {
+            if new <= old && self.trusts(&held.signed) {
                 return Err(PushError::Stale {
                     new,
                     old,
                     held: held.policy.to_string(),
                 });
             }
+        }
+        // Only now, with every other check passed: an expired policy is never taken (the one
+        // held stays in force), but an equal one above was answered as unchanged.
+        if let Some(validity) = validity.filter(|v| v.is_expired_at(signing::now())) {
+            return Err(PushError::Expired {
+                policy: policy.to_string(),
+                expires_at: format_timestamp(validity.expires_at),
+            });
         }
         // The record first: if the store then fails, the next start errs toward the higher
         // generation (reported as a rollback of the store) rather than away from it.
@@ -444,6 +749,7 @@ impl PolicyStore {
                 signed,
                 policy: Arc::new(policy),
                 accepted_at: SystemTime::now(),
+                validity,
             });
             held.problems.clear();
         });
@@ -454,16 +760,59 @@ impl PolicyStore {
         let held = self.held.borrow();
         let mut state = PolicyState {
             problems: held.problems.clone(),
+            source: held
+                .source
+                .as_ref()
+                .map(|s| tenantflux_proto::v1::PolicySource {
+                    channel: s.channel.clone(),
+                    digest: s.digest.clone().unwrap_or_default(),
+                    checked_at: s.checked_at.map(Into::into),
+                    unanswered_since: s.unanswered_since.map(Into::into),
+                    error: s.error.clone().unwrap_or_default(),
+                }),
             ..PolicyState::default()
         };
+        if let Some(keyring) = &held.keyring {
+            state.keyring_version = keyring.version;
+            state.keyring_key_ids = keyring.key_ids();
+        }
         if let Some(accepted) = &held.accepted {
             state.present = true;
             accepted.policy.name().clone_into(&mut state.name);
             state.generation = accepted.policy.generation();
-            state.key_id = self.key.as_ref().map(key_id).unwrap_or_default();
+            // Verified with the key it names, so that is the key's id.
+            state.key_id.clone_from(&accepted.signed.key_id);
             state.policy = accepted.signed.policy.clone();
             state.accepted_at = Some(accepted.accepted_at.into());
+            if let Some(validity) = accepted.validity {
+                state.issued_at = Some(timestamp(validity.issued_at));
+                state.expires_at = Some(timestamp(validity.expires_at));
+                state.stale = accepted.is_stale_at(signing::now());
+            }
         }
         state
+    }
+}
+
+pub fn timestamp(unix: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: unix,
+        nanos: 0,
+    }
+}
+
+fn stale_problem(policy: &str, expires_at: i64) -> String {
+    format!(
+        "{policy} is stale: it expired at {} and no newer policy has been verified; the agent keeps enforcing it",
+        format_timestamp(expires_at)
+    )
+}
+
+/// Ends a spawned task when its owner returns.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -77,6 +77,9 @@ pub enum Error {
         #[source]
         source: signing::KeyError,
     },
+
+    #[error("the root keys (--policy-root-key, --policy-root-threshold): {0}")]
+    PolicyRoots(String),
 }
 
 impl Args {
@@ -87,21 +90,26 @@ impl Args {
     }
 }
 
-/// Keeps the operator phase gauge at the phase the status reports.
-async fn record_operator_phase(
+/// Keeps the operator phase gauge and the policy gauges at what the status reports.
+async fn record_status_metrics(
     mut status: watch::Receiver<Status>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
     loop {
-        let phase = status
-            .borrow_and_update()
-            .operator
-            .as_ref()
-            .map(|o| o.phase());
+        let (phase, policy) = {
+            let status = status.borrow_and_update();
+            let policy = status.policy.as_ref().map(|p| {
+                let expiry = p.expires_at.as_ref().map_or(0, |t| t.seconds);
+                (p.generation, expiry, p.stale)
+            });
+            (status.operator.as_ref().map(|o| o.phase()), policy)
+        };
         if let Some(phase) = phase {
             metrics.set_operator_phase(phase);
         }
+        let (generation, expiry, stale) = policy.unwrap_or_default();
+        metrics.set_policy(generation, expiry, stale);
         tokio::select! {
             () = shutdown.cancelled() => return,
             changed = status.changed() => if changed.is_err() { return },
@@ -200,10 +208,32 @@ async fn run(args: Args) -> Result<(), Error> {
         }
         None => None,
     };
-    let policy_store = PolicyStore::new(
+    let roots = if args.policy_root_keys.is_empty() {
+        None
+    } else {
+        let keys = args
+            .policy_root_keys
+            .iter()
+            .map(|path| {
+                let text = std::fs::read_to_string(path).map_err(|err| {
+                    Error::PolicyRoots(format!("reading {}: {err}", path.display()))
+                })?;
+                signing::read_public_key(&text)
+                    .map_err(|err| Error::PolicyRoots(format!("{}: {err}", path.display())))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let ids: Vec<String> = keys.iter().map(signing::key_id).collect();
+        let threshold = usize::try_from(args.policy_root_threshold).unwrap_or(usize::MAX);
+        let roots = tenantflux_core::policy::keyring::Roots::new(keys, threshold)
+            .map_err(Error::PolicyRoots)?;
+        tracing::info!(root_keys = ?ids, threshold, "policy root keys loaded");
+        Some(roots)
+    };
+    let policy_store = PolicyStore::with_roots(
         client.clone(),
         &args.namespace,
         policy_key,
+        roots,
         args.cluster_name.clone(),
     );
     // The Flux releases of the artifact the agent installs flux-operator from, once read.
@@ -245,6 +275,21 @@ async fn run(args: Args) -> Result<(), Error> {
         None => (None, None),
     };
     let policy_watch = tokio::spawn(policy_store.clone().run(shutdown.clone()));
+    let policy_pull = args.policy_source.clone().map(|channel| {
+        tracing::info!(%channel, interval = ?args.policy_source_interval, "pulling policy");
+        tokio::spawn(crate::policy::pull::run(
+            client.clone(),
+            policy_store.clone(),
+            crate::policy::pull::PullConfig {
+                channel,
+                interval: args.policy_source_interval,
+                plain_http: args.policy_source_plain_http,
+                pull_secret: args.policy_source_pull_secret.clone(),
+                namespace: args.namespace.clone(),
+            },
+            shutdown.clone(),
+        ))
+    });
     let defaults = tokio::spawn({
         let (client, held, shutdown) = (client.clone(), policy_store.subscribe(), shutdown.clone());
         let (agent, operator) = (args.namespace.clone(), args.operator_namespace.clone());
@@ -266,7 +311,7 @@ async fn run(args: Args) -> Result<(), Error> {
         policy_store.subscribe(),
         shutdown.clone(),
     ));
-    let phase_metric = tokio::spawn(record_operator_phase(
+    let phase_metric = tokio::spawn(record_status_metrics(
         status_rx.clone(),
         metrics.clone(),
         shutdown.clone(),
@@ -330,6 +375,9 @@ async fn run(args: Args) -> Result<(), Error> {
     let _ = watchers.await;
     let _ = reflectors.await;
     let _ = policy_watch.await;
+    if let Some(pull) = policy_pull {
+        let _ = pull.await;
+    }
     let _ = enforcement.await;
     let _ = defaults.await;
     let _ = resumed.await;

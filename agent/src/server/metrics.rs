@@ -53,6 +53,9 @@ pub struct Metrics {
     requests: Family<RpcLabels, Counter>,
     durations: HistogramFamily,
     operator_phase: Family<PhaseLabels, Gauge>,
+    policy_generation: Gauge,
+    policy_expiry: Gauge,
+    policy_stale: Gauge,
 }
 
 impl Metrics {
@@ -83,11 +86,31 @@ impl Metrics {
             "1 for the phase the flux-operator install is in, 0 for the others",
             operator_phase.clone(),
         );
+        let (policy_generation, policy_expiry, policy_stale) =
+            (Gauge::default(), Gauge::default(), Gauge::default());
+        agent.register(
+            "policy_generation",
+            "Generation of the policy in force (0: none)",
+            policy_generation.clone(),
+        );
+        agent.register(
+            "policy_expiry_timestamp_seconds",
+            "Signed expiry of the policy in force, unix seconds (0: none, or an envelope v1)",
+            policy_expiry.clone(),
+        );
+        agent.register(
+            "policy_stale",
+            "1 while the policy in force is past its expiry (still enforced: nothing newer was verified)",
+            policy_stale.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             requests,
             durations,
             operator_phase,
+            policy_generation,
+            policy_expiry,
+            policy_stale,
         }
     }
 
@@ -112,6 +135,15 @@ impl Metrics {
                 })
                 .set(i64::from(phase == current));
         }
+    }
+
+    /// Records the policy in force: its generation, signed expiry (unix seconds) and whether
+    /// it is stale.
+    pub fn set_policy(&self, generation: u64, expires_at: i64, stale: bool) {
+        self.policy_generation
+            .set(i64::try_from(generation).unwrap_or(i64::MAX));
+        self.policy_expiry.set(expires_at);
+        self.policy_stale.set(i64::from(stale));
     }
 
     /// The metrics in the OpenMetrics text format, which Prometheus scrapes.
@@ -297,6 +329,20 @@ mod tests {
             text.contains("tenantflux_agent_info{version=\"9.8.7\"} 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn policy_gauges_show_generation_expiry_and_staleness() {
+        let metrics = Metrics::new("0.1.0");
+        metrics.set_policy(7, 1_796_083_200, true);
+        let text = metrics.render();
+        for line in [
+            "tenantflux_agent_policy_generation 7",
+            "tenantflux_agent_policy_expiry_timestamp_seconds 1796083200",
+            "tenantflux_agent_policy_stale 1",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
     }
 
     #[test]

@@ -65,12 +65,16 @@ impl policy_server::Policy for PolicyService {
 fn push_status(err: &PushError) -> tonic::Status {
     let message = chain(err);
     match err {
-        PushError::NoKey | PushError::Stale { .. } | PushError::Refused(_) => {
-            tonic::Status::failed_precondition(message)
-        }
+        PushError::NoKey
+        | PushError::NoKeyring
+        | PushError::Stale { .. }
+        | PushError::Refused(_)
+        | PushError::Expired { .. } => tonic::Status::failed_precondition(message),
         PushError::NoIdentity => tonic::Status::unavailable(message),
         PushError::Invalid(_) => tonic::Status::invalid_argument(message),
-        PushError::Untrusted(_) => tonic::Status::permission_denied(message),
+        PushError::Untrusted(_) | PushError::KeyRefused(_) => {
+            tonic::Status::permission_denied(message)
+        }
         PushError::Store(_) => tonic::Status::unavailable(message),
     }
 }

@@ -139,6 +139,10 @@ pub fn derive(facts: &AgentFacts, observed: &Observed) -> Status {
             let mut status = policy_status(&accepted.policy, observed.instance.object.as_ref());
             // Verified against the installed key, so it is that key's id.
             status.key_id.clone_from(&accepted.signed.key_id);
+            if let Some(validity) = accepted.validity {
+                status.expires_at = Some(crate::policy::store::timestamp(validity.expires_at));
+                status.stale = accepted.is_stale_at(tenantflux_core::policy::signing::now());
+            }
             status
         }),
         observed_at: None,
@@ -163,6 +167,8 @@ fn policy_status(policy: &Policy, instance: Option<&DynamicObject>) -> PolicySta
         warnings: evaluation.warnings,
         upgrade_deadline: upgrade_deadline(policy),
         key_id: String::new(),
+        expires_at: None,
+        stale: false,
     }
 }
 

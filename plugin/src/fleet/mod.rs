@@ -28,7 +28,8 @@ use tonic::Code;
 use self::{
     discover::{Discovery, Member, Source},
     view::{
-        ExpectedPolicy, Failure, FleetPush, FleetStatus, PushResult, PushRow, Reach, StatusRow,
+        ChannelPolicy, ExpectedPolicy, Failure, FleetPush, FleetStatus, PushResult, PushRow, Reach,
+        StatusRow,
     },
 };
 use crate::{
@@ -69,6 +70,14 @@ pub enum FleetCommand {
         /// holds another generation or a policy signed with another key.
         #[arg(long, value_name = "PATH", value_hint = ValueHint::FilePath)]
         expect_policy: Option<PathBuf>,
+        /// A policy channel (oci://REGISTRY/REPOSITORY:TAG), read once: each cluster is
+        /// marked current, behind (N), ahead (N), stale (expired) or bound elsewhere; exits 1
+        /// when any is behind or stale. Credentials: TENANTFLUX_REGISTRY_USERNAME/_PASSWORD.
+        #[arg(long, value_name = "oci://REGISTRY/REPOSITORY:TAG")]
+        channel: Option<tenantflux_core::policy::channel::Channel>,
+        /// Read --channel over plain HTTP (local development registries).
+        #[arg(long, requires = "channel")]
+        plain_http: bool,
     },
     /// The platform's policy across the fleet.
     #[command(subcommand)]
@@ -207,11 +216,19 @@ pub async fn run(
             fan_out,
             watch: false,
             expect_policy,
+            channel,
+            plain_http,
             ..
         } => {
             let expected = expect_policy.as_deref().map(expected_policy).transpose()?;
+            let channel = match &channel {
+                Some(channel) => Some(channel_policy(channel, plain_http).await?),
+                None => None,
+            };
             let fleet = Fleet::new(&discovery, options).await?;
-            let view = fleet.status(&fan_out, expected.as_ref()).await?;
+            let view = fleet
+                .status(&fan_out, expected.as_ref(), channel.as_ref())
+                .await?;
             printer.print(&view, |v, style| {
                 view::render_status(v, style, Timestamp::now())
             })?;
@@ -220,7 +237,12 @@ pub async fn run(
                 .iter()
                 .filter(|c| c.policy_mismatch.is_some())
                 .count();
+            let lagging = view.clusters.iter().filter(|c| c.lags()).count();
             match (view.failed(), mismatched) {
+                (0, 0) if lagging > 0 => bail!(
+                    "{lagging} of {} tenant clusters are behind the channel or hold an expired policy (see the table)",
+                    view.clusters.len()
+                ),
                 (0, 0) => Ok(()),
                 (0, n) => bail!(
                     "{n} of {} tenant clusters hold another policy than --expect-policy (see the table)",
@@ -238,11 +260,17 @@ pub async fn run(
             watch: true,
             interval,
             expect_policy,
+            channel,
+            plain_http,
         } => {
             let expected = expect_policy.as_deref().map(expected_policy).transpose()?;
+            let channel = match &channel {
+                Some(channel) => Some(channel_policy(channel, plain_http).await?),
+                None => None,
+            };
             let fleet = Fleet::new(&discovery, options).await?;
             tokio::select! {
-                watched = fleet.watch(&fan_out, interval, expected.as_ref(), printer) => watched,
+                watched = fleet.watch(&fan_out, interval, expected.as_ref(), channel.as_ref(), printer) => watched,
                 interrupted = tokio::signal::ctrl_c() => interrupted.context("cannot listen for Ctrl-C"),
             }
         }
@@ -381,6 +409,7 @@ impl Fleet {
         &self,
         fan_out: &FanOutArgs,
         expected: Option<&ExpectedPolicy>,
+        channel: Option<&ChannelPolicy>,
     ) -> anyhow::Result<FleetStatus> {
         let members = self.members().await?;
         let today = today();
@@ -396,6 +425,9 @@ impl Fleet {
             if let Some(expected) = expected {
                 row.compare(expected);
             }
+            if let Some(channel) = channel {
+                row.against(channel);
+            }
             row
         })
         .await;
@@ -407,11 +439,12 @@ impl Fleet {
         fan_out: &FanOutArgs,
         interval: Duration,
         expected: Option<&ExpectedPolicy>,
+        channel: Option<&ChannelPolicy>,
         printer: &Printer,
     ) -> anyhow::Result<()> {
         let mut last: Option<FleetStatus> = None;
         loop {
-            match self.status(fan_out, expected).await {
+            match self.status(fan_out, expected, channel).await {
                 Ok(view) if last.as_ref() != Some(&view) => {
                     let now = Timestamp::now();
                     let header = format!("Fleet at {}", now.strftime("%Y-%m-%d %H:%M:%S UTC"));
@@ -594,6 +627,24 @@ impl Progress {
             let _ = write!(io::stderr(), "\r\x1b[K");
         }
     }
+}
+
+/// What the channel holds now: read once (a manifest and one small layer), however large
+/// the fleet.
+async fn channel_policy(
+    channel: &tenantflux_core::policy::channel::Channel,
+    plain_http: bool,
+) -> anyhow::Result<ChannelPolicy> {
+    let (digest, text) = crate::channel::read(channel, plain_http).await?;
+    let signed = SignedPolicy::parse(&text)
+        .with_context(|| format!("{channel} does not hold a signed policy"))?;
+    let policy =
+        Policy::parse(&signed.policy).with_context(|| format!("the policy in {channel}"))?;
+    Ok(ChannelPolicy {
+        channel: channel.to_string(),
+        digest,
+        policy,
+    })
 }
 
 /// The generation and key id of the signed policy file `path` (`--expect-policy`).

@@ -3,7 +3,7 @@
 
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
-use tenantflux_core::policy::{Range, parse_date};
+use tenantflux_core::policy::{ClusterIdentity, Policy, Range, parse_date};
 
 use super::discover::Member;
 use crate::{
@@ -77,6 +77,22 @@ pub struct StatusRow {
     pub policy_generation: Option<u64>,
     /// The id of the key that signed the policy the cluster holds.
     pub policy_key_id: Option<String>,
+    /// The signed expiry of the policy the cluster holds (envelope v2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy_expires_at: Option<String>,
+    /// Past its expiry: the agent still enforces it; nothing newer reached it (a frozen
+    /// cluster, or a platform that stopped publishing).
+    pub policy_stale: bool,
+    /// Where the cluster stands against the channel `--channel` names: `current`,
+    /// `behind (N)`, `ahead (N)` (pushed past it), `stale (expired)` or `bound elsewhere`
+    /// (the channel's policy is for other clusters).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    /// The cluster's identity as its agent reports it (the UID of kube-system, its name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_uid: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_name: Option<String>,
     /// How the policy the cluster holds differs from the one `--expect-policy` names.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy_mismatch: Option<String>,
@@ -111,6 +127,11 @@ impl StatusRow {
             policy_name: None,
             policy_generation: None,
             policy_key_id: None,
+            policy_expires_at: None,
+            policy_stale: false,
+            channel: None,
+            cluster_uid: None,
+            cluster_name: None,
             policy_mismatch: None,
             compliant: None,
             violations: Vec::new(),
@@ -130,6 +151,8 @@ impl StatusRow {
         let non_empty = |s: String| (!s.is_empty()).then_some(s);
         let mut row = Self::empty(member, Reach::Ok, None);
         row.agent_version = non_empty(status.agent.version);
+        row.cluster_uid = non_empty(status.agent.cluster_uid);
+        row.cluster_name = non_empty(status.agent.cluster_name);
         row.operator_version = non_empty(status.operator.version);
         let instance = status.instance;
         if instance.present {
@@ -147,6 +170,8 @@ impl StatusRow {
         row.policy_name = Some(policy.name);
         row.policy_generation = Some(policy.generation);
         row.policy_key_id = non_empty(policy.key_id);
+        row.policy_expires_at = policy.expires_at;
+        row.policy_stale = policy.stale;
         row.violations = policy.violations;
         let mut compliant = policy.compliant;
         if let Some(deadline) = policy.upgrade_deadline {
@@ -207,6 +232,44 @@ impl StatusRow {
     }
 }
 
+/// What a policy channel holds now (`fleet status --channel`): read once for the whole fleet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChannelPolicy {
+    pub channel: String,
+    pub digest: String,
+    pub policy: Policy,
+}
+
+impl StatusRow {
+    /// Marks where this cluster stands against the channel's policy (nothing when the
+    /// cluster could not be asked).
+    pub fn against(&mut self, channel: &ChannelPolicy) {
+        if self.state != Reach::Ok {
+            return;
+        }
+        let identity = ClusterIdentity {
+            uid: self.cluster_uid.clone().unwrap_or_default(),
+            name: self.cluster_name.clone(),
+        };
+        let latest = channel.policy.generation();
+        self.channel = Some(match self.policy_generation {
+            _ if channel.policy.is_for(&identity).is_err() => "bound elsewhere".to_owned(),
+            Some(_) if self.policy_stale => "stale (expired)".to_owned(),
+            Some(held) if held == latest => "current".to_owned(),
+            Some(held) if held > latest => format!("ahead ({})", held - latest),
+            Some(held) => format!("behind ({})", latest - held),
+            None => format!("behind ({latest})"),
+        });
+    }
+
+    /// Whether `against` found the cluster behind the channel or holding an expired policy.
+    pub fn lags(&self) -> bool {
+        self.channel
+            .as_deref()
+            .is_some_and(|c| c.starts_with("behind") || c.starts_with("stale"))
+    }
+}
+
 /// kubectl's AGE: the largest unit or two (`45s`, `12m`, `3h4m`, `5d`).
 pub fn age(since: &str, now: Timestamp) -> String {
     let Ok(since) = since.parse::<Timestamp>() else {
@@ -231,6 +294,7 @@ pub fn render_status(view: &FleetStatus, style: Style, now: Timestamp) -> String
     if view.clusters.is_empty() {
         return "No tenant clusters found.\n".to_owned();
     }
+    let with_channel = view.clusters.iter().any(|c| c.channel.is_some());
     let rows: Vec<Vec<Cell>> = view
         .clusters
         .iter()
@@ -261,22 +325,43 @@ pub fn render_status(view: &FleetStatus, style: Style, now: Timestamp) -> String
                 Some(mismatch) => format!("{mismatch}; {message}"),
                 None => message,
             };
+            let message = match (row.policy_stale, &row.policy_expires_at) {
+                (true, at) => {
+                    let stale = format!(
+                        "stale (expired {}): still enforced, nothing newer verified",
+                        at.as_deref().unwrap_or("-")
+                    );
+                    if message.is_empty() {
+                        stale
+                    } else {
+                        format!("{stale}; {message}")
+                    }
+                }
+                (false, _) => message,
+            };
             let key = dash(row.policy_key_id.as_deref());
             let key = match row.policy_mismatch {
                 Some(_) => Cell::toned(key, Tone::Bad),
                 None => Cell::plain(key),
             };
-            vec![
+            let channel = match row.channel.as_deref() {
+                Some("current") => Cell::toned("current", Tone::Good),
+                Some(c) if row.lags() => Cell::toned(c, Tone::Bad),
+                Some(c) => Cell::plain(c),
+                None => Cell::plain("-"),
+            };
+            let mut cells = vec![
                 Cell::plain(&row.tenant),
                 Cell::plain(&row.cluster),
                 Cell::plain(dash(row.agent_version.as_deref())),
                 Cell::plain(dash(row.operator_version.as_deref())),
                 Cell::plain(dash(row.flux_version.as_deref())),
                 ready,
-                Cell::plain(
-                    row.policy_generation
-                        .map_or_else(|| "-".to_owned(), |g| g.to_string()),
-                ),
+                match (row.policy_generation, row.policy_stale) {
+                    (Some(g), true) => Cell::toned(format!("{g} (stale)"), Tone::Bad),
+                    (Some(g), false) => Cell::plain(g.to_string()),
+                    (None, _) => Cell::plain("-"),
+                },
                 key,
                 compliant,
                 Cell::plain(deadline),
@@ -286,28 +371,31 @@ pub fn render_status(view: &FleetStatus, style: Style, now: Timestamp) -> String
                         .map_or_else(|| "-".to_owned(), |t| age(t, now)),
                 ),
                 Cell::plain(message),
-            ]
+            ];
+            if with_channel {
+                cells.insert(8, channel);
+            }
+            cells
         })
         .collect();
-    table(
-        "",
-        &[
-            "TENANT",
-            "CLUSTER",
-            "AGENT",
-            "OPERATOR",
-            "FLUX",
-            "READY",
-            "POLICY",
-            "KEY",
-            "COMPLIANT",
-            "DEADLINE",
-            "LAST CHANGE",
-            "MESSAGE",
-        ],
-        &rows,
-        style,
-    )
+    let mut headers = vec![
+        "TENANT",
+        "CLUSTER",
+        "AGENT",
+        "OPERATOR",
+        "FLUX",
+        "READY",
+        "POLICY",
+        "KEY",
+        "COMPLIANT",
+        "DEADLINE",
+        "LAST CHANGE",
+        "MESSAGE",
+    ];
+    if with_channel {
+        headers.insert(8, "CHANNEL");
+    }
+    table("", &headers, &rows, style)
 }
 
 /// What became of a policy pushed to one cluster.
@@ -518,7 +606,88 @@ mod tests {
                 date: date.into(),
             }),
             key_id: String::new(),
+            expires_at: None,
+            stale: false,
         }
+    }
+
+    #[test]
+    fn each_cluster_is_marked_against_the_channel() {
+        let channel_policy = |clusters: &str| {
+            ChannelPolicy {
+            channel: "oci://r.example/policy:stable".into(),
+            digest: "sha256:00".into(),
+            policy: Policy::parse(&format!(
+                "apiVersion: tenantflux.io/v1alpha1\nkind: Policy\nmetadata: {{name: p}}\nspec:\n  generation: 7\n{clusters}"
+            ))
+            .unwrap(),
+        }
+        };
+        let everywhere = channel_policy("");
+        let mark = |policy: Option<PolicyView>, channel: &ChannelPolicy| {
+            let mut status = status("v2.8.0", policy);
+            status.agent.cluster_name = "blue".into();
+            let mut row = StatusRow::answered(&member("t", "c"), status, 0);
+            row.against(channel);
+            (row.channel.clone(), row.lags())
+        };
+        let at = |generation| PolicyView {
+            generation,
+            ..policy(None)
+        };
+        assert_eq!(
+            mark(Some(at(7)), &everywhere),
+            (Some("current".into()), false)
+        );
+        assert_eq!(
+            mark(Some(at(4)), &everywhere),
+            (Some("behind (3)".into()), true)
+        );
+        assert_eq!(mark(None, &everywhere), (Some("behind (7)".into()), true));
+        assert_eq!(
+            mark(Some(at(9)), &everywhere),
+            (Some("ahead (2)".into()), false)
+        );
+        let stale = PolicyView {
+            stale: true,
+            ..at(7)
+        };
+        assert_eq!(
+            mark(Some(stale), &everywhere),
+            (Some("stale (expired)".into()), true)
+        );
+        let green = channel_policy("  clusters: [{name: green}]\n");
+        assert_eq!(
+            mark(Some(at(4)), &green),
+            (Some("bound elsewhere".into()), false)
+        );
+        let blue = channel_policy("  clusters: [{name: blu*}]\n");
+        assert_eq!(mark(Some(at(7)), &blue), (Some("current".into()), false));
+        let mut unreachable = StatusRow::failed(
+            &member("t", "c"),
+            Failure {
+                reach: Reach::Unreachable,
+                reason: "down".into(),
+            },
+        );
+        unreachable.against(&everywhere);
+        assert_eq!(unreachable.channel, None);
+        let rendered = render_status(
+            &FleetStatus {
+                clusters: vec![{
+                    let mut row =
+                        StatusRow::answered(&member("t", "c"), status("v2.8.0", Some(at(4))), 0);
+                    row.against(&everywhere);
+                    row
+                }],
+            },
+            Style::PLAIN,
+            Timestamp::now(),
+        );
+        assert!(
+            rendered.contains("CHANNEL") && rendered.contains("behind (3)"),
+            "{rendered}"
+        );
     }
 
     #[test]

@@ -6,9 +6,11 @@
 //! the agent accepts only a higher one than it holds.
 
 pub mod admission;
+pub mod channel;
 pub mod clusters;
 mod evaluate;
 pub mod glob;
+pub mod keyring;
 pub mod range;
 pub mod signing;
 
