@@ -463,16 +463,17 @@ impl Authorizer {
             reason,
         };
         let api: Api<CertificateSigningRequest> = Api::all(self.client.clone());
-        let csr = api
-            .get_opt(&proof.csr)
-            .await
+        let started = Instant::now();
+        let csr = api.get_opt(&proof.csr).await;
+        super::timing::record("csr-read", started.elapsed());
+        let csr = csr
             .map_err(|source| AuthError::CsrRead {
                 csr: proof.csr.clone(),
                 source,
             })?
             .ok_or_else(|| {
                 refused(
-                    "it does not exist (the plugin deletes it when its command ends): run the command again"
+                    "it does not exist (deleted when its command ended, or by someone else): run the command again"
                         .into(),
                 )
             })?;
@@ -580,10 +581,10 @@ impl Authorizer {
             ..TokenReview::default()
         };
         let api: Api<TokenReview> = Api::all(self.client.clone());
-        let created = api
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|source| AuthError::TokenReview { source })?;
+        let started = Instant::now();
+        let created = api.create(&PostParams::default(), &review).await;
+        super::timing::record("tokenreview", started.elapsed());
+        let created = created.map_err(|source| AuthError::TokenReview { source })?;
         Ok(created.status.unwrap_or_default())
     }
 
@@ -629,14 +630,14 @@ impl Authorizer {
             ..SubjectAccessReview::default()
         };
         let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
-        let created = api
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|source| AuthError::AccessReview {
-                user: user.username.clone(),
-                permission: Box::new(permission.clone()),
-                source,
-            })?;
+        let started = Instant::now();
+        let created = api.create(&PostParams::default(), &review).await;
+        super::timing::record("subjectaccessreview", started.elapsed());
+        let created = created.map_err(|source| AuthError::AccessReview {
+            user: user.username.clone(),
+            permission: Box::new(permission.clone()),
+            source,
+        })?;
         Ok(decision(created.status.unwrap_or_default()))
     }
 }

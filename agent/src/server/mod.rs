@@ -25,6 +25,7 @@ pub mod input;
 pub mod instance;
 pub mod metrics;
 pub mod policy;
+pub mod timing;
 pub mod upgrade;
 pub mod workloads;
 

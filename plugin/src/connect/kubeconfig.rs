@@ -10,8 +10,12 @@ use kube::{
 
 use super::*;
 
-/// A client for the kubeconfig's cluster, and the kubeconfig user it authenticates as.
-pub async fn kube_client(options: &ConnectOptions) -> Result<(Client, AuthInfo), ConnectError> {
+/// A client for the kubeconfig's cluster, the kubeconfig user it authenticates as, and the
+/// cluster as cached credentials are keyed.
+pub async fn kube_client(
+    options: &ConnectOptions,
+) -> Result<(Client, AuthInfo, ClusterIdentity), ConnectError> {
+    let started = std::time::Instant::now();
     let kube_options = KubeConfigOptions {
         context: options.context.clone(),
         ..KubeConfigOptions::default()
@@ -47,13 +51,17 @@ pub async fn kube_client(options: &ConnectOptions) -> Result<(Client, AuthInfo),
     }
     // Only the connect timeout: a read timeout would also cut idle port-forward streams.
     config.connect_timeout = options.timeout;
+    crate::timings::record("kubeconfig", started.elapsed());
+    let started = std::time::Instant::now();
     let cluster = config.cluster_url.to_string();
+    let identity = ClusterIdentity::new(&cluster, config.root_cert.as_deref());
     let user = config.auth_info.clone();
     let client = Client::try_from(config).map_err(|err| ConnectError::Client {
         cluster,
         cause: describe(&err),
     })?;
-    Ok((client, user))
+    crate::timings::record("client", started.elapsed());
+    Ok((client, user, identity))
 }
 
 pub fn read_kubeconfigs(paths: &OsString) -> Result<Kubeconfig, ConnectError> {
