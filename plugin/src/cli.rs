@@ -93,6 +93,12 @@ pub struct GlobalArgs {
     )]
     pub token: Option<Token>,
 
+    /// Request a new token (or identity CSR) for this command instead of reusing the one
+    /// cached under ~/.cache/tenantflux/tokens (mode 0600, reused until shortly before it
+    /// expires), and cache nothing.
+    #[arg(long, global = true, env = "TENANTFLUX_NO_CREDENTIAL_CACHE", value_parser = clap::builder::FalseyValueParser::new())]
+    pub no_credential_cache: bool,
+
     /// Output format.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
@@ -158,6 +164,7 @@ pub enum Command {
 
 impl Cli {
     pub fn run(self) -> anyhow::Result<()> {
+        let started = std::time::Instant::now();
         let printer = Printer::new(self.global.output, self.global.color);
         // Answered before any runtime or client exists: `version --client` must start fast.
         if let Command::Version { client: true } = self.command {
@@ -198,6 +205,7 @@ impl Cli {
             }
         });
         runtime.block_on(crate::connect::delete_identity_csrs());
+        crate::timings::print(started);
         result
     }
 }

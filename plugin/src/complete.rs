@@ -345,7 +345,7 @@ pub async fn lookup(source: Source, options: &ConnectOptions) -> Result<Vec<Stri
                 Ok(kubeconfig.contexts.into_iter().map(|c| c.name).collect())
             }
             Source::Namespaces => {
-                let (client, _) = kube_client(&options).await?;
+                let (client, ..) = kube_client(&options).await?;
                 let list = Api::<Namespace>::all(client)
                     .list_metadata(&ListParams::default())
                     .await?;

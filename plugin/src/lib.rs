@@ -13,6 +13,7 @@ pub mod instance;
 pub mod output;
 pub mod policy;
 pub mod status;
+pub mod timings;
 pub mod upgrade;
 pub mod version;
 pub mod workloads;

@@ -24,7 +24,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 pub async fn run(options: &ConnectOptions, printer: &Printer) -> anyhow::Result<()> {
     let mut agent = Agent::connect(options).await?;
     let status = agent.get_status().await?;
-    printer.print(&StatusView::from(status), render_table)
+    let started = std::time::Instant::now();
+    let printed = printer.print(&StatusView::from(status), render_table);
+    crate::timings::record("render", started.elapsed());
+    printed
 }
 
 /// `status --watch`: the status, then again at every change, across lost connections, until

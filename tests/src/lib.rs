@@ -460,6 +460,9 @@ impl TestCluster {
             .env("KUBECONFIG", kubeconfig.unwrap_or(&self.kubeconfig))
             .env_remove("TENANTFLUX_TOKEN")
             .env_remove("TENANTFLUX_AGENT_ADDRESS")
+            // Each run requests its own credential, as the tests of RBAC, CSR clean-up and
+            // missing accounts expect; tests/tests/agent.rs tests the cache itself.
+            .env("TENANTFLUX_NO_CREDENTIAL_CACHE", "1")
             .stdin(Stdio::null());
         command
     }

@@ -124,6 +124,147 @@ async fn status_with_client_certificates_goes_through_kubectl_and_the_port_forwa
     assert!(text.contains("source-controller"), "{text}");
 }
 
+/// `kubectl tenantflux status` as the admin (client certificates) with the credential cache
+/// in `cache`; the verbose line that says what was sent, and stderr.
+fn status_cached(cluster: &TestCluster, cache: &Path) -> (bool, String) {
+    let output = cluster
+        .plugin_command(None, &["status", "-o", "json"])
+        .env_remove("TENANTFLUX_NO_CREDENTIAL_CACHE")
+        .env("XDG_CACHE_HOME", cache)
+        .env("TENANTFLUX_VERBOSE", "1")
+        .output()
+        .expect("run kubectl tenantflux status");
+    (output.status.success(), stderr(&output))
+}
+
+/// The one cached identity file, its mode and the CSR it names.
+fn cached_identity(dir: &Path) -> (PathBuf, u32, Value) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("the cache directory exists")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(files.len(), 1, "one cached credential: {files:?}");
+    let path = files[0].clone();
+    let mode = std::fs::metadata(&path)
+        .expect("metadata")
+        .permissions()
+        .mode()
+        & 0o7777;
+    let entry: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("JSON");
+    (path, mode, entry)
+}
+
+#[tokio::test]
+async fn a_requested_credential_is_cached_0600_reused_and_replaced_when_stale_or_refused() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+    let cluster = TestCluster::shared();
+    cluster.ensure_agent().expect("agent");
+    let csrs: kube::Api<CertificateSigningRequest> =
+        kube::Api::all(cluster.client().await.expect("client"));
+    let home = tempfile::tempdir().expect("temp dir");
+    let dir = home.path().join("tenantflux").join("tokens");
+
+    let (ok, err) = status_cached(cluster, home.path());
+    assert!(ok, "{err}");
+    assert_eq!(
+        std::fs::metadata(&dir).expect("dir").permissions().mode() & 0o7777,
+        0o700
+    );
+    let (path, mode, entry) = cached_identity(&dir);
+    assert_eq!(mode, 0o600);
+    assert_eq!(entry["kind"], "identity");
+    let first = entry["csr"].as_str().expect("csr name").to_owned();
+    assert!(
+        err.contains(&format!("CertificateSigningRequest {first}")),
+        "{err}"
+    );
+    assert!(err.contains("cached for later commands"), "{err}");
+    assert!(
+        csrs.get_opt(&first).await.expect("get csr").is_some(),
+        "the cached CSR outlives the command"
+    );
+
+    // Reused: no new CSR, the same file.
+    let (ok, err) = status_cached(cluster, home.path());
+    assert!(ok, "{err}");
+    assert!(
+        err.contains(&format!("the cached CertificateSigningRequest {first}")),
+        "{err}"
+    );
+    assert_eq!(cached_identity(&dir).2["csr"], first.as_str());
+
+    // Expired: replaced by a new CSR, and the old one is deleted.
+    let mut stale = entry.clone();
+    stale["expiresAt"] = Value::from(stale["issuedAt"].as_i64().expect("issuedAt") + 30);
+    std::fs::write(&path, stale.to_string()).expect("write");
+    let (ok, err) = status_cached(cluster, home.path());
+    assert!(ok, "{err}");
+    let second = cached_identity(&dir).2["csr"]
+        .as_str()
+        .expect("csr")
+        .to_owned();
+    assert_ne!(second, first);
+    assert!(
+        csrs.get_opt(&first).await.expect("get csr").is_none(),
+        "the stale CSR is deleted"
+    );
+
+    // Others may read it: not used, and replaced by a 0600 file.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let (ok, err) = status_cached(cluster, home.path());
+    assert!(ok, "{err}");
+    assert!(err.contains("not using the cached credential"), "{err}");
+    assert!(err.contains("0644"), "{err}");
+    let (_, mode, entry) = cached_identity(&dir);
+    assert_eq!(mode, 0o600);
+    let third = entry["csr"].as_str().expect("csr").to_owned();
+    assert_ne!(third, second);
+
+    // Refused by the agent (its CSR deleted): the command says so and drops the entry, and the
+    // next one requests a new credential. A proof is made per second and the agent reuses the
+    // user of a proof it has seen, so the next call must come in a later second.
+    let last_call = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    csrs.delete(&third, &Default::default())
+        .await
+        .expect("delete csr");
+    wait_for(
+        "the clock to pass the last call's second",
+        Duration::from_secs(5),
+        || async {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_secs();
+            (now > last_call).then_some(())
+        },
+    )
+    .await
+    .expect("a later second");
+    let (ok, err) = status_cached(cluster, home.path());
+    assert!(!ok, "a deleted CSR proves nothing: {err}");
+    assert!(err.contains("the cached credential was dropped"), "{err}");
+    assert_eq!(std::fs::read_dir(&dir).expect("dir").count(), 0, "dropped");
+    let (ok, err) = status_cached(cluster, home.path());
+    assert!(ok, "{err}");
+    let fourth = cached_identity(&dir).2["csr"]
+        .as_str()
+        .expect("csr")
+        .to_owned();
+    assert_ne!(fourth, third);
+    for csr in [fourth, second] {
+        if let Err(err) = csrs.delete(&csr, &Default::default()).await {
+            panic!("cleaning up CSR {csr}: {err}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn status_with_a_service_account_token_from_the_kubeconfig() {
     let cluster = TestCluster::shared();

@@ -24,8 +24,8 @@ pub const CSR_METADATA: &str = "x-tenantflux-csr";
 pub const PROOF_METADATA: &str = "x-tenantflux-proof";
 /// How far a proof's time may be from the agent's clock.
 pub const MAX_SKEW_SECONDS: i64 = 300;
-/// How old an identity CSR may be when a call is made with it; the plugin deletes it when
-/// its command ends.
+/// How old an identity CSR may be when a call is made with it; the plugin caches it for later
+/// commands until shortly before this age (or deletes it when its command ends, uncached).
 pub const MAX_CSR_AGE_SECONDS: i64 = 900;
 
 /// Why a CSR or a proof does not hold.

@@ -195,11 +195,29 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let method = rpc_method(request.uri().path()).map(str::to_owned);
+        let timed = request
+            .headers()
+            .contains_key(super::timing::REQUEST_METADATA);
         let started = Instant::now();
         let answer = self.inner.call(request);
         let metrics = self.metrics.clone();
         Box::pin(async move {
-            let result = answer.await;
+            let result = if timed {
+                let (mut result, phases) = super::timing::collect(answer).await;
+                if let Ok(response) = &mut result
+                    && let Ok(value) = http::HeaderValue::from_str(&super::timing::header_value(
+                        &phases,
+                        started.elapsed(),
+                    ))
+                {
+                    response
+                        .headers_mut()
+                        .insert(super::timing::RESPONSE_HEADER, value);
+                }
+                result
+            } else {
+                answer.await
+            };
             if let Some(method) = method {
                 let code = result
                     .as_ref()

@@ -242,10 +242,17 @@ impl WorkloadsService {
                 let mut permitted = Vec::new();
                 let mut skipped = Vec::new();
                 let mut first_denial = None;
-                for cache in caches {
-                    let permission = permission(verb, cache.kind, namespace);
-                    match self.authorizer.authorize(metadata, &permission).await {
-                        Ok(_) => permitted.push(cache),
+                let permissions: Vec<_> = caches
+                    .iter()
+                    .map(|cache| permission(verb, cache.kind, namespace))
+                    .collect();
+                let decisions = self
+                    .authorizer
+                    .authorize_each(metadata, &permissions)
+                    .await?;
+                for (cache, decision) in caches.into_iter().zip(decisions) {
+                    match decision {
+                        Ok(()) => permitted.push(cache),
                         Err(denied @ AuthError::Denied { .. }) => {
                             skipped.push(SkippedKind {
                                 kind: cache.kind.kind.into(),

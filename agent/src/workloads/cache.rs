@@ -313,8 +313,15 @@ async fn reflect(
     let url = api.resource_url().to_owned();
     let stream = watcher::watcher(api, watcher::Config::default())
         .backoff(crate::watch_backoff())
-        // Nobody reads managedFields from the cache; they are often half of an object.
-        .modify(|object| object.metadata.managed_fields = None);
+        // The cache serves rows, filters and watches, and keeps only what they read: specs,
+        // inventories, histories and managedFields are most of an object and nobody's need.
+        .modify(|object| {
+            object.metadata.managed_fields = None;
+            if let Some(annotations) = &mut object.metadata.annotations {
+                annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+            }
+            super::rows::compact(&mut object.data);
+        });
     let mut stream = std::pin::pin!(stream);
     let mut before: HashMap<Key, Arc<DynamicObject>> = HashMap::new();
     let mut failing: Option<String> = None;

@@ -153,6 +153,69 @@ pub fn row(kind: &FluxKind, object: &Value) -> Row {
     }
 }
 
+/// Every field of an object's spec and status that [`row`] and [`StatusSelector`] read, as
+/// JSON pointers below the object's top level (metadata is kept whole, annotations included,
+/// for the kinds suspended by one).
+const ROW_FIELDS: &[&str] = &[
+    "/spec/suspend",
+    "/spec/sourceRef",
+    "/spec/chartRef",
+    "/spec/chart/spec/sourceRef",
+    "/spec/distribution/version",
+    "/status/conditions",
+    "/status/observedGeneration",
+    "/status/lastHandledReconcileAt",
+    "/status/artifact/revision",
+    "/status/lastAppliedRevision",
+    "/status/lastAttemptedRevision",
+    "/status/history/0/chartVersion",
+    "/status/lastScanResult/scanTime",
+    "/status/latestRef",
+    "/status/latestImage",
+    "/status/lastAutomationRunTime",
+    "/status/lastExportedRevision",
+];
+
+/// Keeps of an object's body (`spec`, `status`, …, without `metadata`) only what rows,
+/// filters and watches read: the cache holds thousands of objects, and their specs,
+/// inventories and histories are most of their size.
+pub fn compact(body: &mut Value) {
+    let mut kept = Value::Object(serde_json::Map::new());
+    for pointer in ROW_FIELDS {
+        if let Some(value) = body.pointer_mut(pointer) {
+            place(&mut kept, pointer, value.take());
+        }
+    }
+    *body = kept;
+}
+
+/// Sets `pointer` in `root`, creating the objects (or, for the token `0`, the one-element
+/// array) on the way.
+fn place(root: &mut Value, pointer: &str, value: Value) {
+    let tokens: Vec<&str> = pointer.split('/').skip(1).collect();
+    let mut at = root;
+    for (i, token) in tokens.iter().enumerate() {
+        let last = i + 1 == tokens.len();
+        let next = if last {
+            value.clone()
+        } else if tokens[i + 1] == "0" {
+            Value::Array(Vec::new())
+        } else {
+            Value::Object(serde_json::Map::new())
+        };
+        at = match at {
+            Value::Array(items) => {
+                if items.is_empty() {
+                    items.push(next);
+                }
+                &mut items[0]
+            }
+            Value::Object(map) => map.entry(token.to_string()).or_insert(next),
+            _ => return,
+        };
+    }
+}
+
 /// Why a status selector was refused.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -205,6 +268,58 @@ impl StatusSelector {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    #[test]
+    fn a_compacted_object_gives_the_same_row_and_selections() {
+        let kustomization = json!({
+            "metadata": {"name": "app", "namespace": "apps"},
+            "spec": {"interval": "10m", "path": "./", "prune": true, "suspend": true,
+                     "sourceRef": {"kind": "GitRepository", "name": "repo"}},
+            "status": {"observedGeneration": 3, "lastAppliedRevision": "main@sha1:abc",
+                       "lastHandledReconcileAt": "2026-12-01T10:00:00Z",
+                       "inventory": {"entries": [{"id": "apps_x__ConfigMap", "v": "v1"}]},
+                       "conditions": [{"type": "Ready", "status": "False", "reason": "Failed",
+                                       "message": "boom", "lastTransitionTime": "2026-12-01T10:00:00Z"}]}
+        });
+        let release = json!({
+            "spec": {"chart": {"spec": {"chart": "podinfo", "sourceRef": {"kind": "HelmRepository", "name": "r"}}},
+                     "values": {"big": "x".repeat(4096)}},
+            "status": {"history": [{"chartVersion": "6.5.0", "manifest": "y".repeat(4096)},
+                                   {"chartVersion": "6.4.0"}],
+                       "lastAttemptedRevision": "6.5.0"}
+        });
+        let instance = json!({
+            "metadata": {"annotations": {OPERATOR_RECONCILE_ANNOTATION: "disabled"}},
+            "spec": {"distribution": {"version": "2.9.x", "registry": "ghcr.io/fluxcd"},
+                     "components": ["source-controller"]}
+        });
+        for (kind, object) in [
+            (kind("Kustomization"), kustomization),
+            (kind("HelmRelease"), release),
+            (kind("FluxInstance"), instance),
+        ] {
+            let mut compacted = object.clone();
+            let metadata = compacted.as_object_mut().unwrap().remove("metadata");
+            compact(&mut compacted);
+            if let Some(metadata) = metadata {
+                compacted["metadata"] = metadata;
+            }
+            assert_eq!(row(kind, &compacted), row(kind, &object), "{}", kind.kind);
+            for selector in ["ready=false", "ready=true", "reconciling=unknown"] {
+                let (type_, status) = selector.split_once('=').unwrap();
+                let selector = StatusSelector::new(type_, status).unwrap();
+                assert_eq!(selector.matches(&compacted), selector.matches(&object));
+            }
+            let size = |v: &Value| v.to_string().len();
+            assert!(size(&compacted) <= size(&object), "{}", kind.kind);
+        }
+        let mut release = json!({"status": {"history": [{"chartVersion": "1", "manifest": "m"}]}});
+        compact(&mut release);
+        assert_eq!(
+            release,
+            json!({"status": {"history": [{"chartVersion": "1"}]}})
+        );
+    }
 
     use tenantflux_core::flux::OPERATOR_RECONCILE_ANNOTATION;
 

@@ -162,6 +162,12 @@ impl Interceptor for BearerAuth {
         &mut self,
         mut request: tonic::Request<()>,
     ) -> Result<tonic::Request<()>, tonic::Status> {
+        if crate::timings::enabled() {
+            request.metadata_mut().insert(
+                crate::timings::REQUEST_METADATA,
+                MetadataValue::from_static("1"),
+            );
+        }
         match self {
             Self::Token(value) => {
                 request
@@ -213,20 +219,34 @@ pub async fn delete_identity_csrs() {
     }
 }
 
-/// The credential calls carry, and what it is (for `TENANTFLUX_VERBOSE`).
+/// A credential taken from, or put in, the credential cache: dropped when the agent refuses it.
+pub(super) struct Cached {
+    cache: CredentialCache,
+    key: CacheKey,
+}
+
+impl Cached {
+    /// Forgets the credential, so the next command requests a new one.
+    pub(super) fn drop_entry(&self) {
+        self.cache.remove(&self.key);
+    }
+}
+
+/// The credential calls carry, what it is (for `TENANTFLUX_VERBOSE`), and where it is cached.
 pub(super) async fn resolve_token(
     options: &ConnectOptions,
     client: Client,
     user: &AuthInfo,
-) -> Result<(Credential, String), ConnectError> {
+    cluster: &ClusterIdentity,
+) -> Result<(Credential, String, Option<Cached>), ConnectError> {
     let source = token_source(options.token.as_ref(), user);
     let what = source.to_string();
     match source {
-        TokenSource::Flag(token) => Ok((Credential::Bearer(token.clone()), what)),
-        TokenSource::Kubeconfig(token) => Ok((Credential::Bearer(token), what)),
+        TokenSource::Flag(token) => Ok((Credential::Bearer(token.clone()), what, None)),
+        TokenSource::Kubeconfig(token) => Ok((Credential::Bearer(token), what, None)),
         TokenSource::KubeconfigFile(path) => tokio::fs::read_to_string(path)
             .await
-            .map(|text| (Credential::Bearer(Token::new(text)), what))
+            .map(|text| (Credential::Bearer(Token::new(text)), what, None))
             .map_err(|err| ConnectError::TokenFile {
                 path: path.to_owned(),
                 cause: err.to_string(),
@@ -235,36 +255,108 @@ pub(super) async fn resolve_token(
             let namespace = &options.agent_namespace;
             let account = &options.token_account;
             let audience = &options.audience;
+            let cache = options
+                .credential_cache
+                .as_deref()
+                .and_then(CredentialCache::open);
+            let key = |kind| CacheKey::new(kind, cluster, user, namespace, account, audience);
+            let now = cache::now();
+            let fallback_note = |forbidden: &str| {
+                eprintln!(
+                    "note: you may not create CertificateSigningRequests ({forbidden}), so the agent cannot \
+                     tell who you are: acting as ServiceAccount {namespace}/{account}, whose RBAC decides \
+                     what you may do; ask for `create certificatesigningrequests` (see the README) to act as yourself"
+                )
+            };
             // A user without a token proves who they are, so the agent authorizes them and
             // not a borrowed account; the fleet acts as its own account by design.
             if account == CLIENT_SERVICE_ACCOUNT {
+                if let Some(cache) = &cache {
+                    if let Some(found) =
+                        cached_identity(cache, key(CredentialKind::Identity), &client, options, now)
+                    {
+                        return Ok(found);
+                    }
+                    // A token cached because CSRs were refused: the refusal is said again.
+                    let token_key = key(CredentialKind::Token);
+                    if let Some(Entry::Token { token, .. }) =
+                        cache.load(&token_key).filter(|e| e.usable(now))
+                    {
+                        fallback_note("as when the cached token was requested");
+                        let what = format!(
+                            "a cached TokenRequest token of ServiceAccount {account} in namespace {namespace} (audience {audience})"
+                        );
+                        return Ok((
+                            Credential::Bearer(Token::new(token)),
+                            what,
+                            Some(Cached {
+                                key: token_key,
+                                cache: cache.clone(),
+                            }),
+                        ));
+                    }
+                }
                 let identity = bounded(
                     options.timeout,
                     || "creating the CertificateSigningRequest that proves who you are".to_owned(),
-                    create_identity_csr(client.clone(), audience, namespace),
+                    create_identity_csr(client.clone(), audience, namespace, cache.is_none()),
                 )
                 .await??;
                 match identity {
                     Ok(csr) => {
-                        let what = format!(
-                            "a proof of your identity with CertificateSigningRequest {} (signer {}, never approved; deleted when the command ends)",
+                        let mut what = format!(
+                            "a proof of your identity with CertificateSigningRequest {} (signer {}, never approved; ",
                             csr.name,
                             tenantflux_core::identity::SIGNER_NAME
                         );
-                        return Ok((Credential::Identity(Box::new(csr)), what));
+                        let cached = cache.map(|cache| {
+                            let key = key(CredentialKind::Identity);
+                            cache.store(
+                                &key,
+                                &Entry::Identity {
+                                    csr: csr.name.clone(),
+                                    key_pem: tenantflux_core::policy::signing::private_pem(
+                                        &csr.key,
+                                    ),
+                                    issued_at: now,
+                                    expires_at: now
+                                        + tenantflux_core::identity::MAX_CSR_AGE_SECONDS,
+                                },
+                            );
+                            Cached { cache, key }
+                        });
+                        what.push_str(if cached.is_some() {
+                            "cached for later commands while the agent accepts it)"
+                        } else {
+                            "deleted when the command ends)"
+                        });
+                        return Ok((Credential::Identity(Box::new(csr)), what, cached));
                     }
-                    Err(forbidden) => eprintln!(
-                        "note: you may not create CertificateSigningRequests ({forbidden}), so the agent cannot \
-                         tell who you are: acting as ServiceAccount {namespace}/{account}, whose RBAC decides \
-                         what you may do; ask for `create certificatesigningrequests` (see the README) to act as yourself"
-                    ),
+                    Err(forbidden) => fallback_note(&forbidden),
                 }
+            }
+            let token_key = key(CredentialKind::Token);
+            if let Some(cache) = &cache
+                && let Some(Entry::Token { token, .. }) =
+                    cache.load(&token_key).filter(|e| e.usable(now))
+            {
+                let what = format!(
+                    "a cached TokenRequest token of ServiceAccount {account} in namespace {namespace} (audience {audience})"
+                );
+                return Ok((
+                    Credential::Bearer(Token::new(token)),
+                    what,
+                    Some(Cached {
+                        key: token_key,
+                        cache: cache.clone(),
+                    }),
+                ));
             }
             let what = format!(
                 "a TokenRequest token of ServiceAccount {account} in namespace {namespace} \
                  (audience {audience}, valid {TOKEN_LIFETIME_SECONDS} s)"
             );
-            bounded(
+            let (token, expires_at) = bounded(
                 options.timeout,
                 || {
                     format!(
@@ -273,18 +365,85 @@ pub(super) async fn resolve_token(
                 },
                 request_token(client, namespace, account, audience),
             )
-            .await?
-            .map(|token| (Credential::Bearer(token), what))
+            .await??;
+            let cached = cache.map(|cache| {
+                cache.store(
+                    &token_key,
+                    &Entry::Token {
+                        token: token.expose().to_owned(),
+                        issued_at: now,
+                        expires_at,
+                    },
+                );
+                Cached {
+                    cache,
+                    key: token_key,
+                }
+            });
+            Ok((Credential::Bearer(token), what, cached))
         }
     }
 }
 
-/// Creates an identity CSR with a fresh key. `Ok(Err(message))`: the user may not create
-/// CSRs (the caller falls back to the ServiceAccount).
+/// The identity CSR cached for `key`, if it may still be used. One too old is forgotten and
+/// its CSR deleted when the command ends.
+fn cached_identity(
+    cache: &CredentialCache,
+    key: CacheKey,
+    client: &Client,
+    options: &ConnectOptions,
+    now: i64,
+) -> Option<(Credential, String, Option<Cached>)> {
+    let Entry::Identity {
+        csr,
+        key_pem,
+        issued_at,
+        expires_at,
+    } = cache.load(&key)?
+    else {
+        return None;
+    };
+    let signing = tenantflux_core::policy::signing::read_private_key(&key_pem).ok();
+    match signing {
+        Some(signing) if cache::usable(issued_at, expires_at, now) => {
+            let what = format!(
+                "a proof of your identity with the cached CertificateSigningRequest {csr} (signer {}, never approved)",
+                tenantflux_core::identity::SIGNER_NAME
+            );
+            let identity = IdentityCsr {
+                name: csr,
+                key: signing,
+                audience: options.audience.clone(),
+                namespace: options.agent_namespace.clone(),
+            };
+            Some((
+                Credential::Identity(Box::new(identity)),
+                what,
+                Some(Cached {
+                    cache: cache.clone(),
+                    key,
+                }),
+            ))
+        }
+        _ => {
+            cache.remove(&key);
+            IDENTITY_CSRS
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((client.clone(), csr));
+            None
+        }
+    }
+}
+
+/// Creates an identity CSR with a fresh key, deleted when the command ends if
+/// `delete_when_done` (else it is cached and lives on). `Ok(Err(message))`: the user may not
+/// create CSRs (the caller falls back to the ServiceAccount).
 async fn create_identity_csr(
     client: Client,
     audience: &str,
     namespace: &str,
+    delete_when_done: bool,
 ) -> Result<Result<IdentityCsr, String>, ConnectError> {
     use tenantflux_core::identity;
     let key =
@@ -323,10 +482,12 @@ async fn create_identity_csr(
     let api: Api<CertificateSigningRequest> = Api::all(client.clone());
     match api.create(&PostParams::default(), &csr).await {
         Ok(_) => {
-            IDENTITY_CSRS
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((client, name.clone()));
+            if delete_when_done {
+                IDENTITY_CSRS
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((client, name.clone()));
+            }
             Ok(Ok(IdentityCsr {
                 name,
                 key,
@@ -346,7 +507,7 @@ async fn request_token(
     namespace: &str,
     account: &str,
     audience: &str,
-) -> Result<Token, ConnectError> {
+) -> Result<(Token, i64), ConnectError> {
     // The API server gives a token requested without an audience its own: one that works
     // against the API server, not only against the agent.
     if audience.trim().is_empty() {
@@ -386,8 +547,13 @@ async fn request_token(
         })?;
     response
         .status
-        .map(|status| Token::new(status.token))
-        .filter(|token| !token.expose().is_empty())
+        .map(|status| {
+            (
+                Token::new(status.token),
+                status.expiration_timestamp.0.as_second(),
+            )
+        })
+        .filter(|(token, _)| !token.expose().is_empty())
         .ok_or_else(|| ConnectError::TokenRequest {
             account: account.to_owned(),
             namespace: namespace.to_owned(),
@@ -517,6 +683,7 @@ mod tests {
             token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
             timeout: None,
             verbose: false,
+            credential_cache: None,
         };
         assert!(!format!("{options:?}").contains("s3cr3t"));
         assert!("   ".parse::<Token>().is_err());

@@ -1,18 +1,29 @@
 //! Reaching tenantflux-agent: a port-forward to its pod through the API server (or a direct
 //! address), and the bearer token every call carries.
 
+mod cache;
 mod credentials;
 mod errors;
 mod kubeconfig;
 mod pod;
 
-pub use self::{credentials::*, errors::*, kubeconfig::*, pod::*};
+pub use self::{
+    cache::{
+        CacheKey, ClusterIdentity, CredentialCache, CredentialKind, Entry, NO_CACHE_ENV,
+        default_dir as default_credential_cache_dir,
+    },
+    credentials::*,
+    errors::*,
+    kubeconfig::*,
+    pod::*,
+};
 
 use std::{
     error::Error as StdError,
     ffi::OsString,
     fmt,
     future::Future,
+    path::PathBuf,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -73,6 +84,8 @@ pub struct ConnectOptions {
     pub timeout: Option<Duration>,
     /// Say on stderr which pod was checked and what credential is sent to it.
     pub verbose: bool,
+    /// Where requested credentials are kept between commands; None keeps none.
+    pub credential_cache: Option<PathBuf>,
 }
 
 impl From<&GlobalArgs> for ConnectOptions {
@@ -89,6 +102,11 @@ impl From<&GlobalArgs> for ConnectOptions {
             token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
             timeout: args.request_timeout.get(),
             verbose: std::env::var_os(VERBOSE_ENV).is_some_and(|v| !v.is_empty() && v != "0"),
+            credential_cache: if args.no_credential_cache {
+                None
+            } else {
+                cache::default_dir()
+            },
         }
     }
 }
@@ -124,6 +142,9 @@ pub struct Agent {
     target: AgentTarget,
     forward_error: ForwardError,
     namespace: String,
+    /// Where the credential came from or went to, if it is cached: forgotten once the agent
+    /// refuses it.
+    cached: Option<Cached>,
 }
 
 impl Agent {
@@ -134,7 +155,7 @@ impl Agent {
             .namespace
             .clone()
             .unwrap_or_else(|| "default".to_owned());
-        let (channel, target, (token, credential)) = match &options.agent_address {
+        let (channel, target, (token, credential, cached)) = match &options.agent_address {
             Some(address) => {
                 let (channel, target) = direct_channel(address, options.timeout).await?;
                 let token = match &options.token {
@@ -142,23 +163,28 @@ impl Agent {
                     Some(token) => (
                         Credential::Bearer(token.clone()),
                         TokenSource::Flag(token).to_string(),
+                        None,
                     ),
                     None => {
-                        let (client, user) = kube_client(options).await?;
+                        let (client, user, cluster) = kube_client(options).await?;
                         client.default_namespace().clone_into(&mut namespace);
-                        resolve_token(options, client, &user).await?
+                        resolve_token(options, client, &user, &cluster).await?
                     }
                 };
                 (channel, target, token)
             }
             None => {
-                let (client, user) = kube_client(options).await?;
+                let (client, user, cluster) = kube_client(options).await?;
                 client.default_namespace().clone_into(&mut namespace);
                 // The pod first: "agent not installed" explains more than a failed TokenRequest,
                 // and no token is requested or read for a pod that is not the agent's.
                 let (channel, target) =
                     port_forward_channel(client.clone(), options, forward_error.clone()).await?;
-                let token = resolve_token(options, client, &user).await?;
+                let token = crate::timings::timed(
+                    "credential",
+                    resolve_token(options, client, &user, &cluster),
+                )
+                .await?;
                 (channel, target, token)
             }
         };
@@ -181,12 +207,23 @@ impl Agent {
             target,
             forward_error,
             namespace,
+            cached,
         })
     }
 
     pub async fn get_status(&mut self) -> Result<Status, CallError> {
-        match self.client.get_status(GetStatusRequest {}).await {
-            Ok(response) => Ok(response.into_inner()),
+        let call = crate::timings::timed("call", self.client.get_status(GetStatusRequest {}));
+        match call.await {
+            Ok(response) => {
+                if let Some(value) = response
+                    .metadata()
+                    .get(crate::timings::RESPONSE_METADATA)
+                    .and_then(|v| v.to_str().ok())
+                {
+                    crate::timings::record_server_timing(value);
+                }
+                Ok(response.into_inner())
+            }
             Err(status) => Err(self.error(&status)),
         }
     }
@@ -234,7 +271,18 @@ impl Agent {
 
     pub fn error(&self, status: &tonic::Status) -> CallError {
         let forward_error = self.forward_error.lock().ok().and_then(|e| e.clone());
-        call_error(status, &self.target, forward_error)
+        let error = call_error(status, &self.target, forward_error);
+        if let (CallError::Unauthenticated { message }, Some(cached)) = (&error, &self.cached) {
+            // A cached credential the agent no longer accepts (its CSR deleted, the token
+            // revoked): the next command requests a new one.
+            cached.drop_entry();
+            return CallError::Unauthenticated {
+                message: format!(
+                    "{message} (the cached credential was dropped: run the command again to request a new one)"
+                ),
+            };
+        }
+        error
     }
 }
 
@@ -316,39 +364,104 @@ async fn port_forward_channel(
 ) -> Result<(Channel, AgentTarget), ConnectError> {
     let namespace = options.agent_namespace.clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-    let list = bounded(
-        options.timeout,
-        || format!("listing pods in namespace {namespace} with selector {AGENT_SELECTOR}"),
-        pods.list(&ListParams::default().labels(AGENT_SELECTOR)),
-    )
-    .await?
-    .map_err(|err| ConnectError::ListPods {
+    // The Deployment the pods must belong to is read while they are listed.
+    let selector = ListParams::default().labels(AGENT_SELECTOR);
+    let (list, deployment) = tokio::join!(
+        bounded(
+            options.timeout,
+            || format!("listing pods in namespace {namespace} with selector {AGENT_SELECTOR}"),
+            crate::timings::timed("pod-lookup", pods.list(&selector),),
+        ),
+        bounded(
+            options.timeout,
+            || format!("reading Deployment {AGENT_DEPLOYMENT} in namespace {namespace}"),
+            crate::timings::timed("deployment", agent_deployment(client.clone(), &namespace)),
+        ),
+    );
+    let list = list?.map_err(|err| ConnectError::ListPods {
         namespace: namespace.clone(),
         cause: describe(&err),
     })?;
     let candidates = ready_agent_pods(&list.items);
-    if candidates.is_empty() {
+    let Some(&newest) = candidates.first() else {
         return Err(ConnectError::NoAgentPod { namespace });
-    }
+    };
+    let deployment = deployment??;
+    // The newest candidate is nearly always the agent's: its port-forward and HTTP/2
+    // handshake are opened while it is checked. No call, so no credential, goes on a
+    // connection before its pod has passed the check; one to a pod that fails it is dropped.
+    let early_name = newest.metadata.name.clone().unwrap_or_default();
+    let early = tokio::spawn(pod_channel(
+        pods.clone(),
+        early_name.clone(),
+        grpc_port(newest),
+        options.timeout,
+        forward_error.clone(),
+    ));
+    // Aborted on every early return, so a pod that fails the check is never waited for.
+    let early = AbortOnDrop(early);
     let pod = bounded(
         options.timeout,
         || format!("checking the pods in namespace {namespace} with selector {AGENT_SELECTOR}"),
-        checked_agent_pod(client, &namespace, &candidates),
+        crate::timings::timed(
+            "pod-check",
+            checked_agent_pod(client, &namespace, &candidates, deployment.as_ref()),
+        ),
     )
     .await??;
     let name = pod.metadata.name.clone().unwrap_or_default();
-    let port = grpc_port(pod);
     let target = AgentTarget::Pod {
         name: name.clone(),
         namespace,
     };
+    let channel = if name == early_name {
+        early.join().await
+    } else {
+        drop(early);
+        Some(pod_channel(pods, name, grpc_port(pod), options.timeout, forward_error).await)
+    };
+    let channel = channel.ok_or_else(|| ConnectError::Unreachable {
+        target: target.clone(),
+        cause: "the task opening the port-forward ended early".to_owned(),
+    })?;
+    let channel = channel.map_err(|err| ConnectError::Unreachable {
+        target: target.clone(),
+        cause: describe(&err),
+    })?;
+    Ok((channel, target))
+}
 
+/// A spawned task that is aborted when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> AbortOnDrop<T> {
+    /// Its output; None if it panicked or was aborted.
+    async fn join(mut self) -> Option<T> {
+        (&mut self.0).await.ok()
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A gRPC channel to pod `name`'s `port`, its connection a port-forward through the API server.
+async fn pod_channel(
+    pods: Api<Pod>,
+    name: String,
+    port: u16,
+    timeout: Option<Duration>,
+    forward_error: ForwardError,
+) -> Result<Channel, tonic::transport::Error> {
     let connector = tower::service_fn(move |_: http::Uri| {
         let pods = pods.clone();
         let name = name.clone();
         let forward_error = forward_error.clone();
         async move {
-            let mut forwarder = pods.portforward(&name, &[port]).await?;
+            let mut forwarder =
+                crate::timings::timed("port-forward", pods.portforward(&name, &[port])).await?;
             let stream = forwarder
                 .take_stream(port)
                 .ok_or_else(|| std::io::Error::other("the port-forward opened no stream"))?;
@@ -364,17 +477,13 @@ async fn port_forward_channel(
             Ok::<_, Box<dyn StdError + Send + Sync>>(TokioIo::new(stream))
         }
     });
-    let channel = endpoint(
-        Endpoint::from_static("http://tenantflux-agent"),
-        options.timeout,
+    // The port-forward upgrade (also timed on its own) and the HTTP/2 handshake over it.
+    crate::timings::timed(
+        "channel",
+        endpoint(Endpoint::from_static("http://tenantflux-agent"), timeout)
+            .connect_with_connector(connector),
     )
-    .connect_with_connector(connector)
     .await
-    .map_err(|err| ConnectError::Unreachable {
-        target: target.clone(),
-        cause: describe(&err),
-    })?;
-    Ok((channel, target))
 }
 
 #[cfg(test)]
@@ -395,6 +504,7 @@ mod tests {
             token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
             timeout: Some(Duration::from_secs(5)),
             verbose: false,
+            credential_cache: None,
         }
     }
 

@@ -114,15 +114,8 @@ pub fn grpc_port(pod: &Pod) -> u16 {
         .unwrap_or(DEFAULT_GRPC_PORT)
 }
 
-/// The newest of `candidates` that is tenantflux-agent's ([`check_agent_pod`]). Pods with the
-/// agent's labels that are not its are named: in a warning when the agent's pod is there
-/// too, in the error when it is not.
-pub(super) async fn checked_agent_pod<'a>(
-    client: Client,
-    namespace: &str,
-    candidates: &[&'a Pod],
-) -> Result<&'a Pod, ConnectError> {
-    let read_error = |err: kube::Error| match err {
+fn read_error(namespace: &str) -> impl Fn(kube::Error) -> ConnectError + '_ {
+    move |err| match err {
         kube::Error::Api(status) if status.is_forbidden() => ConnectError::CheckPodsForbidden {
             namespace: namespace.to_owned(),
             message: status.message.clone(),
@@ -131,20 +124,39 @@ pub(super) async fn checked_agent_pod<'a>(
             namespace: namespace.to_owned(),
             cause: describe(&err),
         },
-    };
-    let deployment = Api::<Deployment>::namespaced(client.clone(), namespace)
+    }
+}
+
+/// The agent's Deployment, read while its pods are listed.
+pub(super) async fn agent_deployment(
+    client: Client,
+    namespace: &str,
+) -> Result<Option<Deployment>, ConnectError> {
+    Api::<Deployment>::namespaced(client, namespace)
         .get_opt(AGENT_DEPLOYMENT)
         .await
-        .map_err(read_error)?;
+        .map_err(read_error(namespace))
+}
+
+/// The newest of `candidates` that is tenantflux-agent's ([`check_agent_pod`]). Pods with the
+/// agent's labels that are not its are named: in a warning when the agent's pod is there
+/// too, in the error when it is not.
+pub(super) async fn checked_agent_pod<'a>(
+    client: Client,
+    namespace: &str,
+    candidates: &[&'a Pod],
+    deployment: Option<&Deployment>,
+) -> Result<&'a Pod, ConnectError> {
+    let read_error = read_error(namespace);
     let replica_sets: Api<ReplicaSet> = Api::namespaced(client, namespace);
     let mut refused = Vec::new();
     for &pod in candidates {
         let replica_set = match controlling_replica_set(pod) {
-            Some(name) => replica_sets.get_opt(name).await.map_err(read_error)?,
+            Some(name) => replica_sets.get_opt(name).await.map_err(&read_error)?,
             None => None,
         };
         let name = pod.metadata.name.clone().unwrap_or_default();
-        match check_agent_pod(pod, replica_set.as_ref(), deployment.as_ref()) {
+        match check_agent_pod(pod, replica_set.as_ref(), deployment) {
             Ok(()) => {
                 for (other, why) in &refused {
                     eprintln!(
