@@ -3,7 +3,9 @@
 //! credential, the call and, from the agent's `server-timing` answer, its TokenReview,
 //! SubjectAccessReview and handler) is printed on stderr when the command ends, one line each:
 //!
-//!     timing: pod-lookup 2.41 ms
+//! ```text
+//! timing: pod-lookup 2.41 ms
+//! ```
 //!
 //! Only names and durations: never a token, a name or an address. `tests/bench/plugin` reads
 //! these lines.
