@@ -63,6 +63,59 @@ pub(crate) async fn failpoint(name: &'static str) {
     }
 }
 
+/// An in-memory writer that refuses to hold more than `limit` bytes: what a registry's blob
+/// is downloaded into (flux-operator bundles, policy artifacts), so that one that sends more
+/// than its manifest declared is cut off at the limit.
+pub(crate) struct Limited {
+    pub(crate) bytes: Vec<u8>,
+    limit: u64,
+    /// Set once a write went past the limit.
+    pub(crate) exceeded: bool,
+}
+
+impl Limited {
+    pub(crate) fn new(limit: u64) -> Self {
+        Self {
+            bytes: Vec::new(),
+            limit,
+            exceeded: false,
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Limited {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let total = self.bytes.len() as u64 + buf.len() as u64;
+        if total > self.limit {
+            self.exceeded = true;
+            return std::task::Poll::Ready(Err(std::io::Error::other(format!(
+                "more than {} bytes",
+                self.limit
+            ))));
+        }
+        self.bytes.extend_from_slice(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
 /// The waits between attempts of a step that failed, for the agent's own retry loops (install
 /// attempts, the wait for the API server, upgrade steps): `min`, doubling, at most `max`, for
 /// as long as the loop goes on. Loops that succeed start a new sequence.
@@ -149,5 +202,17 @@ mod tests {
         assert!(failpoint_set("a, policy-accepted", "policy-accepted"));
         assert!(!failpoint_set("policy-accepted-late", "policy-accepted"));
         assert!(!failpoint_set("", "policy-accepted"));
+    }
+
+    #[tokio::test]
+    async fn the_layer_writer_holds_no_more_than_its_limit() {
+        use tokio::io::AsyncWriteExt as _;
+        let mut writer = Limited::new(10);
+        writer.write_all(b"0123456789").await.unwrap();
+        assert!(!writer.exceeded);
+        let err = writer.write_all(b"x").await.unwrap_err();
+        assert_eq!(err.to_string(), "more than 10 bytes");
+        assert!(writer.exceeded);
+        assert_eq!(writer.bytes, b"0123456789");
     }
 }

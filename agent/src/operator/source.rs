@@ -6,7 +6,6 @@
 
 use std::{fmt, io::Read, path::PathBuf, str::FromStr};
 
-use base64::Engine;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 use oci_client::{
@@ -14,7 +13,6 @@ use oci_client::{
     client::{ClientConfig, ClientProtocol},
     secrets::RegistryAuth,
 };
-use serde::Deserialize;
 
 use super::bundle::digest_of;
 
@@ -394,7 +392,7 @@ impl Fetcher {
                 ),
             });
         }
-        let mut blob = Limited::new(MAX_LAYER_BYTES);
+        let mut blob = crate::Limited::new(MAX_LAYER_BYTES);
         client
             .pull_blob(&reference, layer, &mut blob)
             .await
@@ -436,56 +434,6 @@ impl Fetcher {
             .and_then(|mut d| d.remove(".dockerconfigjson"))
             .ok_or_else(|| problem("no key .dockerconfigjson (create it with kubectl create secret docker-registry)"))?;
         registry_auth_from_docker_config(&config.0, registry).map_err(|p| problem(&p))
-    }
-}
-
-/// An in-memory writer that refuses to hold more than `limit` bytes.
-struct Limited {
-    bytes: Vec<u8>,
-    limit: u64,
-    exceeded: bool,
-}
-
-impl Limited {
-    fn new(limit: u64) -> Self {
-        Self {
-            bytes: Vec::new(),
-            limit,
-            exceeded: false,
-        }
-    }
-}
-
-impl tokio::io::AsyncWrite for Limited {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let total = self.bytes.len() as u64 + buf.len() as u64;
-        if total > self.limit {
-            self.exceeded = true;
-            return std::task::Poll::Ready(Err(std::io::Error::other(format!(
-                "more than {} bytes",
-                self.limit
-            ))));
-        }
-        self.bytes.extend_from_slice(buf);
-        std::task::Poll::Ready(Ok(buf.len()))
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
     }
 }
 
@@ -577,61 +525,20 @@ pub fn install_yaml_from_layer(layer: &[u8]) -> Result<String, String> {
     Err(format!("its layer has no {ARTIFACT_PATH}"))
 }
 
-/// Credentials for `registry` from a `.dockerconfigjson` document.
+/// Credentials for `registry` from a `.dockerconfigjson` document (the parsing is
+/// `tenantflux_core`'s, shared with the policy channel's pull Secret).
 pub fn registry_auth_from_docker_config(
     json: &[u8],
     registry: &str,
 ) -> Result<RegistryAuth, String> {
-    #[derive(Deserialize)]
-    struct DockerConfig {
-        #[serde(default)]
-        auths: std::collections::BTreeMap<String, Entry>,
-    }
-    #[derive(Deserialize)]
-    struct Entry {
-        username: Option<String>,
-        password: Option<String>,
-        auth: Option<String>,
-    }
-    let config: DockerConfig = serde_json::from_slice(json)
-        .map_err(|err| format!(".dockerconfigjson is not valid JSON: {err}"))?;
-    let host = |key: &str| {
-        key.trim_start_matches("https://")
-            .trim_start_matches("http://")
-            .split('/')
-            .next()
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let Some(entry) = config
-        .auths
-        .iter()
-        .find(|(key, _)| host(key) == registry)
-        .map(|(_, e)| e)
-    else {
-        return Err(format!("it has no credentials for registry {registry}"));
-    };
-    if let (Some(user), Some(password)) = (&entry.username, &entry.password) {
-        return Ok(RegistryAuth::Basic(user.clone(), password.clone()));
-    }
-    let auth = entry.auth.as_deref().ok_or_else(|| {
-        format!("the entry for {registry} has neither username/password nor auth")
-    })?;
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(auth)
-        .ok()
-        .and_then(|b| String::from_utf8(b).ok())
-        .ok_or_else(|| {
-            format!("the auth of the entry for {registry} is not base64 of user:password")
-        })?;
-    let (user, password) = decoded
-        .split_once(':')
-        .ok_or_else(|| format!("the auth of the entry for {registry} is not user:password"))?;
-    Ok(RegistryAuth::Basic(user.to_owned(), password.to_owned()))
+    tenantflux_core::policy::channel::docker_config_credentials(json, registry)
+        .map(|(user, password)| RegistryAuth::Basic(user, password))
 }
 
 #[cfg(test)]
 mod tests {
+    use base64::Engine as _;
+
     use super::*;
 
     #[test]
@@ -703,18 +610,6 @@ mod tests {
             err,
             "its flux-operator/install.yaml unpacks to more than the 33554432 bytes (32 MiB) the agent reads"
         );
-    }
-
-    #[tokio::test]
-    async fn the_layer_writer_holds_no_more_than_its_limit() {
-        use tokio::io::AsyncWriteExt as _;
-        let mut writer = Limited::new(10);
-        writer.write_all(b"0123456789").await.unwrap();
-        assert!(!writer.exceeded);
-        let err = writer.write_all(b"x").await.unwrap_err();
-        assert_eq!(err.to_string(), "more than 10 bytes");
-        assert!(writer.exceeded);
-        assert_eq!(writer.bytes, b"0123456789");
     }
 
     #[test]

@@ -390,7 +390,7 @@ impl Puller {
                 layer.digest, layer.size
             )));
         }
-        let mut blob = Limited::new(MAX_LAYER_BYTES);
+        let mut blob = crate::Limited::new(MAX_LAYER_BYTES);
         self.oci
             .pull_blob(&reference, layer, &mut blob)
             .await
@@ -418,52 +418,6 @@ fn not_found(err: &oci_client::errors::OciDistributionError) -> bool {
     }
 }
 
-/// An in-memory writer that refuses to hold more than `limit` bytes.
-struct Limited {
-    bytes: Vec<u8>,
-    limit: u64,
-    exceeded: bool,
-}
-
-impl Limited {
-    fn new(limit: u64) -> Self {
-        Self {
-            bytes: Vec::new(),
-            limit,
-            exceeded: false,
-        }
-    }
-}
-
-impl tokio::io::AsyncWrite for Limited {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        if self.bytes.len() as u64 + buf.len() as u64 > self.limit {
-            self.exceeded = true;
-            return std::task::Poll::Ready(Err(std::io::Error::other("over the limit")));
-        }
-        self.bytes.extend_from_slice(buf);
-        std::task::Poll::Ready(Ok(buf.len()))
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -479,15 +433,5 @@ mod tests {
         );
         let distinct: std::collections::BTreeSet<_> = waits.iter().collect();
         assert!(distinct.len() > 150, "{} distinct waits", distinct.len());
-    }
-
-    #[tokio::test]
-    async fn the_layer_writer_holds_no_more_than_its_limit() {
-        use tokio::io::AsyncWriteExt as _;
-        let mut limited = Limited::new(4);
-        limited.write_all(b"1234").await.unwrap();
-        assert!(limited.write_all(b"5").await.is_err());
-        assert!(limited.exceeded);
-        assert_eq!(limited.bytes, b"1234");
     }
 }
