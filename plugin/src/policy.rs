@@ -237,16 +237,27 @@ fn keyring_sign(
     let signed = tenantflux_core::policy::keyring::sign(&document, &roots)
         .context("the keyring is refused")?;
     let yaml = signed.to_yaml();
+    write_signed(out, &yaml, |out| {
+        format!(
+            "signed keyring version {version} ({} active key(s), {} revoked) with {} root key(s) into {}",
+            keys.len(),
+            revoke.len(),
+            roots.len(),
+            out.display()
+        )
+    })
+}
+
+/// Writes a signed document to `out` and says so on stderr, or to stdout without `out`.
+fn write_signed(
+    out: Option<&Path>,
+    yaml: &str,
+    said: impl FnOnce(&Path) -> String,
+) -> anyhow::Result<()> {
     match out {
         Some(out) => {
-            fs::write(out, &yaml).with_context(|| format!("writing {}", out.display()))?;
-            eprintln!(
-                "signed keyring version {version} ({} active key(s), {} revoked) with {} root key(s) into {}",
-                keys.len(),
-                revoke.len(),
-                roots.len(),
-                out.display()
-            );
+            fs::write(out, yaml).with_context(|| format!("writing {}", out.display()))?;
+            eprintln!("{}", said(out));
         }
         None => {
             let mut stdout = std::io::stdout().lock();
@@ -300,23 +311,13 @@ fn sign(
             }
         })?
     };
-    let yaml = signed.to_yaml();
-    match out {
-        Some(out) => {
-            fs::write(out, &yaml).with_context(|| format!("writing {}", out.display()))?;
-            eprintln!(
-                "signed {policy} with key {} into {}",
-                signed.key_id,
-                out.display()
-            );
-        }
-        None => {
-            let mut stdout = std::io::stdout().lock();
-            stdout.write_all(yaml.as_bytes())?;
-            stdout.flush()?;
-        }
-    }
-    Ok(())
+    write_signed(out, &signed.to_yaml(), |out| {
+        format!(
+            "signed {policy} with key {} into {}",
+            signed.key_id,
+            out.display()
+        )
+    })
 }
 
 #[derive(Serialize)]

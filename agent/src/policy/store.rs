@@ -280,16 +280,9 @@ impl PolicyStore {
         {
             return Ok(false);
         }
-        let data = [(KEYRING_KEY.to_owned(), text.to_owned())].into();
-        crate::apply_record(&self.configmaps, KEYRING_NAME, data)
+        self.write(KEYRING_NAME, KEYRING_KEY, text.to_owned())
             .await
-            .map_err(|source| {
-                KeyringRefused::Store(StoreError::Write {
-                    namespace: self.namespace.clone(),
-                    name: KEYRING_NAME,
-                    source: Box::new(source),
-                })
-            })?;
+            .map_err(KeyringRefused::Store)?;
         tracing::info!(
             version = keyring.version,
             keys = ?keyring.key_ids(),
@@ -563,14 +556,20 @@ impl PolicyStore {
         }
     }
 
+    /// Writes the highest-generation record.
     async fn record(&self, signed: &SignedPolicy) -> Result<(), StoreError> {
-        let data = [(STORE_KEY.to_owned(), signed.to_yaml())].into();
-        crate::apply_record(&self.configmaps, HIGHEST_NAME, data)
+        self.write(HIGHEST_NAME, STORE_KEY, signed.to_yaml()).await
+    }
+
+    /// Writes `text` as key `key` of ConfigMap `name` in the agent's namespace.
+    async fn write(&self, name: &'static str, key: &str, text: String) -> Result<(), StoreError> {
+        let data = [(key.to_owned(), text)].into();
+        crate::apply_record(&self.configmaps, name, data)
             .await
             .map(drop)
             .map_err(|source| StoreError::Write {
                 namespace: self.namespace.clone(),
-                name: HIGHEST_NAME,
+                name,
                 source: Box::new(source),
             })
     }
@@ -630,16 +629,9 @@ impl PolicyStore {
         });
     }
 
+    /// Writes the stored copy.
     async fn store(&self, signed: &SignedPolicy) -> Result<(), StoreError> {
-        let data = [(STORE_KEY.to_owned(), signed.to_yaml())].into();
-        crate::apply_record(&self.configmaps, STORE_NAME, data)
-            .await
-            .map(drop)
-            .map_err(|source| StoreError::Write {
-                namespace: self.namespace.clone(),
-                name: STORE_NAME,
-                source: Box::new(source),
-            })
+        self.write(STORE_NAME, STORE_KEY, signed.to_yaml()).await
     }
 
     /// Reads the stored copy once (so the policy is in force before gRPC answers), then
