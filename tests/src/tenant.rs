@@ -69,6 +69,48 @@ pub fn instance_json(cluster: &TestCluster) -> Option<Value> {
     None
 }
 
+/// Waits until the API server itself enforces policy `generation`: the agent has written the
+/// ValidatingAdmissionPolicy and its binding at that generation, and a server-side dry run of
+/// a FluxInstance from a registry no policy allows is refused by that generation. The binding
+/// written is not yet the binding enforced: the API server loads it through an informer, a
+/// moment after the write, so a test that asserts on the write alone races it.
+pub async fn wait_enforced(cluster: &TestCluster, generation: u64) -> Result<()> {
+    let mut probe = compliant_instance();
+    probe["spec"]["distribution"]["registry"] = "docker.io/not-allowed".into();
+    let file = tempfile::NamedTempFile::new().expect("a temporary file");
+    std::fs::write(file.path(), probe.to_string()).expect("writing the probe");
+    let by = format!("allowed by policy generation {generation}");
+    wait_for(
+        &format!("the API server to enforce policy generation {generation}"),
+        Duration::from_secs(60),
+        || {
+            let written = [
+                "validatingadmissionpolicy",
+                "validatingadmissionpolicybinding",
+            ]
+            .iter()
+            .all(|kind| {
+                cluster
+                    .kubectl_ok(&[
+                        "get",
+                        kind,
+                        "tenantflux-policy",
+                        "-o",
+                        "jsonpath={.metadata.annotations.tenantflux\\.io/policy-generation}",
+                        "--ignore-not-found",
+                    ])
+                    .is_ok_and(|g| g == generation.to_string())
+            });
+            let refused = written
+                && cluster
+                    .kubectl(&["apply", "--dry-run=server", "-f", path(file.path())])
+                    .is_ok_and(|o| String::from_utf8_lossy(&o.stderr).contains(&by));
+            async move { refused.then_some(()) }
+        },
+    )
+    .await
+}
+
 /// The agent's defaults record as `outcome/policyGeneration`, empty when there is none.
 pub fn defaults_record(cluster: &TestCluster) -> String {
     cluster
@@ -153,23 +195,9 @@ impl<'a> Tenant<'a> {
         assert!(output.status.success(), "policy push: {output:?}");
         // Done once the API server enforces it too, so that nothing the setup started is
         // still changing the cluster when a test looks.
-        wait_for(
-            "the admission policy at generation 7",
-            Duration::from_secs(60),
-            || {
-                let generation = cluster.kubectl_ok(&[
-                    "get",
-                    "validatingadmissionpolicybinding",
-                    "tenantflux-policy",
-                    "-o",
-                    "jsonpath={.metadata.annotations.tenantflux\\.io/policy-generation}",
-                    "--ignore-not-found",
-                ]);
-                async move { generation.ok().filter(|g| g == "7").map(drop) }
-            },
-        )
-        .await
-        .expect("admission policy applied");
+        wait_enforced(cluster, 7)
+            .await
+            .expect("the API server enforces the policy");
         tenant
     }
 

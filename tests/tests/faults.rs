@@ -20,7 +20,10 @@ use std::{
 use serde_json::Value;
 use tenantflux_tests::{
     TestCluster, operator_bundle, path,
-    tenant::{AGENT_NAMESPACE, APPS, Tenant, compliant_instance, defaults_record, instance_json},
+    tenant::{
+        AGENT_NAMESPACE, APPS, Tenant, compliant_instance, defaults_record, instance_json,
+        wait_enforced,
+    },
     tool_path, wait_for,
 };
 
@@ -325,19 +328,6 @@ async fn kill_9_during_the_operator_install_ends_in_the_same_install() {
     assert_eq!(event_reasons(&cluster), events);
 }
 
-fn vap_generation(cluster: &TestCluster) -> String {
-    cluster
-        .kubectl_ok(&[
-            "get",
-            "validatingadmissionpolicy",
-            "tenantflux-policy",
-            "-o",
-            "jsonpath={.metadata.annotations.tenantflux\\.io/policy-generation}",
-            "--ignore-not-found",
-        ])
-        .unwrap_or_default()
-}
-
 #[tokio::test]
 async fn kill_9_during_policy_apply_and_defaults_create_ends_in_the_same_state() {
     let _serial = SERIAL.lock().await;
@@ -450,16 +440,9 @@ async fn kill_9_during_policy_apply_and_defaults_create_ends_in_the_same_state()
     })
     .await
     .unwrap_or_else(|err| panic!("{err}: {}", defaults_record(&cluster)));
-    wait_for(
-        "the admission policy at generation 7",
-        Duration::from_secs(60),
-        || {
-            let done = vap_generation(&cluster) == "7";
-            async move { done.then_some(()) }
-        },
-    )
-    .await
-    .expect("admission policy");
+    wait_enforced(&cluster, 7)
+        .await
+        .expect("the API server enforces generation 7");
     let instance = instance_json(&cluster).expect("the instance from the defaults");
     assert_eq!(
         instance["metadata"]["generation"], 1,

@@ -11,7 +11,7 @@ use tenantflux_tests::{
     TestCluster, path, repo_root,
     tenant::{
         AGENT_NAMESPACE, compliant_instance, defaults_record, example_without_defaults,
-        instance_json,
+        instance_json, wait_enforced,
     },
     wait_for,
 };
@@ -459,19 +459,8 @@ async fn the_api_server_refuses_a_non_compliant_instance_while_the_agent_is_down
     cluster.stop_agent().expect("stopping the agent");
 
     let apply = |instance: &Value| cluster.apply_yaml(&instance.to_string());
-    let mut probe = compliant_instance();
-    probe["spec"]["distribution"]["registry"] = "docker.io/evil".into();
     // The API server picks up a new admission policy within seconds.
-    wait_for(
-        "the API server to enforce the policy",
-        Duration::from_secs(30),
-        || {
-            let refused = apply_dry_run(&cluster, &probe);
-            async move { refused.then_some(()) }
-        },
-    )
-    .await
-    .expect("policy enforced");
+    wait_enforced(&cluster, 7).await.expect("policy enforced");
 
     let by = "allowed by policy generation 7";
     type Change = fn(&mut Value);
@@ -575,15 +564,6 @@ async fn the_api_server_refuses_a_non_compliant_instance_while_the_agent_is_down
 }
 
 /// Whether the API server refuses `instance` (server-side dry run, nothing stored).
-fn apply_dry_run(cluster: &TestCluster, instance: &Value) -> bool {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), instance.to_string()).unwrap();
-    let output = cluster
-        .kubectl(&["apply", "--dry-run=server", "-f", path(file.path())])
-        .unwrap();
-    !output.status.success()
-}
-
 /// Sets the verbs the tenant account has on FluxInstances (Role instance-editor).
 fn allow_instance_verbs(cluster: &TestCluster, verbs: &str) {
     cluster
