@@ -6,9 +6,8 @@ use std::{future::Future, pin::Pin, sync::Arc, time::Duration, time::Instant};
 
 use futures::{Stream, StreamExt};
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client,
     api::{DynamicObject, Patch, PatchParams},
-    runtime::reflector::ObjectRef,
 };
 use tenantflux_proto::v1::{
     self as pb, FluxObject, GetObjectRequest, ListKindsRequest, ListKindsResponse,
@@ -31,7 +30,7 @@ use crate::workloads::{
     cache::{Caches, Change, ChangeType, KindCache},
     catalog::{self, FluxKind},
     patches::{self, Target},
-    rows::{self, StatusSelector},
+    rows::{Cached, StatusSelector},
 };
 
 /// How long a call waits for the first discovery, or for a cache's first list.
@@ -274,7 +273,7 @@ impl WorkloadsService {
 
     async fn ready_store(&self, cache: &KindCache) -> Result<()> {
         match tokio::time::timeout(CACHE_WAIT, cache.store.wait_until_ready()).await {
-            Ok(Ok(())) => Ok(()),
+            Ok(()) => Ok(()),
             _ => Err(WorkloadsError::Loading {
                 what: format!("the {} objects", cache.kind.kind),
             }),
@@ -283,20 +282,14 @@ impl WorkloadsService {
 
     /// The object from the cache, else from the API server (the cache may trail a create by
     /// a moment); NotFound if neither has it.
-    async fn object(
-        &self,
-        cache: &KindCache,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Arc<DynamicObject>> {
-        let key = ObjectRef::new_with(name, cache.resource.clone()).within(namespace);
-        if let Some(object) = cache.store.get(&key) {
+    async fn object(&self, cache: &KindCache, namespace: &str, name: &str) -> Result<Arc<Cached>> {
+        if let Some(object) = cache.store.get(namespace, name) {
             return Ok(object);
         }
         let api =
             Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &cache.resource);
         match api.get_opt(name).await {
-            Ok(Some(object)) => Ok(Arc::new(object)),
+            Ok(Some(object)) => Ok(Arc::new(Cached::new(cache.kind, object))),
             Ok(None) => Err(not_found(cache.kind, namespace, name)),
             Err(source) => Err(WorkloadsError::Api {
                 action: "reading",
@@ -363,7 +356,7 @@ impl WorkloadsService {
         Ok(flux_object(
             cache.kind,
             &cache.resource.api_version,
-            &object,
+            &Cached::new(cache.kind, object),
         ))
     }
 
@@ -456,15 +449,8 @@ fn matching(cache: &KindCache, filter: &Filter) -> Vec<FluxObject> {
         .store
         .state()
         .iter()
-        .filter_map(|o| {
-            let json = filter.pass(o)?;
-            Some(flux_object_from_json(
-                cache.kind,
-                &cache.resource.api_version,
-                o,
-                &json,
-            ))
-        })
+        .filter(|o| filter.pass(o))
+        .map(|o| flux_object(cache.kind, &cache.resource.api_version, o))
         .collect();
     found.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     found
@@ -502,57 +488,34 @@ impl Filter {
         })
     }
 
-    /// The object's JSON if it passes.
-    fn pass(&self, object: &DynamicObject) -> Option<serde_json::Value> {
-        if self
-            .namespace
+    fn pass(&self, object: &Cached) -> bool {
+        self.namespace
             .as_deref()
-            .is_some_and(|ns| object.metadata.namespace.as_deref() != Some(ns))
-            || self
-                .name
-                .as_deref()
-                .is_some_and(|n| object.metadata.name.as_deref() != Some(n))
-            || !self.labels.matches(object.labels())
-        {
-            return None;
-        }
-        let json = serde_json::to_value(object).ok()?;
-        match &self.status {
-            Some(status) if !status.matches(&json) => None,
-            _ => Some(json),
-        }
+            .is_none_or(|ns| object.namespace == ns)
+            && self.name.as_deref().is_none_or(|n| object.name == n)
+            && self.labels.matches(&object.labels)
+            && self
+                .status
+                .as_ref()
+                .is_none_or(|s| s.matches(&object.conditions))
     }
 }
 
-/// The wire form of a cached object of `kind`.
-fn flux_object(kind: &FluxKind, api_version: &str, object: &DynamicObject) -> FluxObject {
-    let json = serde_json::to_value(object).unwrap_or_default();
-    flux_object_from_json(kind, api_version, object, &json)
-}
-
-fn flux_object_from_json(
-    kind: &FluxKind,
-    api_version: &str,
-    object: &DynamicObject,
-    json: &serde_json::Value,
-) -> FluxObject {
-    let row = rows::row(kind, json);
+/// The wire form of a cached object of `kind`, served at `api_version`.
+fn flux_object(kind: &FluxKind, api_version: &str, object: &Cached) -> FluxObject {
+    let row = &object.row;
     FluxObject {
         kind: kind.kind.into(),
-        api_version: object
-            .types
-            .as_ref()
-            .map_or(api_version, |t| t.api_version.as_str())
-            .into(),
-        namespace: object.namespace().unwrap_or_default(),
-        name: object.name_any(),
-        revision: row.revision,
+        api_version: api_version.into(),
+        namespace: object.namespace.clone(),
+        name: object.name.clone(),
+        revision: row.revision.clone(),
         suspended: row.suspended,
-        ready: row.ready.map(|c| pb::Condition {
-            r#type: c.type_,
-            status: c.status,
-            reason: c.reason,
-            message: c.message,
+        ready: row.ready.as_ref().map(|c| pb::Condition {
+            r#type: c.type_.clone(),
+            status: c.status.clone(),
+            reason: c.reason.clone(),
+            message: c.message.clone(),
             last_transition: c
                 .last_transition
                 .parse::<k8s_openapi::jiff::Timestamp>()
@@ -562,15 +525,22 @@ fn flux_object_from_json(
                     nanos: t.subsec_nanosecond(),
                 }),
         }),
-        labels: object.labels().clone().into_iter().collect(),
-        generation: object.metadata.generation.unwrap_or_default(),
+        labels: object
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        generation: object.generation,
         observed_generation: row.observed_generation,
-        last_handled_reconcile_at: row.last_handled_reconcile_at,
-        source: row.source.map(|(kind, namespace, name)| pb::ObjectRef {
-            kind,
-            namespace,
-            name,
-        }),
+        last_handled_reconcile_at: row.last_handled_reconcile_at.clone(),
+        source: row
+            .source
+            .clone()
+            .map(|(kind, namespace, name)| pb::ObjectRef {
+                kind,
+                namespace,
+                name,
+            }),
     }
 }
 
@@ -711,7 +681,7 @@ impl Workloads for WorkloadsService {
                         object,
                     }) => kinds.iter().find(|(k, _)| std::ptr::eq(*k, kind)).and_then(
                         |(kind, api_version)| {
-                            let json = filter.pass(&object)?;
+                            filter.pass(&object).then_some(())?;
                             let type_ = match type_ {
                                 ChangeType::Added => object_event::Type::Added,
                                 ChangeType::Modified => object_event::Type::Modified,
@@ -719,7 +689,7 @@ impl Workloads for WorkloadsService {
                             };
                             Some(Ok(event(
                                 type_,
-                                Some(flux_object_from_json(kind, api_version, &object, &json)),
+                                Some(flux_object(kind, api_version, &object)),
                             )))
                         },
                     ),
@@ -819,14 +789,16 @@ impl Workloads for WorkloadsService {
             let requested_at = now();
             let source = if request.with_source {
                 let object = self.object(&cache, &namespace, &name).await?;
-                let json = serde_json::to_value(&*object).unwrap_or_default();
-                let (kind, source_namespace, source_name) = rows::row(cache.kind, &json)
-                    .source
-                    .ok_or_else(|| WorkloadsError::NoSource {
-                        kind: cache.kind.kind,
-                        namespace: namespace.clone(),
-                        name: name.clone(),
-                    })?;
+                let (kind, source_namespace, source_name) =
+                    object
+                        .row
+                        .source
+                        .clone()
+                        .ok_or_else(|| WorkloadsError::NoSource {
+                            kind: cache.kind.kind,
+                            namespace: namespace.clone(),
+                            name: name.clone(),
+                        })?;
                 let reference = pb::ObjectRef {
                     kind,
                     namespace: source_namespace,
@@ -912,7 +884,13 @@ mod tests {
                 "conditions": [{"type": "Ready", "status": "False", "reason": "Failed", "message": "boom", "lastTransitionTime": "2026-01-02T03:04:05Z"}]}
         }))
         .unwrap();
-        let row = flux_object(catalog::find("ks").unwrap(), "ignored/v0", &object);
+        let ks = catalog::find("ks").unwrap();
+        let row = flux_object(
+            ks,
+            "kustomize.toolkit.fluxcd.io/v1",
+            &Cached::new(ks, object),
+        );
+        assert_eq!(row.kind, "Kustomization");
         assert_eq!(row.api_version, "kustomize.toolkit.fluxcd.io/v1");
         assert_eq!(
             (row.namespace.as_str(), row.name.as_str()),
@@ -943,11 +921,9 @@ mod tests {
             r#type: "ready".into(),
             status: "false".into(),
         };
+        let object = Cached::new(catalog::find("ks").unwrap(), object);
         let pass = |ns: &str, name: &str, labels: &str, status: Option<&pb::StatusSelector>| {
-            Filter::new(ns, name, labels, status)
-                .unwrap()
-                .pass(&object)
-                .is_some()
+            Filter::new(ns, name, labels, status).unwrap().pass(&object)
         };
         assert!(pass("", "", "", None));
         assert!(pass("ns", "a", "x=1", Some(&ready_false)));

@@ -1,7 +1,8 @@
 //! Which Flux kinds the cluster serves, and an in-memory cache (a reflector) of every object of
 //! each, at the version the cluster prefers. Discovery runs again whenever a CRD of a Flux API
 //! group changes (and every half minute), so the caches follow a Flux upgrade that adds or
-//! removes API versions.
+//! removes API versions. The cache keeps of each object its row and what filters read
+//! ([`Cached`]), not the object.
 
 use std::{
     collections::HashMap,
@@ -16,7 +17,6 @@ use kube::{
     api::{ApiResource, DynamicObject, PartialObjectMeta},
     runtime::{
         WatchStreamExt,
-        reflector::{ObjectRef, Store, store::Writer},
         watcher::{self, Event},
     },
 };
@@ -25,7 +25,10 @@ use tokio::{
     task::JoinHandle,
 };
 
-use super::catalog::{self, FluxKind, GroupVersions, Served};
+use super::{
+    catalog::{self, FluxKind, GroupVersions, Served},
+    rows::Cached,
+};
 use tokio_util::sync::CancellationToken;
 
 /// How often discovery runs without a CRD change (a missed watch event is caught up here).
@@ -50,7 +53,51 @@ pub enum ChangeType {
 pub struct Change {
     pub kind: &'static FluxKind,
     pub type_: ChangeType,
-    pub object: Arc<DynamicObject>,
+    pub object: Arc<Cached>,
+}
+
+/// An object's key in a cache: (namespace, name).
+type Key = (String, String);
+
+/// The cached objects of one kind, by namespace and name; ready once the first list is in.
+pub struct Objects {
+    map: RwLock<HashMap<Key, Arc<Cached>>>,
+    ready: watch::Sender<bool>,
+}
+
+impl Default for Objects {
+    fn default() -> Self {
+        Self {
+            map: RwLock::default(),
+            ready: watch::channel(false).0,
+        }
+    }
+}
+
+impl Objects {
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Cached>> {
+        let key = (namespace.to_owned(), name.to_owned());
+        self.read().get(&key).cloned()
+    }
+
+    /// Every object, in no order.
+    pub fn state(&self) -> Vec<Arc<Cached>> {
+        self.read().values().cloned().collect()
+    }
+
+    /// Waits until the first list is in.
+    pub async fn wait_until_ready(&self) {
+        let mut ready = self.ready.subscribe();
+        let _ = ready.wait_for(|r| *r).await;
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Key, Arc<Cached>>> {
+        self.map.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<Key, Arc<Cached>>> {
+        self.map.write().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// The cache of one served kind.
@@ -58,7 +105,7 @@ pub struct KindCache {
     pub kind: &'static FluxKind,
     pub served: Served,
     pub resource: ApiResource,
-    pub store: Store<DynamicObject>,
+    pub store: Arc<Objects>,
     /// Shared by the entries of successive discoveries that found the same version.
     _reflector: Arc<Reflector>,
 }
@@ -223,16 +270,9 @@ impl Caches {
             kind: kind.kind.into(),
             plural: kind.plural.into(),
         };
-        let writer = Writer::new(resource.clone());
-        let store = writer.as_reader();
+        let store = Arc::new(Objects::default());
         let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
-        let reflector = tokio::spawn(reflect(
-            api,
-            resource.clone(),
-            writer,
-            kind,
-            self.changes.clone(),
-        ));
+        let reflector = tokio::spawn(reflect(api, store.clone(), kind, self.changes.clone()));
         KindCache {
             kind,
             served,
@@ -270,24 +310,18 @@ async fn discover(client: &Client) -> Result<Vec<GroupVersions>, kube::Error> {
         .collect())
 }
 
-/// An object's key in a cache: (namespace, name).
-type Key = (String, String);
-
-fn key(object: &DynamicObject) -> Key {
-    (object.namespace().unwrap_or_default(), object.name_any())
-}
-
 /// What a re-list changed: objects new or of another resourceVersion than before, and
 /// objects gone.
-fn relist_changes(
-    before: &HashMap<Key, String>,
-    after: &HashMap<Key, String>,
+fn relist_changes<V>(
+    before: &HashMap<Key, V>,
+    after: &HashMap<Key, V>,
+    version: impl Fn(&V) -> &str,
 ) -> Vec<(ChangeType, Key)> {
     let mut changes: Vec<(ChangeType, Key)> = after
         .iter()
-        .filter_map(|(key, version)| match before.get(key) {
+        .filter_map(|(key, new)| match before.get(key) {
             None => Some((ChangeType::Added, key.clone())),
-            Some(old) if old != version => Some((ChangeType::Modified, key.clone())),
+            Some(old) if version(old) != version(new) => Some((ChangeType::Modified, key.clone())),
             Some(_) => None,
         })
         .chain(
@@ -301,29 +335,18 @@ fn relist_changes(
     changes
 }
 
-/// Fills `writer`'s store from a watch of every object of `api`, and publishes each change.
+/// Fills `store` from a watch of every object of `api`, and publishes each change.
 async fn reflect(
     api: Api<DynamicObject>,
-    resource: ApiResource,
-    mut writer: Writer<DynamicObject>,
+    store: Arc<Objects>,
     kind: &'static FluxKind,
     changes: broadcast::Sender<Change>,
 ) {
-    let reader = writer.as_reader();
     let url = api.resource_url().to_owned();
-    let stream = watcher::watcher(api, watcher::Config::default())
-        .backoff(crate::watch_backoff())
-        // The cache serves rows, filters and watches, and keeps only what they read: specs,
-        // inventories, histories and managedFields are most of an object and nobody's need.
-        .modify(|object| {
-            object.metadata.managed_fields = None;
-            if let Some(annotations) = &mut object.metadata.annotations {
-                annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
-            }
-            super::rows::compact(&mut object.data);
-        });
+    let stream = watcher::watcher(api, watcher::Config::default()).backoff(crate::watch_backoff());
     let mut stream = std::pin::pin!(stream);
-    let mut before: HashMap<Key, Arc<DynamicObject>> = HashMap::new();
+    // The objects of a (re-)list in progress; they replace the store's once it is done.
+    let mut listing: HashMap<Key, Arc<Cached>> = HashMap::new();
     let mut failing: Option<String> = None;
     let send = |type_, object| {
         // No receiver is not an error: nobody watches right now.
@@ -332,6 +355,10 @@ async fn reflect(
             type_,
             object,
         });
+    };
+    let cached = |object: DynamicObject| {
+        let cached = Arc::new(Cached::new(kind, object));
+        ((cached.namespace.clone(), cached.name.clone()), cached)
     };
     while let Some(event) = stream.next().await {
         let event = match event {
@@ -350,47 +377,47 @@ async fn reflect(
                 continue;
             }
         };
-        match &event {
-            Event::Init => {
-                before = reader.state().into_iter().map(|o| (key(&o), o)).collect();
-                writer.apply_watcher_event(&event);
+        match event {
+            Event::Init => listing.clear(),
+            Event::InitApply(object) => {
+                let (key, object) = cached(object);
+                listing.insert(key, object);
             }
-            Event::InitApply(_) => writer.apply_watcher_event(&event),
             Event::InitDone => {
-                writer.apply_watcher_event(&event);
-                let after: HashMap<Key, Arc<DynamicObject>> =
-                    reader.state().into_iter().map(|o| (key(&o), o)).collect();
-                let versions = |map: &HashMap<Key, Arc<DynamicObject>>| {
-                    map.iter()
-                        .map(|(k, o)| (k.clone(), o.resource_version().unwrap_or_default()))
-                        .collect::<HashMap<_, _>>()
-                };
-                for (type_, key) in relist_changes(&versions(&before), &versions(&after)) {
-                    let object = match type_ {
-                        ChangeType::Deleted => before.get(&key),
-                        _ => after.get(&key),
-                    };
-                    if let Some(object) = object {
-                        send(type_, object.clone());
-                    }
+                let mut map = store.write();
+                let before = std::mem::replace(&mut *map, std::mem::take(&mut listing));
+                let relisted: Vec<(ChangeType, Arc<Cached>)> =
+                    relist_changes(&before, &map, |o| o.resource_version.as_str())
+                        .into_iter()
+                        .filter_map(|(type_, key)| {
+                            let from = if type_ == ChangeType::Deleted {
+                                &before
+                            } else {
+                                &*map
+                            };
+                            Some((type_, from.get(&key)?.clone()))
+                        })
+                        .collect();
+                drop(map);
+                store.ready.send_replace(true);
+                for (type_, object) in relisted {
+                    send(type_, object);
                 }
-                before.clear();
             }
             Event::Apply(object) => {
-                let existed = reader
-                    .get(&ObjectRef::from_obj_with(object, resource.clone()))
-                    .is_some();
-                writer.apply_watcher_event(&event);
+                let (key, object) = cached(object);
+                let existed = store.write().insert(key, object.clone()).is_some();
                 let type_ = if existed {
                     ChangeType::Modified
                 } else {
                     ChangeType::Added
                 };
-                send(type_, Arc::new(object.clone()));
+                send(type_, object);
             }
             Event::Delete(object) => {
-                writer.apply_watcher_event(&event);
-                send(ChangeType::Deleted, Arc::new(object.clone()));
+                let (key, object) = cached(object);
+                store.write().remove(&key);
+                send(ChangeType::Deleted, object);
             }
         }
     }
@@ -411,7 +438,7 @@ mod tests {
     fn relist_reports_added_modified_and_deleted_only() {
         let before = versions(&[("a", "1"), ("b", "1"), ("c", "1")]);
         let after = versions(&[("a", "1"), ("b", "2"), ("d", "1")]);
-        let changes: Vec<_> = relist_changes(&before, &after)
+        let changes: Vec<_> = relist_changes(&before, &after, String::as_str)
             .into_iter()
             .map(|(t, (_, name))| (t, name))
             .collect();
@@ -423,6 +450,6 @@ mod tests {
                 (ChangeType::Added, "d".to_owned()),
             ]
         );
-        assert!(relist_changes(&after, &after).is_empty());
+        assert!(relist_changes(&after, &after, String::as_str).is_empty());
     }
 }

@@ -1,7 +1,11 @@
 //! What `flux get` shows of an object, read from its JSON as its kind says: revision, Ready,
-//! suspended, source; and the status selectors (`--status-selector ready=false`).
+//! suspended, source; what the cache keeps of an object (its row and what filters read, not
+//! the object); and the status selectors (`--status-selector ready=false`).
 
-use serde_json::Value;
+use std::collections::BTreeMap;
+
+use kube::api::DynamicObject;
+use serde_json::{Value, json};
 
 use super::catalog::{FluxKind, Revision, SourceRef, SuspendBy};
 
@@ -153,67 +157,60 @@ pub fn row(kind: &FluxKind, object: &Value) -> Row {
     }
 }
 
-/// Every field of an object's spec and status that [`row`] and [`StatusSelector`] read, as
-/// JSON pointers below the object's top level (metadata is kept whole, annotations included,
-/// for the kinds suspended by one).
-const ROW_FIELDS: &[&str] = &[
-    "/spec/suspend",
-    "/spec/sourceRef",
-    "/spec/chartRef",
-    "/spec/chart/spec/sourceRef",
-    "/spec/distribution/version",
-    "/status/conditions",
-    "/status/observedGeneration",
-    "/status/lastHandledReconcileAt",
-    "/status/artifact/revision",
-    "/status/lastAppliedRevision",
-    "/status/lastAttemptedRevision",
-    "/status/history/0/chartVersion",
-    "/status/lastScanResult/scanTime",
-    "/status/latestRef",
-    "/status/latestImage",
-    "/status/lastAutomationRunTime",
-    "/status/lastExportedRevision",
-];
-
-/// Keeps of an object's body (`spec`, `status`, …, without `metadata`) only what rows,
-/// filters and watches read: the cache holds thousands of objects, and their specs,
-/// inventories and histories are most of their size.
-pub fn compact(body: &mut Value) {
-    let mut kept = Value::Object(serde_json::Map::new());
-    for pointer in ROW_FIELDS {
-        if let Some(value) = body.pointer_mut(pointer) {
-            place(&mut kept, pointer, value.take());
-        }
-    }
-    *body = kept;
+/// What the cache keeps of one object: its key, its row and what filters read (labels, the
+/// type and status of each condition). Not the object: thousands are cached, and their specs,
+/// inventories, histories and managedFields are most of their size and nobody's need.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Cached {
+    pub namespace: String,
+    pub name: String,
+    pub resource_version: String,
+    pub generation: i64,
+    pub labels: BTreeMap<String, String>,
+    pub row: Row,
+    /// (type, status) of each condition, in the object's order.
+    pub conditions: Vec<(String, String)>,
 }
 
-/// Sets `pointer` in `root`, creating the objects (or, for the token `0`, the one-element
-/// array) on the way.
-fn place(root: &mut Value, pointer: &str, value: Value) {
-    let tokens: Vec<&str> = pointer.split('/').skip(1).collect();
-    let mut at = root;
-    for (i, token) in tokens.iter().enumerate() {
-        let last = i + 1 == tokens.len();
-        let next = if last {
-            value.clone()
-        } else if tokens[i + 1] == "0" {
-            Value::Array(Vec::new())
-        } else {
-            Value::Object(serde_json::Map::new())
-        };
-        at = match at {
-            Value::Array(items) => {
-                if items.is_empty() {
-                    items.push(next);
-                }
-                &mut items[0]
-            }
-            Value::Object(map) => map.entry(token.to_string()).or_insert(next),
-            _ => return,
-        };
+impl Cached {
+    /// What the cache keeps of `object`, an object of `kind`.
+    pub fn new(kind: &FluxKind, object: DynamicObject) -> Self {
+        let DynamicObject { metadata, data, .. } = object;
+        // The row reads the namespace (a source's default) and the annotations (the kinds
+        // suspended by one) of the metadata, and the rest of the body.
+        let mut json = data;
+        if let Value::Object(body) = &mut json {
+            body.insert(
+                "metadata".into(),
+                json!({"namespace": metadata.namespace, "annotations": metadata.annotations}),
+            );
+        }
+        Self {
+            row: row(kind, &json),
+            conditions: conditions(&json),
+            namespace: metadata.namespace.unwrap_or_default(),
+            name: metadata.name.unwrap_or_default(),
+            resource_version: metadata.resource_version.unwrap_or_default(),
+            generation: metadata.generation.unwrap_or_default(),
+            labels: metadata.labels.unwrap_or_default(),
+        }
     }
+}
+
+/// (type, status) of each condition of the object's status.
+pub fn conditions(object: &Value) -> Vec<(String, String)> {
+    let Some(all) = object
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+    else {
+        return Vec::new();
+    };
+    all.iter()
+        .filter_map(|c| {
+            let field = |name| c.get(name).and_then(Value::as_str).map(str::to_owned);
+            Some((field("type")?, field("status").unwrap_or_default()))
+        })
+        .collect()
 }
 
 /// Why a status selector was refused.
@@ -255,11 +252,14 @@ impl StatusSelector {
         })
     }
 
-    /// Whether the object has the condition with that status; an object without the
-    /// condition matches `unknown` only.
-    pub fn matches(&self, object: &Value) -> bool {
-        match condition(object, &self.type_) {
-            Some(c) => c.status == self.status,
+    /// Whether the object of these `conditions` (see [`conditions`]) has the condition with
+    /// that status; an object without the condition matches `unknown` only.
+    pub fn matches(&self, conditions: &[(String, String)]) -> bool {
+        match conditions
+            .iter()
+            .find(|(t, _)| t.eq_ignore_ascii_case(&self.type_))
+        {
+            Some((_, status)) => *status == self.status,
             None => self.status == "Unknown",
         }
     }
@@ -270,18 +270,22 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn a_compacted_object_gives_the_same_row_and_selections() {
+    fn the_cached_form_keeps_the_row_and_the_selections_not_the_object() {
         let kustomization = json!({
-            "metadata": {"name": "app", "namespace": "apps"},
+            "metadata": {"name": "app", "namespace": "apps", "labels": {"team": "a"},
+                         "generation": 4, "resourceVersion": "17",
+                         "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]},
             "spec": {"interval": "10m", "path": "./", "prune": true, "suspend": true,
                      "sourceRef": {"kind": "GitRepository", "name": "repo"}},
             "status": {"observedGeneration": 3, "lastAppliedRevision": "main@sha1:abc",
                        "lastHandledReconcileAt": "2026-12-01T10:00:00Z",
                        "inventory": {"entries": [{"id": "apps_x__ConfigMap", "v": "v1"}]},
                        "conditions": [{"type": "Ready", "status": "False", "reason": "Failed",
-                                       "message": "boom", "lastTransitionTime": "2026-12-01T10:00:00Z"}]}
+                                       "message": "boom", "lastTransitionTime": "2026-12-01T10:00:00Z"},
+                                      {"type": "Reconciling", "status": "True"}]}
         });
         let release = json!({
+            "metadata": {"name": "podinfo", "namespace": "apps"},
             "spec": {"chart": {"spec": {"chart": "podinfo", "sourceRef": {"kind": "HelmRepository", "name": "r"}}},
                      "values": {"big": "x".repeat(4096)}},
             "status": {"history": [{"chartVersion": "6.5.0", "manifest": "y".repeat(4096)},
@@ -289,36 +293,62 @@ mod tests {
                        "lastAttemptedRevision": "6.5.0"}
         });
         let instance = json!({
-            "metadata": {"annotations": {OPERATOR_RECONCILE_ANNOTATION: "disabled"}},
+            "metadata": {"name": "flux", "namespace": "flux-system",
+                         "annotations": {OPERATOR_RECONCILE_ANNOTATION: "disabled"}},
             "spec": {"distribution": {"version": "2.9.x", "registry": "ghcr.io/fluxcd"},
                      "components": ["source-controller"]}
         });
         for (kind, object) in [
-            (kind("Kustomization"), kustomization),
+            (kind("Kustomization"), kustomization.clone()),
             (kind("HelmRelease"), release),
             (kind("FluxInstance"), instance),
         ] {
-            let mut compacted = object.clone();
-            let metadata = compacted.as_object_mut().unwrap().remove("metadata");
-            compact(&mut compacted);
-            if let Some(metadata) = metadata {
-                compacted["metadata"] = metadata;
+            let mut typed = object.clone();
+            typed["apiVersion"] = "x.toolkit.fluxcd.io/v1".into();
+            typed["kind"] = kind.kind.into();
+            let cached = Cached::new(kind, serde_json::from_value(typed).unwrap());
+            assert_eq!(cached.row, row(kind, &object), "{}", kind.kind);
+            assert_eq!(cached.conditions, conditions(&object), "{}", kind.kind);
+            let kept = format!("{cached:?}");
+            for dropped in [
+                "xxxx",
+                "yyyy",
+                "apps_x__ConfigMap",
+                "managedFields",
+                "fieldsV1",
+            ] {
+                assert!(!kept.contains(dropped), "{}: {kept}", kind.kind);
             }
-            assert_eq!(row(kind, &compacted), row(kind, &object), "{}", kind.kind);
-            for selector in ["ready=false", "ready=true", "reconciling=unknown"] {
-                let (type_, status) = selector.split_once('=').unwrap();
-                let selector = StatusSelector::new(type_, status).unwrap();
-                assert_eq!(selector.matches(&compacted), selector.matches(&object));
-            }
-            let size = |v: &Value| v.to_string().len();
-            assert!(size(&compacted) <= size(&object), "{}", kind.kind);
         }
-        let mut release = json!({"status": {"history": [{"chartVersion": "1", "manifest": "m"}]}});
-        compact(&mut release);
-        assert_eq!(
-            release,
-            json!({"status": {"history": [{"chartVersion": "1"}]}})
+        let cached = Cached::new(
+            kind("ks"),
+            serde_json::from_value(json!({"apiVersion": "v", "kind": "Kustomization",
+                "metadata": kustomization["metadata"], "status": kustomization["status"]}))
+            .unwrap(),
         );
+        assert_eq!(
+            (cached.namespace.as_str(), cached.name.as_str()),
+            ("apps", "app")
+        );
+        assert_eq!(
+            (cached.resource_version.as_str(), cached.generation),
+            ("17", 4)
+        );
+        assert_eq!(cached.labels["team"], "a");
+        for (selector, matches) in [
+            ("ready=false", true),
+            ("ready=true", false),
+            ("reconciling=true", true),
+            ("stalled=unknown", true),
+        ] {
+            let (type_, status) = selector.split_once('=').unwrap();
+            let selector = StatusSelector::new(type_, status).unwrap();
+            assert_eq!(
+                selector.matches(&cached.conditions),
+                matches,
+                "{selector:?}"
+            );
+        }
     }
 
     use tenantflux_core::flux::OPERATOR_RECONCILE_ANNOTATION;
@@ -449,7 +479,7 @@ mod tests {
     }
     #[test]
     fn status_selectors_match_conditions() {
-        let object = json!({"status": {"conditions": [ready("False", "boom")]}});
+        let object = conditions(&json!({"status": {"conditions": [ready("False", "boom")]}}));
         assert!(
             StatusSelector::new("ready", "false")
                 .unwrap()
@@ -468,7 +498,7 @@ mod tests {
         assert!(
             StatusSelector::new("ready", "unknown")
                 .unwrap()
-                .matches(&json!({}))
+                .matches(&conditions(&json!({})))
         );
         assert!(
             !StatusSelector::new("stalled", "true")
