@@ -378,6 +378,18 @@ impl TestCluster {
         format!("127.0.0.1:{}", port.trim())
     }
 
+    /// The agent's `/metrics` text, empty when it does not answer.
+    pub fn agent_metrics(&self) -> String {
+        let out = Command::new("curl")
+            .args([
+                "-sf",
+                &format!("http://{}/metrics", self.agent_admin_address()),
+            ])
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Starts (once) a local OCI registry for this cluster; returns its `127.0.0.1:PORT`.
     pub fn registry(&self) -> Result<String> {
         let stdout = run_cluster_script(&["registry", &self.name])?;

@@ -139,15 +139,6 @@ fn refuses_non_compliant(cluster: &TestCluster) -> bool {
     !output.status.success() && String::from_utf8_lossy(&output.stderr).contains("denied request")
 }
 
-fn metrics(cluster: &TestCluster) -> String {
-    let address = cluster.agent_admin_address();
-    let out = std::process::Command::new("curl")
-        .args(["-sf", &format!("http://{address}/metrics")])
-        .output()
-        .expect("curl");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// A policy past its signed expiry stays in force (fail-static) and is reported stale in
 /// `policy show`, `status`, the metrics and `fleet status`; an already expired policy is not
 /// taken; a v1 envelope (no claims) is still accepted and never stale.
@@ -194,7 +185,7 @@ async fn an_expired_policy_is_reported_stale_and_still_enforced() {
     assert_eq!(status["policy"]["stale"], true, "{status:#}");
     assert_eq!(status["policy"]["generation"], 1, "{status:#}");
     assert_eq!(status["agent"]["health"], "degraded", "{status:#}");
-    let text = metrics(cluster);
+    let text = cluster.agent_metrics();
     assert!(text.contains("tenantflux_agent_policy_stale 1"), "{text}");
     assert!(
         text.contains("tenantflux_agent_policy_generation 1"),

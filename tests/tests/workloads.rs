@@ -315,6 +315,16 @@ async fn exercise(cluster: &TestCluster, minor: &Minor, image_components: bool) 
     let no_header = plugin_ok(cluster, &admin, &["get", "ks", "-A", "--no-header"]);
     assert_eq!(no_header.lines().count(), 2, "{no_header}");
     assert!(!no_header.contains("NAME"), "{no_header}");
+    // The cache's size is on the agent's metrics, one series per served kind.
+    let metrics = cluster.agent_metrics();
+    assert!(
+        metrics.contains("tenantflux_agent_cached_objects{kind=\"Kustomization\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tenantflux_agent_cached_objects{kind=\"GitRepository\"} "),
+        "{metrics}"
+    );
 
     // Selectors.
     let labelled = plugin_json(cluster, &admin, &["get", "all", "-A", "-l", "team=a"]);

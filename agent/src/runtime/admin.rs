@@ -14,21 +14,26 @@ use tokio::net::TcpListener;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::{server::metrics::Metrics, status::Readiness};
+use crate::{server::metrics::Metrics, status::Readiness, workloads::Caches};
 
 #[derive(Clone)]
 struct AdminState {
     readiness: Arc<Readiness>,
     metrics: Arc<Metrics>,
+    caches: Arc<Caches>,
 }
 
 /// The admin routes.
-pub fn router(readiness: Arc<Readiness>, metrics: Arc<Metrics>) -> Router {
+pub fn router(readiness: Arc<Readiness>, metrics: Arc<Metrics>, caches: Arc<Caches>) -> Router {
     Router::new()
         .route("/livez", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
-        .with_state(AdminState { readiness, metrics })
+        .with_state(AdminState {
+            readiness,
+            metrics,
+            caches,
+        })
 }
 
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
@@ -42,6 +47,7 @@ async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
 }
 
 async fn metrics_text(State(state): State<AdminState>) -> impl IntoResponse {
+    state.metrics.set_cached_objects(&state.caches.counts());
     (
         [(
             header::CONTENT_TYPE,
@@ -80,7 +86,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         let server = tokio::spawn(serve(
             listener,
-            router(readiness.clone(), metrics),
+            router(readiness.clone(), metrics, Arc::new(Caches::default())),
             shutdown.clone(),
         ));
 

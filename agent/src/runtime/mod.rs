@@ -322,7 +322,7 @@ async fn run(args: Args) -> Result<(), Error> {
 
     let admin = tokio::spawn(admin::serve(
         admin_listener,
-        admin::router(readiness, metrics.clone()),
+        admin::router(readiness, metrics.clone(), caches.clone()),
         shutdown.clone(),
     ));
     let authorizer = Arc::new(

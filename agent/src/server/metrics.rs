@@ -35,6 +35,12 @@ struct PhaseLabels {
     phase: String,
 }
 
+/// Labels of the cached objects gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
 /// Every phase the gauge has a series for, so a dashboard sees 0s rather than gaps.
 const PHASES: [OperatorPhase; 6] = [
     OperatorPhase::NotInstalled,
@@ -56,6 +62,7 @@ pub struct Metrics {
     policy_generation: Gauge,
     policy_expiry: Gauge,
     policy_stale: Gauge,
+    cached_objects: Family<KindLabels, Gauge>,
 }
 
 impl Metrics {
@@ -103,6 +110,12 @@ impl Metrics {
             "1 while the policy in force is past its expiry (still enforced: nothing newer was verified)",
             policy_stale.clone(),
         );
+        let cached_objects = Family::<KindLabels, Gauge>::default();
+        agent.register(
+            "cached_objects",
+            "Flux objects the agent holds in its cache, by kind (the kinds the cluster serves)",
+            cached_objects.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             requests,
@@ -111,6 +124,7 @@ impl Metrics {
             policy_generation,
             policy_expiry,
             policy_stale,
+            cached_objects,
         }
     }
 
@@ -144,6 +158,19 @@ impl Metrics {
             .set(i64::try_from(generation).unwrap_or(i64::MAX));
         self.policy_expiry.set(expires_at);
         self.policy_stale.set(i64::from(stale));
+    }
+
+    /// Records how many objects of each served kind are cached; a kind no longer served has
+    /// no series.
+    pub fn set_cached_objects(&self, counts: &[(&str, usize)]) {
+        self.cached_objects.clear();
+        for (kind, count) in counts {
+            self.cached_objects
+                .get_or_create(&KindLabels {
+                    kind: (*kind).to_owned(),
+                })
+                .set(i64::try_from(*count).unwrap_or(i64::MAX));
+        }
     }
 
     /// The metrics in the OpenMetrics text format, which Prometheus scrapes.
@@ -361,6 +388,22 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }
+    }
+
+    #[test]
+    fn cached_objects_gauge_has_a_series_per_served_kind_only() {
+        let metrics = Metrics::new("0.1.0");
+        metrics.set_cached_objects(&[("GitRepository", 10_000), ("Kustomization", 3)]);
+        let text = metrics.render();
+        assert!(
+            text.contains("tenantflux_agent_cached_objects{kind=\"GitRepository\"} 10000"),
+            "{text}"
+        );
+        assert!(text.contains("tenantflux_agent_cached_objects{kind=\"Kustomization\"} 3"));
+        metrics.set_cached_objects(&[("Kustomization", 4)]);
+        let text = metrics.render();
+        assert!(!text.contains("kind=\"GitRepository\""), "{text}");
+        assert!(text.contains("tenantflux_agent_cached_objects{kind=\"Kustomization\"} 4"));
     }
 
     #[test]

@@ -80,6 +80,10 @@ impl Objects {
         self.read().get(&key).cloned()
     }
 
+    pub fn count(&self) -> usize {
+        self.read().len()
+    }
+
     /// Every object, in no order.
     pub fn state(&self) -> Vec<Arc<Cached>> {
         self.read().values().cloned().collect()
@@ -147,6 +151,14 @@ impl Caches {
         self.served()
             .into_iter()
             .find(|c| std::ptr::eq(c.kind, kind))
+    }
+
+    /// How many objects of each served kind are cached, by kind.
+    pub fn counts(&self) -> Vec<(&'static str, usize)> {
+        self.served()
+            .iter()
+            .map(|c| (c.kind.kind, c.store.count()))
+            .collect()
     }
 
     /// Changes from now on, of every kind.
