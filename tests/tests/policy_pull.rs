@@ -72,6 +72,17 @@ impl<'a> Platform<'a> {
             .unwrap_or_else(|err| panic!("kubectl tenantflux {args:?}: {err}"))
     }
 
+    /// A fleet file of one cluster, this one, as `c1`.
+    fn fleet_file(&self) -> PathBuf {
+        let file = self.dir.path().join("fleet.yaml");
+        let entry = format!(
+            "- {{name: c1, kubeconfig: {}}}\n",
+            self.cluster.kubeconfig().display()
+        );
+        std::fs::write(&file, entry).unwrap();
+        file
+    }
+
     fn ok(&self, args: &[&str]) -> Value {
         let out = self.plugin(None, args);
         assert!(out.status.success(), "{args:?}: {out:?}");
@@ -193,15 +204,7 @@ async fn an_expired_policy_is_reported_stale_and_still_enforced() {
     );
     assert!(refuses_non_compliant(cluster), "still enforced");
 
-    let fleet_file = platform.dir.path().join("fleet.yaml");
-    std::fs::write(
-        &fleet_file,
-        format!(
-            "- {{name: c1, kubeconfig: {}}}\n",
-            cluster.kubeconfig().display()
-        ),
-    )
-    .unwrap();
+    let fleet_file = platform.fleet_file();
     let fleet = platform.ok(&[
         "fleet",
         "status",
@@ -422,15 +425,7 @@ async fn the_agent_pulls_the_channel_refuses_a_rollback_and_survives_the_registr
     eprintln!("the registry did not answer from {since}");
 
     // The platform's view: the channel read once, the cluster marked against it.
-    let fleet_file = platform.dir.path().join("fleet.yaml");
-    std::fs::write(
-        &fleet_file,
-        format!(
-            "- {{name: c1, kubeconfig: {}}}\n",
-            cluster.kubeconfig().display()
-        ),
-    )
-    .unwrap();
+    let fleet_file = platform.fleet_file();
     let fleet = |channel: &str| {
         let out = platform.plugin(
             None,

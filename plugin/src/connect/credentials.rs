@@ -268,6 +268,23 @@ pub(super) async fn resolve_token(
                      what you may do; ask for `create certificatesigningrequests` (see the README) to act as yourself"
                 )
             };
+            // A TokenRequest token cached by an earlier command, while it is still usable.
+            let cached_token = |cache: &CredentialCache| {
+                let token_key = key(CredentialKind::Token);
+                let Some(Entry::Token { token, .. }) =
+                    cache.load(&token_key).filter(|e| e.usable(now))
+                else {
+                    return None;
+                };
+                let what = format!(
+                    "a cached TokenRequest token of ServiceAccount {account} in namespace {namespace} (audience {audience})"
+                );
+                let cached = Cached {
+                    key: token_key,
+                    cache: cache.clone(),
+                };
+                Some((Credential::Bearer(Token::new(token)), what, Some(cached)))
+            };
             // A user without a token proves who they are, so the agent authorizes them and
             // not a borrowed account; the fleet acts as its own account by design.
             if account == CLIENT_SERVICE_ACCOUNT {
@@ -278,22 +295,9 @@ pub(super) async fn resolve_token(
                         return Ok(found);
                     }
                     // A token cached because CSRs were refused: the refusal is said again.
-                    let token_key = key(CredentialKind::Token);
-                    if let Some(Entry::Token { token, .. }) =
-                        cache.load(&token_key).filter(|e| e.usable(now))
-                    {
+                    if let Some(found) = cached_token(cache) {
                         fallback_note("as when the cached token was requested");
-                        let what = format!(
-                            "a cached TokenRequest token of ServiceAccount {account} in namespace {namespace} (audience {audience})"
-                        );
-                        return Ok((
-                            Credential::Bearer(Token::new(token)),
-                            what,
-                            Some(Cached {
-                                key: token_key,
-                                cache: cache.clone(),
-                            }),
-                        ));
+                        return Ok(found);
                     }
                 }
                 let identity = bounded(
@@ -335,23 +339,10 @@ pub(super) async fn resolve_token(
                     Err(forbidden) => fallback_note(&forbidden),
                 }
             }
-            let token_key = key(CredentialKind::Token);
-            if let Some(cache) = &cache
-                && let Some(Entry::Token { token, .. }) =
-                    cache.load(&token_key).filter(|e| e.usable(now))
-            {
-                let what = format!(
-                    "a cached TokenRequest token of ServiceAccount {account} in namespace {namespace} (audience {audience})"
-                );
-                return Ok((
-                    Credential::Bearer(Token::new(token)),
-                    what,
-                    Some(Cached {
-                        key: token_key,
-                        cache: cache.clone(),
-                    }),
-                ));
+            if let Some(found) = cache.as_ref().and_then(cached_token) {
+                return Ok(found);
             }
+            let token_key = key(CredentialKind::Token);
             let what = format!(
                 "a TokenRequest token of ServiceAccount {account} in namespace {namespace} \
                  (audience {audience}, valid {TOKEN_LIFETIME_SECONDS} s)"
