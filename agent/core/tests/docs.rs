@@ -98,10 +98,10 @@ fn every_path_the_docs_name_exists() {
     let mut missing = Vec::new();
     for (doc, text) in documents() {
         for span in code_spans(&prose(&text)) {
-            if let Some(path) = repository_path(span) {
-                if !root().join(path).exists() {
-                    missing.push(format!("{doc}: `{path}`"));
-                }
+            if let Some(path) = repository_path(span)
+                && !root().join(path).exists()
+            {
+                missing.push(format!("{doc}: `{path}`"));
             }
         }
     }
