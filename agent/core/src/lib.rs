@@ -7,6 +7,8 @@
 pub mod duration;
 pub mod flux;
 pub mod identity;
+pub mod kinds;
+pub mod names;
 pub mod operator;
 pub mod policy;
 pub mod releases;

@@ -26,9 +26,9 @@ use kube::{
     Api, Client,
     api::{ApiResource, DynamicObject, ListParams},
 };
-use tenantflux_proto::v1::{ApplyUpgradeRequest, UpgradePlan};
 use tokio::sync::{Mutex, watch};
 
+use self::plan::UpgradePlan;
 use self::state::{CrdRecord, Phase, RECORD_KEY, RECORD_NAME, Record};
 use tenantflux_core::{releases::Releases, text::chain};
 use tokio_util::sync::CancellationToken;
@@ -40,11 +40,11 @@ use crate::{
 
 /// The API groups whose stored versions Flux releases remove.
 const TOOLKIT_GROUPS: &[&str] = &[
-    "source.toolkit.fluxcd.io",
-    "kustomize.toolkit.fluxcd.io",
-    "helm.toolkit.fluxcd.io",
-    "notification.toolkit.fluxcd.io",
-    "image.toolkit.fluxcd.io",
+    tenantflux_core::kinds::SOURCE,
+    tenantflux_core::kinds::KUSTOMIZE,
+    tenantflux_core::kinds::HELM,
+    tenantflux_core::kinds::NOTIFICATION,
+    tenantflux_core::kinds::IMAGE,
 ];
 /// How many objects one list request returns.
 const PAGE: u32 = 500;
@@ -91,6 +91,17 @@ impl StepError {
         };
         matches!(source, kube::Error::Api(status) if status.code == 403)
     }
+}
+
+/// What the caller of an upgrade chose.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ApplyOptions {
+    /// A version or a range.
+    pub to: String,
+    /// How many objects are migrated at once; 0: the agent's `--upgrade-concurrency`.
+    pub concurrency: u32,
+    /// How long to wait for Ready after the bump; 0: ten minutes.
+    pub timeout_seconds: u32,
 }
 
 /// Why an upgrade did not start; nothing was changed.
@@ -307,7 +318,7 @@ impl Upgrader {
     /// Plans, and starts the upgrade unless blocked or one is running.
     pub async fn start(
         self: &Arc<Self>,
-        request: ApplyUpgradeRequest,
+        request: ApplyOptions,
         plan: UpgradePlan,
         user: &str,
     ) -> Result<Record, StartError> {
