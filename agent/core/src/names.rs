@@ -1,9 +1,9 @@
-//! Checks of the names callers send, made before anything reaches the API server. A name goes
+//! Kubernetes' rules for names, checked before a name reaches the API server. A name goes
 //! into the API server's URL as it is (kube does not escape it), so `podinfo/status` would
 //! address a subresource: only what Kubernetes accepts as a name passes. Error text quotes
-//! the caller's input through `tenantflux_core::text::quote`, which cuts it short.
+//! the caller's input through [`crate::text::quote`], which cuts it short.
 
-use tenantflux_core::text::quote;
+use crate::text::quote;
 
 /// Checks an object name: a DNS subdomain (RFC 1123), as Kubernetes requires.
 pub fn object_name(field: &str, name: &str) -> Result<(), String> {

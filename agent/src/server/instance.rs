@@ -17,15 +17,16 @@ use tonic::{Request, Response};
 use super::auth::{Authorizer, Permission};
 use crate::instance::{Applied, InstanceError, Instances, clean};
 
-/// The gRPC status of an instance error.
-pub(crate) fn instance_status(err: &InstanceError) -> tonic::Status {
-    let message = chain(err);
-    match err {
-        InstanceError::Manifest(_) | InstanceError::Refused { .. } => {
-            tonic::Status::invalid_argument(message)
+impl From<InstanceError> for tonic::Status {
+    fn from(err: InstanceError) -> Self {
+        let message = chain(&err);
+        match err {
+            InstanceError::Manifest(_) | InstanceError::Refused { .. } => {
+                tonic::Status::invalid_argument(message)
+            }
+            InstanceError::Policy { .. } => tonic::Status::failed_precondition(message),
+            InstanceError::Kube { .. } => tonic::Status::unavailable(message),
         }
-        InstanceError::Policy { .. } => tonic::Status::failed_precondition(message),
-        InstanceError::Kube { .. } => tonic::Status::unavailable(message),
     }
 }
 
@@ -67,11 +68,7 @@ impl instance_server::Instance for InstanceService {
         self.authorizer
             .authorize(request.metadata(), &self.permission("get"))
             .await?;
-        let live = self
-            .instances
-            .live()
-            .await
-            .map_err(|e| instance_status(&e))?;
+        let live = self.instances.live().await?;
         Ok(Response::new(InstanceState {
             present: live.is_some(),
             manifest: live.map(|o| yaml(&clean(&o))).unwrap_or_default(),
@@ -87,14 +84,7 @@ impl instance_server::Instance for InstanceService {
             .await?;
         // Applying where there is no instance yet creates one: the caller must be allowed that
         // too, as `kubectl apply` would need.
-        if !request.get_ref().dry_run
-            && self
-                .instances
-                .live()
-                .await
-                .map_err(|e| instance_status(&e))?
-                .is_none()
-        {
+        if !request.get_ref().dry_run && self.instances.live().await?.is_none() {
             self.authorizer
                 .authorize(request.metadata(), &self.permission("create"))
                 .await?;
@@ -107,8 +97,7 @@ impl instance_server::Instance for InstanceService {
         } = self
             .instances
             .apply(&message.manifest, message.dry_run)
-            .await
-            .map_err(|e| instance_status(&e))?;
+            .await?;
         let after = clean(&applied);
         Ok(Response::new(ApplyInstanceResponse {
             created: live.is_none(),
@@ -128,11 +117,7 @@ impl instance_server::Instance for InstanceService {
             .authorize(request.metadata(), &self.permission("patch"))
             .await?;
         let message = request.into_inner();
-        let Applied { live, applied, .. } = self
-            .instances
-            .apply(&message.manifest, true)
-            .await
-            .map_err(|e| instance_status(&e))?;
+        let Applied { live, applied, .. } = self.instances.apply(&message.manifest, true).await?;
         Ok(Response::new(DiffInstanceResponse {
             live: live.map(|o| yaml(&clean(&o))).unwrap_or_default(),
             applied: yaml(&clean(&applied)),

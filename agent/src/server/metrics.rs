@@ -20,7 +20,8 @@ use prometheus_client::{
     },
     registry::Registry,
 };
-use tenantflux_proto::v1::OperatorPhase;
+
+use crate::operator::OperatorPhase;
 
 /// Labels of the per-RPC series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -40,16 +41,6 @@ struct PhaseLabels {
 struct KindLabels {
     kind: String,
 }
-
-/// Every phase the gauge has a series for, so a dashboard sees 0s rather than gaps.
-const PHASES: [OperatorPhase; 6] = [
-    OperatorPhase::NotInstalled,
-    OperatorPhase::WaitingForApi,
-    OperatorPhase::ApplyingCrds,
-    OperatorPhase::WaitingForOperator,
-    OperatorPhase::Ready,
-    OperatorPhase::Failed,
-];
 
 type HistogramFamily = Family<RpcLabels, Histogram, fn() -> Histogram>;
 
@@ -142,10 +133,11 @@ impl Metrics {
 
     /// Records the phase of the flux-operator install.
     pub fn set_operator_phase(&self, current: OperatorPhase) {
-        for phase in PHASES {
+        // Every phase gets a series, so a dashboard sees 0s rather than gaps.
+        for phase in OperatorPhase::ALL {
             self.operator_phase
                 .get_or_create(&PhaseLabels {
-                    phase: phase_name(phase),
+                    phase: phase.name().to_owned(),
                 })
                 .set(i64::from(phase == current));
         }
@@ -270,14 +262,6 @@ fn response_code(headers: &http::HeaderMap) -> tonic::Code {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<i32>().ok())
         .map_or(tonic::Code::Ok, tonic::Code::from_i32)
-}
-
-/// `OPERATOR_PHASE_WAITING_FOR_API` → `waiting_for_api`.
-fn phase_name(phase: OperatorPhase) -> String {
-    phase
-        .as_str_name()
-        .trim_start_matches("OPERATOR_PHASE_")
-        .to_ascii_lowercase()
 }
 
 /// gRPC status code names as every gRPC implementation spells them in metrics.

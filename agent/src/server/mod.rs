@@ -1,13 +1,13 @@
 //! The gRPC edge: every `tenantflux.v1` service (each call authorized with TokenReview and
-//! SubjectAccessReview in `auth`, its input checked in `input`, domain errors mapped to gRPC
-//! codes here and nowhere else), `grpc.health.v1` and reflection, with a graceful drain on
-//! shutdown.
+//! SubjectAccessReview in `auth`, domain types converted to messages in `convert`, domain errors
+//! mapped to gRPC codes once per error type), `grpc.health.v1` and reflection, with a graceful
+//! drain on shutdown.
 
 use std::{future::Future, pin::Pin, sync::Arc, time::Instant};
 
 use futures::{Stream, StreamExt};
 use tenantflux_proto::v1::{
-    GetStatusRequest, Status, WatchStatusRequest,
+    GetStatusRequest, WatchStatusRequest,
     agent_server::{Agent, AgentServer},
 };
 use tokio::{net::TcpListener, sync::watch};
@@ -21,7 +21,7 @@ use tenantflux_proto::v1::{
 use tokio_util::sync::CancellationToken;
 
 pub mod auth;
-pub mod input;
+mod convert;
 pub mod instance;
 pub mod metrics;
 pub mod policy;
@@ -33,6 +33,7 @@ pub use self::{
     instance::InstanceService, policy::PolicyService, upgrade::UpgradeService,
     workloads::WorkloadsService,
 };
+use crate::status::Status;
 use auth::{Authorizer, Permission, UserInfo};
 use metrics::{Metrics, MetricsLayer, code_name};
 
@@ -116,19 +117,20 @@ impl AgentService {
     }
 }
 
-type StatusStream = Pin<Box<dyn Stream<Item = Result<Status, tonic::Status>> + Send>>;
+type StatusStream =
+    Pin<Box<dyn Stream<Item = Result<tenantflux_proto::v1::Status, tonic::Status>> + Send>>;
 
 #[tonic::async_trait]
 impl Agent for AgentService {
     async fn get_status(
         &self,
         request: Request<GetStatusRequest>,
-    ) -> Result<Response<Status>, tonic::Status> {
+    ) -> Result<Response<tenantflux_proto::v1::Status>, tonic::Status> {
         self.rpc(
             "GetStatus",
             request,
             |_| Permission::agent_status(&self.namespace),
-            |_, _| async { Ok(self.status.borrow().clone()) },
+            |_, _| async { Ok(self.status.borrow().clone().into()) },
         )
         .await
     }
@@ -160,7 +162,7 @@ impl Agent for AgentService {
 /// changes), until the shutdown or until the publisher is gone.
 fn status_stream(status: watch::Receiver<Status>, shutdown: CancellationToken) -> StatusStream {
     let stream = WatchStream::new(status)
-        .map(Ok)
+        .map(|status| Ok(status.into()))
         .take_until(async move { shutdown.cancelled().await });
     Box::pin(stream)
 }
@@ -268,17 +270,18 @@ mod tests {
     #[tokio::test]
     async fn status_stream_sends_current_then_changes_and_ends_on_shutdown() {
         let version = |v: &str| Status {
-            agent: Some(tenantflux_proto::v1::AgentInfo {
+            agent: crate::status::model::AgentInfo {
                 version: v.into(),
                 ..Default::default()
-            }),
+            },
             ..Default::default()
         };
         let (tx, rx) = watch::channel(version("1"));
         let shutdown = CancellationToken::new();
         let mut stream = status_stream(rx, shutdown.clone());
-        let next =
-            |s: Option<Result<Status, tonic::Status>>| s.unwrap().unwrap().agent.unwrap().version;
+        let next = |s: Option<Result<tenantflux_proto::v1::Status, tonic::Status>>| {
+            s.unwrap().unwrap().agent.unwrap().version
+        };
         assert_eq!(next(stream.next().await), "1");
         tx.send_replace(version("2"));
         assert_eq!(next(stream.next().await), "2");

@@ -12,31 +12,45 @@ use tenantflux_proto::v1::{
     ApplyUpgradeRequest, GetUpgradeRequest, PlanUpgradeRequest, UpgradePlan, UpgradeState,
     upgrade_server,
 };
+
+use crate::upgrade::ApplyOptions;
 use tokio_stream::wrappers::WatchStream;
 use tonic::{Request, Response};
 
 use super::auth::{Authorizer, Permission};
-use crate::upgrade::{StartError, StepError, Upgrader, state::Record};
+use crate::upgrade::{StartError, StepError, Upgrader};
 
-/// The status a failed read or write of the agent's is reported with: the agent's own RBAC
-/// refusing it will not pass by retrying, anything else may.
-fn unavailable(err: StepError) -> tonic::Status {
-    if err.is_forbidden() {
-        tonic::Status::failed_precondition(format!(
-            "{}; the agent's RBAC lacks it (see deploy/manifests/agent-rbac.yaml)",
-            chain(&err)
-        ))
-    } else {
-        tonic::Status::unavailable(chain(&err))
+/// A failed read or write of the agent's: the agent's own RBAC refusing it will not pass by
+/// retrying, anything else may.
+impl From<StepError> for tonic::Status {
+    fn from(err: StepError) -> Self {
+        if err.is_forbidden() {
+            tonic::Status::failed_precondition(format!(
+                "{}; the agent's RBAC lacks it (see deploy/manifests/agent-rbac.yaml)",
+                chain(&err)
+            ))
+        } else {
+            tonic::Status::unavailable(chain(&err))
+        }
     }
 }
 
-fn start_status(err: StartError) -> tonic::Status {
-    match err {
-        StartError::Busy { .. } | StartError::Blocked { .. } => {
-            tonic::Status::failed_precondition(err.to_string())
+impl From<StartError> for tonic::Status {
+    fn from(err: StartError) -> Self {
+        match err {
+            StartError::Busy { .. } | StartError::Blocked { .. } => {
+                tonic::Status::failed_precondition(err.to_string())
+            }
+            StartError::Step(err) => err.into(),
         }
-        StartError::Step(err) => unavailable(err),
+    }
+}
+
+fn apply_options(request: ApplyUpgradeRequest) -> ApplyOptions {
+    ApplyOptions {
+        to: request.to,
+        concurrency: request.concurrency,
+        timeout_seconds: request.timeout_seconds,
     }
 }
 
@@ -71,7 +85,7 @@ fn current(upgrader: &Upgrader) -> UpgradeState {
         .subscribe()
         .borrow()
         .as_ref()
-        .map(Record::to_proto)
+        .map(UpgradeState::from)
         .unwrap_or_default()
 }
 
@@ -98,12 +112,8 @@ impl upgrade_server::Upgrade for UpgradeService {
         self.authorizer
             .authorize(request.metadata(), &self.instance("get"))
             .await?;
-        let plan = self
-            .upgrader
-            .plan(target(&request.get_ref().to)?)
-            .await
-            .map_err(unavailable)?;
-        Ok(Response::new(plan))
+        let plan = self.upgrader.plan(target(&request.get_ref().to)?).await?;
+        Ok(Response::new(plan.into()))
     }
 
     async fn apply_upgrade(
@@ -115,11 +125,7 @@ impl upgrade_server::Upgrade for UpgradeService {
             .authorize(request.metadata(), &self.instance("patch"))
             .await?;
         // The migration writes objects and CRD status for the caller: they must be allowed to.
-        let plan = self
-            .upgrader
-            .plan(target(&request.get_ref().to)?)
-            .await
-            .map_err(unavailable)?;
+        let plan = self.upgrader.plan(target(&request.get_ref().to)?).await?;
         for migration in &plan.migrations {
             let (plural, group) = migration
                 .crd
@@ -150,10 +156,9 @@ impl upgrade_server::Upgrade for UpgradeService {
         }
         let record = self
             .upgrader
-            .start(request.into_inner(), plan, &user.username)
-            .await
-            .map_err(start_status)?;
-        Ok(Response::new(record.to_proto()))
+            .start(apply_options(request.into_inner()), plan, &user.username)
+            .await?;
+        Ok(Response::new(UpgradeState::from(&record)))
     }
 
     async fn get_upgrade(
@@ -180,7 +185,7 @@ impl upgrade_server::Upgrade for UpgradeService {
         let shutdown = self.upgrader.shutdown().clone();
         // Up to and including the first finished state; the agent's shutdown ends it too.
         let stream = WatchStream::new(self.upgrader.subscribe())
-            .map(|r| r.as_ref().map(Record::to_proto).unwrap_or_default())
+            .map(|r| r.as_ref().map(UpgradeState::from).unwrap_or_default())
             .scan(false, |ended, state| {
                 let out = (!*ended).then_some(state.clone());
                 *ended = !state.present || matches!(state.phase.as_str(), "succeeded" | "failed");
