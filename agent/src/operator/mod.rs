@@ -37,7 +37,6 @@ use kube::{
         watcher::{self, Event},
     },
 };
-use tenantflux_proto::v1::OperatorPhase;
 use tokio::sync::watch;
 
 use tenantflux_core::{
@@ -50,17 +49,22 @@ use tenantflux_core::{
 };
 use tokio_util::sync::CancellationToken;
 
+mod apply;
 pub mod bundle;
+mod install;
+mod prune;
 mod rbac;
 mod record;
 mod rollout;
 pub mod source;
+mod triggers;
 
 use bundle::{Bundle, BundleError, BundleObject, ImageRules, ObjectRef, Stage, kind_of, to_prune};
 pub use record::RECORD_CONFIGMAP;
 use record::Record;
 pub use rollout::rollout;
 use source::{BundleSource, Fetcher, SourceError};
+use triggers::{Trigger, source_changes};
 
 use crate::policy::store::Held;
 
@@ -87,6 +91,43 @@ pub struct InstallConfig {
     /// What the operator Deployment's images must be (`--operator-image-registry`,
     /// `--operator-require-image-digest`).
     pub images: ImageRules,
+}
+
+/// Where the flux-operator install stands. Without a configured bundle the agent only observes
+/// the operator (NotInstalled, WaitingForOperator, Ready); with one it drives the install through
+/// every phase.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum OperatorPhase {
+    NotInstalled,
+    #[default]
+    WaitingForApi,
+    ApplyingCrds,
+    WaitingForOperator,
+    Ready,
+    Failed,
+}
+
+impl OperatorPhase {
+    pub const ALL: [Self; 6] = [
+        Self::NotInstalled,
+        Self::WaitingForApi,
+        Self::ApplyingCrds,
+        Self::WaitingForOperator,
+        Self::Ready,
+        Self::Failed,
+    ];
+
+    /// The phase as a metric label: `waiting_for_api`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::NotInstalled => "not_installed",
+            Self::WaitingForApi => "waiting_for_api",
+            Self::ApplyingCrds => "applying_crds",
+            Self::WaitingForOperator => "waiting_for_operator",
+            Self::Ready => "ready",
+            Self::Failed => "failed",
+        }
+    }
 }
 
 /// Where the install stands; it goes into `Status.operator` and the metrics.
@@ -209,18 +250,6 @@ fn kube_message(err: &kube::Error) -> String {
     }
 }
 
-/// What set a reconcile off.
-#[derive(Debug)]
-enum Trigger {
-    Start,
-    Resync,
-    SourceChanged,
-    PolicyChanged,
-    Retry,
-    DeploymentDeleted,
-    DeploymentEdited { generation: i64 },
-}
-
 /// The install loop's state.
 struct Installer {
     client: Client,
@@ -245,40 +274,6 @@ struct Installer {
 
 /// At most this many notices are kept (the newest).
 const MAX_NOTICES: usize = 10;
-
-/// What a server-side apply refused with 409 says another manager owns, as one line:
-/// `field manager "kubectl-edit" (.spec.replicas, .spec.template.spec.containers…)`. The
-/// managers' names are whatever their writers chose, so each is quoted and bounded.
-fn field_conflicts(status: &kube::core::Status) -> String {
-    let mut by_manager: Vec<(String, Vec<&str>)> = Vec::new();
-    let causes = status.details.as_ref().map(|d| d.causes.as_slice());
-    for cause in causes.unwrap_or_default() {
-        let manager = cause
-            .message
-            .split('"')
-            .nth(1)
-            .map_or_else(|| "an unnamed manager".to_owned(), quote);
-        match by_manager.iter_mut().find(|(m, _)| *m == manager) {
-            Some((_, fields)) => fields.push(&cause.field),
-            None => by_manager.push((manager, vec![&cause.field])),
-        }
-    }
-    if by_manager.is_empty() {
-        return format!("another field manager ({})", quote(&status.message));
-    }
-    let listed: Vec<String> = by_manager
-        .iter()
-        .map(|(manager, fields)| {
-            let shown: Vec<String> = fields.iter().take(5).map(|f| quote(f)).collect();
-            let more = match fields.len().saturating_sub(5) {
-                0 => String::new(),
-                n => format!(" and {n} more"),
-            };
-            format!("field manager {manager} ({}{more})", shown.join(", "))
-        })
-        .collect();
-    listed.join(", ")
-}
 
 /// Runs the install loop until the shutdown.
 pub async fn run(
@@ -379,553 +374,6 @@ pub async fn run(
     }
 }
 
-/// `true` each time the source object (ConfigMap or Secret) changes; nothing for sources that
-/// are only read again on the resync interval.
-fn source_changes(
-    client: &Client,
-    config: &InstallConfig,
-) -> std::pin::Pin<Box<dyn Stream<Item = bool> + Send>> {
-    fn changes<K>(api: Api<K>, name: &str) -> std::pin::Pin<Box<dyn Stream<Item = bool> + Send>>
-    where
-        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-    {
-        let mut last_version: Option<Option<String>> = None;
-        Box::pin(
-            watcher::watcher(
-                api,
-                watcher::Config::default().fields(&format!("metadata.name={name}")),
-            )
-            .backoff(crate::watch_backoff())
-            .filter_map(move |event| {
-                let version = match event {
-                    Ok(Event::Apply(o) | Event::InitApply(o)) => {
-                        Some(o.meta().resource_version.clone())
-                    }
-                    Ok(Event::Delete(_)) => Some(None),
-                    _ => None,
-                };
-                // The first version seen is the one the first reconcile read.
-                let changed = match (&last_version, version) {
-                    (_, None) => false,
-                    (None, Some(v)) => {
-                        last_version = Some(v);
-                        false
-                    }
-                    (Some(previous), Some(v)) => {
-                        let changed = *previous != v;
-                        last_version = Some(v);
-                        changed
-                    }
-                };
-                futures::future::ready(Some(changed))
-            }),
-        )
-    }
-    let ns = &config.agent_namespace;
-    match &config.source {
-        BundleSource::ConfigMap(name) => {
-            changes(Api::<ConfigMap>::namespaced(client.clone(), ns), name)
-        }
-        BundleSource::Secret(name) => changes(Api::<Secret>::namespaced(client.clone(), ns), name),
-        BundleSource::File(_) | BundleSource::Oci(_) => Box::pin(futures::stream::pending()),
-    }
-}
-
-impl Installer {
-    fn set(&self, phase: OperatorPhase, reason: impl Into<String>) {
-        let reason = reason.into();
-        let (version, digest) = self
-            .applied
-            .as_ref()
-            .map(|(b, _)| (b.version.clone(), b.digest.clone()))
-            .unwrap_or_default();
-        self.tx.send_if_modified(|state| {
-            let changed_phase = state.phase != phase;
-            let changed = changed_phase
-                || state.reason != reason
-                || state.version != version
-                || state.digest != digest
-                || state.notices != self.notices;
-            if changed_phase {
-                tracing::info!(phase = ?phase, %reason, "flux-operator install phase");
-                state.last_transition = SystemTime::now();
-            }
-            state.phase = phase;
-            state.reason = reason.clone();
-            state.version = version.clone();
-            state.digest = digest.clone();
-            state.notices.clone_from(&self.notices);
-            changed
-        });
-    }
-
-    async fn event(&self, type_: EventType, reason: &str, note: String) {
-        let event = KubeEvent {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Install".into(),
-            secondary: None,
-        };
-        if let Err(err) = self.recorder.publish(&event, &self.record_ref).await {
-            tracing::warn!(reason, error = %err, "recording an Event on ConfigMap {RECORD_CONFIGMAP} failed");
-        }
-    }
-
-    /// Returns once the API server answers `/readyz`, reporting WAITING_FOR_API with the
-    /// reason while it does not. Retries back off; there is no deadline.
-    async fn wait_for_api(&mut self) {
-        let mut delays = crate::retry_delays(BACKOFF_MIN, API_WAIT_MAX);
-        let mut first = true;
-        loop {
-            let request = http::Request::get("/readyz").body(Vec::new());
-            let answer = match request {
-                Ok(request) => {
-                    match tokio::time::timeout(READYZ_TIMEOUT, self.client.request_text(request))
-                        .await
-                    {
-                        Ok(Ok(_)) => return,
-                        Ok(Err(err)) => kube_message(&err),
-                        Err(_) => format!("no answer within {}s", READYZ_TIMEOUT.as_secs()),
-                    }
-                }
-                Err(err) => err.to_string(),
-            };
-            let wait = delays.next().unwrap_or(API_WAIT_MAX);
-            let reason = format!(
-                "waiting for the Kubernetes API server to answer /readyz: {answer} (next try in {}s)",
-                wait.as_secs()
-            );
-            // Once per wait, so a long outage is visible in the log without a line per retry.
-            if std::mem::take(&mut first) {
-                tracing::info!(%reason, "flux-operator install waits for the API server");
-            }
-            self.set(OperatorPhase::WaitingForApi, reason);
-            tokio::time::sleep(wait).await;
-        }
-    }
-
-    /// Derives the Flux releases from the artifact's distributions, once per artifact digest:
-    /// flux-operator installs only what it ships, so the upgrade planner follows it. An
-    /// artifact whose `flux/` cannot be read leaves the previous list (or the embedded table)
-    /// in force, with a warning.
-    async fn learn_releases(
-        &self,
-        bundle: &Bundle,
-        source_name: &str,
-        distributions: Vec<(String, String)>,
-    ) {
-        if distributions.is_empty() {
-            return;
-        }
-        let name = format!(
-            "flux-operator {} manifests artifact {source_name} ({})",
-            bundle.version, bundle.digest
-        );
-        if self
-            .releases
-            .borrow()
-            .as_ref()
-            .is_some_and(|r| r.source == name)
-        {
-            return;
-        }
-        let derive_name = name.clone();
-        let derived = tokio::task::spawn_blocking(move || {
-            Releases::from_distributions(
-                derive_name,
-                distributions
-                    .iter()
-                    .map(|(path, text)| (path.as_str(), text.as_str())),
-            )
-        })
-        .await;
-        match derived {
-            Ok(Ok(releases)) => {
-                tracing::info!(source = %name, releases = %releases.span(), "Flux releases known from the artifact");
-                self.releases.send_replace(Some(Arc::new(releases)));
-            }
-            Ok(Err(err)) => {
-                tracing::warn!(source = %name, error = %err, "the artifact's Flux distributions cannot be read; the upgrade planner keeps its previous release list");
-            }
-            Err(err) => {
-                tracing::warn!(source = %name, error = %err, "deriving the Flux releases failed");
-            }
-        }
-    }
-
-    /// One install attempt: read, check, apply in order, remember, prune.
-    async fn reconcile(&mut self) -> Result<(), InstallError> {
-        let source_name = self.config.source.to_string();
-        let policy = self
-            .policy
-            .borrow()
-            .accepted
-            .as_ref()
-            .map(|a| a.policy.clone());
-        let allowed = install_rules(policy.as_deref(), &self.config.allowed, &source_name)?.clone();
-        let mut fetched =
-            self.fetcher
-                .fetch(&self.config.source)
-                .await
-                .map_err(|err: SourceError| InstallError::Source {
-                    source_name: source_name.clone(),
-                    message: chain(&err),
-                })?;
-        let distributions = std::mem::take(&mut fetched.distributions);
-        let bundle = Bundle::parse(
-            &fetched.yaml,
-            fetched.digest,
-            &self.config.operator_namespace,
-            &self.config.images,
-        )
-        .and_then(|b| b.check_version(&allowed).map(|()| b))
-        .map_err(|error| InstallError::Rejected {
-            source_name: source_name.clone(),
-            error,
-        })?;
-        let previous = self.read_record().await?;
-        if previous.as_ref().is_none_or(|p| p.digest != bundle.digest) {
-            self.notices.clear();
-        }
-
-        self.set(
-            OperatorPhase::ApplyingCrds,
-            format!("applying the CRDs of flux-operator {}", bundle.version),
-        );
-        for object in bundle.stage(Stage::Crds) {
-            self.apply(object).await?;
-        }
-        for object in bundle.stage(Stage::Crds) {
-            self.wait_established(&object.reference.name).await?;
-        }
-        for object in bundle
-            .stage(Stage::Namespaces)
-            .chain(bundle.stage(Stage::Access))
-        {
-            self.apply(object).await?;
-        }
-        let deployment = self.apply(bundle.deployment()).await?;
-        let generation = deployment.metadata.generation.unwrap_or_default();
-
-        let record = Record {
-            version: bundle.version.clone(),
-            digest: bundle.digest.clone(),
-            source: source_name.clone(),
-            objects: bundle.references(),
-        };
-        self.write_record(&record).await?;
-        self.learn_releases(&bundle, &source_name, distributions)
-            .await;
-        let pruned = self.prune(previous.as_ref(), &record.objects).await;
-
-        let changed = previous.as_ref().is_none_or(|p| p.digest != record.digest);
-        let recovered = self.failure.take().is_some();
-        match (previous, changed) {
-            (None, _) => {
-                self.event(
-                    EventType::Normal,
-                    "Installed",
-                    format!(
-                        "applied flux-operator {} from {source_name} ({})",
-                        bundle.version, bundle.digest
-                    ),
-                )
-                .await
-            }
-            (Some(p), true) => {
-                self.event(
-                    EventType::Normal,
-                    if p.version == bundle.version {
-                        "Updated"
-                    } else {
-                        "Upgraded"
-                    },
-                    format!(
-                        "applied flux-operator {} ({}) from {source_name}, replacing {} ({}){}",
-                        bundle.version,
-                        bundle.digest,
-                        p.version,
-                        p.digest,
-                        if pruned.is_empty() {
-                            String::new()
-                        } else {
-                            format!("; removed {}", pruned.join(", "))
-                        }
-                    ),
-                )
-                .await
-            }
-            (Some(_), false) if recovered => {
-                self.event(
-                    EventType::Normal,
-                    "Recovered",
-                    format!(
-                        "flux-operator {} from {source_name} applies again",
-                        bundle.version
-                    ),
-                )
-                .await
-            }
-            (Some(_), false) => {}
-        }
-        self.applied = Some((bundle, generation));
-        self.deployment = as_deployment(deployment);
-        self.update_rollout_phase();
-        Ok(())
-    }
-
-    /// Puts the operator Deployment back as the last applied bundle has it, without reading
-    /// the source again (a source that is down must not keep a deleted operator away).
-    async fn restore(&mut self, trigger: &Trigger) -> Result<(), InstallError> {
-        let Some((bundle, _)) = self.applied.take() else {
-            return self.reconcile().await;
-        };
-        let result = self.apply(bundle.deployment()).await;
-        let what = match trigger {
-            Trigger::DeploymentEdited { generation } => {
-                format!("was edited (generation {generation}); the agent restored")
-            }
-            _ => "was deleted; the agent recreated".to_owned(),
-        };
-        let deployment = match result {
-            Ok(deployment) => deployment,
-            Err(err) => {
-                self.applied = Some((bundle, 0));
-                return Err(err);
-            }
-        };
-        self.event(
-            EventType::Warning,
-            "DeploymentRestored",
-            format!(
-                "Deployment {}/{OPERATOR_DEPLOYMENT} {what} it from flux-operator {} ({})",
-                self.config.operator_namespace, bundle.version, bundle.digest
-            ),
-        )
-        .await;
-        let generation = deployment.metadata.generation.unwrap_or_default();
-        self.applied = Some((bundle, generation));
-        self.deployment = as_deployment(deployment);
-        self.update_rollout_phase();
-        Ok(())
-    }
-
-    async fn fail(&mut self, err: &InstallError) {
-        let reason = err.to_string();
-        tracing::warn!(%reason, "flux-operator install attempt failed; retrying with backoff");
-        if self.failure.as_deref() != Some(reason.as_str()) {
-            self.event(EventType::Warning, err.event_reason(), reason.clone())
-                .await;
-        }
-        self.set(OperatorPhase::Failed, reason.clone());
-        self.failure = Some(reason);
-    }
-
-    /// Folds a Deployment watch event in; returns a trigger when the Deployment drifted from
-    /// what the agent applied.
-    fn observe(&mut self, event: Event<Deployment>) -> Option<Trigger> {
-        let applied_generation = self.applied.as_ref().map(|(_, g)| *g);
-        match event {
-            Event::Apply(d) | Event::InitApply(d) => {
-                let generation = d.metadata.generation.unwrap_or_default();
-                self.deployment = Some(d);
-                if applied_generation.is_some_and(|applied| generation > applied) {
-                    return Some(Trigger::DeploymentEdited { generation });
-                }
-            }
-            Event::Delete(_) => {
-                self.deployment = None;
-                if applied_generation.is_some() {
-                    return Some(Trigger::DeploymentDeleted);
-                }
-            }
-            Event::Init | Event::InitDone => {}
-        }
-        self.update_rollout_phase();
-        None
-    }
-
-    fn update_rollout_phase(&self) {
-        if self.failure.is_some() || self.applied.is_none() {
-            return;
-        }
-        let name = format!(
-            "Deployment {}/{OPERATOR_DEPLOYMENT}",
-            self.config.operator_namespace
-        );
-        match self.deployment.as_ref().map(rollout) {
-            Some(Ok(())) => self.set(OperatorPhase::Ready, ""),
-            Some(Err(why)) => self.set(OperatorPhase::WaitingForOperator, format!("{name}: {why}")),
-            None => self.set(
-                OperatorPhase::WaitingForOperator,
-                format!("{name} is not there yet"),
-            ),
-        }
-    }
-
-    /// Server-side applies one object. Without force first: when another field manager owns
-    /// some of its fields (someone created or edited it), the apply is repeated with force,
-    /// which takes them over, and that is said in a Warning Event `TookOver` and the install's
-    /// notices, naming the object, the managers and their fields.
-    async fn apply(&mut self, object: &BundleObject) -> Result<DynamicObject, InstallError> {
-        let resource = object.kind.api_resource();
-        let api: Api<DynamicObject> = match &object.reference.namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
-            None => Api::all_with(self.client.clone(), &resource),
-        };
-        let name = &object.reference.name;
-        let failed = |err: kube::Error| InstallError::Apply {
-            object: object.reference.clone(),
-            message: kube_message(&err),
-        };
-        let params = PatchParams::apply(FIELD_MANAGER);
-        let conflicts = match api
-            .patch(name, &params, &Patch::Apply(&object.manifest))
-            .await
-        {
-            Ok(applied) => {
-                tracing::debug!(object = %object.reference, "applied");
-                return Ok(applied);
-            }
-            Err(kube::Error::Api(status)) if status.code == 409 => field_conflicts(&status),
-            Err(err) => return Err(failed(err)),
-        };
-        let applied = api
-            .patch(name, &params.force(), &Patch::Apply(&object.manifest))
-            .await
-            .map_err(failed)?;
-        tracing::debug!(object = %object.reference, "applied");
-        let note = format!(
-            "{} was taken over from {conflicts}: the bundle's values apply now",
-            object.reference
-        );
-        tracing::warn!(%note, "took over fields of another manager");
-        self.event(EventType::Warning, "TookOver", note.clone())
-            .await;
-        if self.notices.len() == MAX_NOTICES {
-            self.notices.remove(0);
-        }
-        self.notices.push(note);
-        Ok(applied)
-    }
-
-    /// Waits (kube-runtime's `await_condition`, a watch on the one CRD) until `name` is
-    /// Established; past [`CRD_TIMEOUT`] the error says what the CRD last showed.
-    async fn wait_established(&self, name: &str) -> Result<(), InstallError> {
-        let api = Api::<CustomResourceDefinition>::all(self.client.clone());
-        let established = await_condition(api.clone(), name, conditions::is_crd_established());
-        let detail = match tokio::time::timeout(CRD_TIMEOUT, established).await {
-            Ok(Ok(_)) => return Ok(()),
-            Ok(Err(err)) => format!("watching it failed: {err}"),
-            Err(_) => match api.get_opt(name).await {
-                Ok(Some(crd)) => crd
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .and_then(|c| c.iter().find(|c| c.type_ == "Established"))
-                    .map_or("no Established condition yet".into(), |c| {
-                        format!(
-                            "Established={} {}",
-                            c.status,
-                            c.message.as_deref().unwrap_or_default()
-                        )
-                    }),
-                Ok(None) => "it does not exist".into(),
-                Err(err) => kube_message(&err),
-            },
-        };
-        Err(InstallError::CrdNotEstablished {
-            name: name.to_owned(),
-            detail,
-        })
-    }
-
-    async fn read_record(&self) -> Result<Option<Record>, InstallError> {
-        let api = Api::<ConfigMap>::namespaced(self.client.clone(), &self.config.agent_namespace);
-        let map = api
-            .get_opt(RECORD_CONFIGMAP)
-            .await
-            .map_err(|err| InstallError::Kube {
-                what: format!(
-                    "reading ConfigMap {}/{RECORD_CONFIGMAP}",
-                    self.config.agent_namespace
-                ),
-                message: kube_message(&err),
-            })?;
-        Ok(map.as_ref().and_then(Record::from_config_map))
-    }
-
-    async fn write_record(&self, record: &Record) -> Result<(), InstallError> {
-        let api = Api::<ConfigMap>::namespaced(self.client.clone(), &self.config.agent_namespace);
-        crate::apply_record(&api, RECORD_CONFIGMAP, record.to_data())
-            .await
-            .map(|_| tracing::debug!(version = %record.version, "install recorded"))
-            .map_err(|err| InstallError::Kube {
-                what: format!(
-                    "writing ConfigMap {}/{RECORD_CONFIGMAP}",
-                    self.config.agent_namespace
-                ),
-                message: kube_message(&err),
-            })
-    }
-
-    /// Deletes what `previous` applied and `next` no longer has, when the live object still
-    /// carries the agent's label; never CRDs. Failures are logged: a leftover object does not
-    /// make the new install fail. Returns what was removed.
-    async fn prune(&self, previous: Option<&Record>, next: &[ObjectRef]) -> Vec<String> {
-        let Some(previous) = previous else {
-            return Vec::new();
-        };
-        let mut removed = Vec::new();
-        for reference in to_prune(&previous.objects, next) {
-            let Some(kind) = kind_of(&reference.api_version, &reference.kind) else {
-                continue;
-            };
-            let resource = kind.api_resource();
-            let api: Api<DynamicObject> = match &reference.namespace {
-                Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
-                None => Api::all_with(self.client.clone(), &resource),
-            };
-            let live = match api.get_opt(&reference.name).await {
-                Ok(Some(live)) => live,
-                Ok(None) => continue,
-                Err(err) => {
-                    tracing::warn!(object = %reference, error = %kube_message(&err), "reading an object to prune failed");
-                    continue;
-                }
-            };
-            let ours = live
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(MANAGED_BY_LABEL))
-                .is_some_and(|v| v == FIELD_MANAGER);
-            if !ours {
-                tracing::info!(object = %reference, "not pruning: it no longer carries the agent's label");
-                continue;
-            }
-            match api.delete(&reference.name, &DeleteParams::default()).await {
-                Ok(_) => {
-                    tracing::info!(object = %reference, "pruned: no longer in the bundle");
-                    removed.push(reference.to_string());
-                }
-                Err(err) => {
-                    tracing::warn!(object = %reference, error = %kube_message(&err), "pruning failed")
-                }
-            }
-        }
-        removed
-    }
-}
-
-/// The applied Deployment as the typed object (what the API server answered an apply with).
-fn as_deployment(object: DynamicObject) -> Option<Deployment> {
-    serde_json::to_value(object)
-        .and_then(serde_json::from_value)
-        .ok()
-}
-
 #[cfg(test)]
 mod policy_rules {
     use super::*;
@@ -988,62 +436,6 @@ mod policy_rules {
         assert_eq!(
             refused.to_string(),
             "flux-operator v0.99.0 is outside \">=0.58.0 <0.59.0\" allowed by policy generation 7"
-        );
-    }
-}
-
-#[cfg(test)]
-mod takeover {
-    use kube::core::Status;
-
-    use super::field_conflicts;
-
-    fn conflict(causes: &[(&str, &str)]) -> Status {
-        let causes: Vec<_> = causes
-            .iter()
-            .map(|(message, field)| {
-                serde_json::json!({"reason": "FieldManagerConflict", "message": message, "field": field})
-            })
-            .collect();
-        serde_json::from_value(serde_json::json!({
-            "code": 409,
-            "message": "Apply failed with conflicts",
-            "details": {"causes": causes},
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn a_conflict_names_each_manager_once_with_its_fields() {
-        let status = conflict(&[
-            (
-                r#"conflict with "kubectl-set" using apps/v1"#,
-                ".spec.template.spec.containers[name=\"manager\"].image",
-            ),
-            (r#"conflict with "helm" using apps/v1"#, ".spec.replicas"),
-            (
-                r#"conflict with "kubectl-set" using apps/v1"#,
-                ".metadata.labels.a",
-            ),
-        ]);
-        assert_eq!(
-            field_conflicts(&status),
-            "field manager \"kubectl-set\" (\".spec.template.spec.containers[name=\\\"manager\\\"].image\", \
-             \".metadata.labels.a\"), field manager \"helm\" (\".spec.replicas\")"
-        );
-    }
-
-    #[test]
-    fn many_fields_and_long_names_stay_bounded() {
-        let long = format!("conflict with \"{}\" using v1", "m".repeat(500));
-        let fields: Vec<String> = (0..40).map(|i| format!(".data.k{i}")).collect();
-        let causes: Vec<(&str, &str)> =
-            fields.iter().map(|f| (long.as_str(), f.as_str())).collect();
-        let text = field_conflicts(&conflict(&causes));
-        assert!(text.len() < 300, "{text}");
-        assert!(text.ends_with(" and 35 more)"), "{text}");
-        assert!(
-            field_conflicts(&conflict(&[])).starts_with("another field manager (\"Apply failed")
         );
     }
 }

@@ -8,8 +8,6 @@ use std::{io::IsTerminal, sync::Arc, time::SystemTime};
 use tokio::{net::TcpListener, sync::watch};
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
-use tenantflux_proto::v1::Status;
-
 use tenantflux_core::policy::signing;
 use tokio_util::sync::CancellationToken;
 
@@ -23,7 +21,7 @@ use crate::{
         self, AgentService, InstanceService, PolicyService, UpgradeService, WorkloadsService,
         auth::Authorizer, metrics::Metrics,
     },
-    status::{self, AgentFacts, Readiness},
+    status::{self, AgentFacts, Readiness, Status},
     upgrade::{UpgradeConfig, Upgrader},
     workloads::Caches,
 };
@@ -90,6 +88,11 @@ impl Args {
     }
 }
 
+fn unix_seconds(time: SystemTime) -> i64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
 /// Keeps the operator phase gauge and the policy gauges at what the status reports.
 async fn record_status_metrics(
     mut status: watch::Receiver<Status>,
@@ -100,14 +103,12 @@ async fn record_status_metrics(
         let (phase, policy) = {
             let status = status.borrow_and_update();
             let policy = status.policy.as_ref().map(|p| {
-                let expiry = p.expires_at.as_ref().map_or(0, |t| t.seconds);
+                let expiry = p.expires_at.map_or(0, unix_seconds);
                 (p.generation, expiry, p.stale)
             });
-            (status.operator.as_ref().map(|o| o.phase()), policy)
+            (status.operator.phase, policy)
         };
-        if let Some(phase) = phase {
-            metrics.set_operator_phase(phase);
-        }
+        metrics.set_operator_phase(phase);
         let (generation, expiry, stale) = policy.unwrap_or_default();
         metrics.set_policy(generation, expiry, stale);
         tokio::select! {

@@ -1,8 +1,9 @@
 //! Status from memory: watchers keep the flux-operator Deployment, the FluxInstance and the
-//! FluxReport in memory, [`derive`] turns them into the proto `Status`, and the latest one sits
+//! FluxReport in memory, [`derive`] turns them into a [`Status`] report, and the latest one sits
 //! in a `tokio::sync::watch` channel that the RPCs read.
 
 mod derive;
+pub mod model;
 mod readiness;
 
 use std::{
@@ -20,10 +21,10 @@ use kube::{
         watcher::{self, Event},
     },
 };
-use tenantflux_proto::v1::Status;
 use tokio::sync::watch;
 
 pub use derive::{AgentFacts, Observed, Source, Tracked, derive, report_lags, upgrade_deadline};
+pub use model::Status;
 pub use readiness::Readiness;
 use tenantflux_core::flux::{
     INSTANCE_NAME, OPERATOR_DEPLOYMENT, OPERATOR_GROUP, REPORT_KIND, REQUESTED_AT_ANNOTATION,
@@ -342,8 +343,8 @@ fn publish(tx: &watch::Sender<Status>, status: Status) {
         } == status;
         if !unchanged {
             tracing::debug!(
-                operator = ?status.operator.as_ref().map(|o| o.phase()),
-                instance_present = status.instance.as_ref().is_some_and(|i| i.present),
+                operator = ?status.operator.phase,
+                instance_present = status.instance.present,
                 "status changed"
             );
             *current = stamp(status.clone());
@@ -353,7 +354,7 @@ fn publish(tx: &watch::Sender<Status>, status: Status) {
 }
 
 fn stamp(mut status: Status) -> Status {
-    status.observed_at = Some(SystemTime::now().into());
+    status.observed_at = Some(SystemTime::now());
     status
 }
 
@@ -433,8 +434,8 @@ mod tests {
             "{problem}"
         );
         let status = derive(&facts(), &tracker.observed);
-        assert!(!status.instance.unwrap().present);
-        assert_eq!(status.agent.unwrap().problems, [problem.as_str()]);
+        assert!(!status.instance.present);
+        assert_eq!(status.agent.problems, [problem.as_str()]);
 
         tracker.apply(Source::Instance, Event::Init);
         assert_eq!(
@@ -469,8 +470,8 @@ mod tests {
         let sent = rx.borrow_and_update().clone();
         assert!(sent.observed_at.is_some());
         assert_eq!(
-            sent.operator.unwrap().phase(),
-            tenantflux_proto::v1::OperatorPhase::NotInstalled
+            sent.operator.phase,
+            crate::operator::OperatorPhase::NotInstalled
         );
     }
 }

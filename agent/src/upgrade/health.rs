@@ -9,7 +9,6 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::{Api, Client};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tenantflux_proto::v1::KustomizationHealth;
 
 use super::{StepError, kube_err, list_all, resource, storage_version};
 
@@ -29,18 +28,6 @@ pub struct Healthy {
     pub ready_again: bool,
     /// Why not (its Ready condition now, or that it is gone).
     pub message: String,
-}
-
-impl Healthy {
-    pub fn to_proto(&self) -> KustomizationHealth {
-        KustomizationHealth {
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
-            revision: self.revision.clone(),
-            ready_again: self.ready_again,
-            message: self.message.clone(),
-        }
-    }
 }
 
 fn text<'a>(value: &'a Value, pointer: &str) -> &'a str {

@@ -4,7 +4,6 @@
 //! against the cluster first, so a resumed step is never done twice.
 
 use serde::{Deserialize, Serialize};
-use tenantflux_proto::v1::{CrdProgress, UpgradeState};
 
 /// The ConfigMap holding the record.
 pub const RECORD_NAME: &str = "tenantflux-upgrade";
@@ -98,51 +97,14 @@ impl Record {
         self.crds.iter().position(|c| !c.done)
     }
 
-    pub fn to_proto(&self) -> UpgradeState {
-        UpgradeState {
-            present: true,
-            id: self.id.clone(),
-            requested: self.requested.clone(),
-            target: self.target.clone(),
-            written_version: self.written_version.clone(),
-            from_version: self.from_version.clone(),
-            from_range: self.from_range.clone(),
-            phase: self.phase.name().to_owned(),
-            message: self.message.clone(),
-            crds: self
-                .crds
-                .iter()
-                .map(|c| CrdProgress {
-                    crd: c.crd.clone(),
-                    storage_version: c.storage_version.clone(),
-                    total: c.total,
-                    migrated: c.migrated,
-                    done: c.done,
-                    attempts: c.attempts,
-                    seconds: c.seconds,
-                })
-                .collect(),
-            bumped: self.bumped,
-            instance_generation: self.instance_generation,
-            concurrency: self.concurrency,
-            started_at: self.started_at.clone(),
-            updated_at: self.updated_at.clone(),
-            finished_at: self.finished_at.clone(),
-            deadline: if self.ready_by > 0 {
-                k8s_openapi::jiff::Timestamp::from_second(self.ready_by)
-                    .map(|t| t.to_string())
-                    .unwrap_or_default()
-            } else {
-                String::new()
-            },
-            requested_by: self.requested_by.clone(),
-            runs: self.runs,
-            kustomizations: self
-                .ready_before
-                .iter()
-                .flatten()
-                .map(super::health::Healthy::to_proto)
-                .collect(),
+    /// When the FluxInstance must be Ready (RFC 3339), once the bump is written.
+    pub fn deadline(&self) -> String {
+        if self.ready_by > 0 {
+            k8s_openapi::jiff::Timestamp::from_second(self.ready_by)
+                .map(|t| t.to_string())
+                .unwrap_or_default()
+        } else {
+            String::new()
         }
     }
 }
@@ -227,7 +189,6 @@ mod tests {
         assert_eq!(back, record);
         assert_eq!(back.next_crd(), Some(1));
         assert!(record.to_json().contains("\"phase\": \"migrating\""));
-        assert_eq!(record.to_proto().phase, "migrating");
         assert!(!Phase::Waiting.finished() && Phase::Failed.finished());
     }
 

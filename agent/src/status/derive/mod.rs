@@ -1,13 +1,14 @@
-//! The pure half of status: from the objects the watchers hold to the proto `Status`.
+//! The pure half of status: from the objects the watchers hold to the [`Status`] report.
 
 use std::{collections::BTreeMap, time::SystemTime};
 
-use k8s_openapi::{api::apps::v1::Deployment, apimachinery::pkg::apis::meta::v1::Time};
+use k8s_openapi::{api::apps::v1::Deployment, jiff::Timestamp};
 use kube::api::DynamicObject;
 use serde_json::Value;
-use tenantflux_proto::v1::{
+
+use super::model::{
     AgentInfo, Component, Condition, Health, InstanceStatus, OperatorPhase, OperatorStatus,
-    PolicyStatus, Status,
+    PolicyStatus, Status, UpgradeDeadline,
 };
 
 use tenantflux_core::{
@@ -18,14 +19,12 @@ use tenantflux_core::{
 use crate::{operator::InstallState, policy::store::Held};
 
 /// The policy's upgrade deadline as the API reports it.
-pub fn upgrade_deadline(policy: &Policy) -> Option<tenantflux_proto::v1::UpgradeDeadline> {
-    policy
-        .upgrade_deadline()
-        .map(|d| tenantflux_proto::v1::UpgradeDeadline {
-            minimum_version: d.minimum_version().to_owned(),
-            date: d.date().to_owned(),
-            warn_days: d.warn_days(),
-        })
+pub fn upgrade_deadline(policy: &Policy) -> Option<UpgradeDeadline> {
+    policy.upgrade_deadline().map(|d| UpgradeDeadline {
+        minimum_version: d.minimum_version().to_owned(),
+        date: d.date().to_owned(),
+        warn_days: d.warn_days(),
+    })
 }
 
 /// Facts about the agent itself that go into every status.
@@ -103,17 +102,17 @@ pub fn derive(facts: &AgentFacts, observed: &Observed) -> Status {
         .cloned()
         .collect();
     Status {
-        agent: Some(AgentInfo {
+        agent: AgentInfo {
             version: facts.version.clone(),
             namespace: facts.namespace.clone(),
             health: if problems.is_empty() {
                 Health::Ok
             } else {
                 Health::Degraded
-            } as i32,
+            },
             problems,
             kubernetes_version: observed.kubernetes_version.clone().unwrap_or_default(),
-            started_at: Some(facts.started_at.into()),
+            started_at: facts.started_at,
             cluster_uid: observed
                 .policy
                 .cluster
@@ -126,21 +125,21 @@ pub fn derive(facts: &AgentFacts, observed: &Observed) -> Status {
                 .as_ref()
                 .and_then(|c| c.name.clone())
                 .unwrap_or_default(),
-        }),
-        operator: Some(with_install(
+        },
+        operator: with_install(
             operator_status(&facts.operator_namespace, &observed.operator),
             observed.install.as_ref(),
-        )),
-        instance: Some(instance_status(
+        ),
+        instance: instance_status(
             observed.instance.object.as_ref(),
             observed.report.object.as_ref(),
-        )),
+        ),
         policy: observed.policy.accepted.as_ref().map(|accepted| {
             let mut status = policy_status(&accepted.policy, observed.instance.object.as_ref());
             // Verified against the installed key, so it is that key's id.
             status.key_id.clone_from(&accepted.signed.key_id);
             if let Some(validity) = accepted.validity {
-                status.expires_at = Some(crate::policy::store::timestamp(validity.expires_at));
+                status.expires_at = Some(unix_time(validity.expires_at));
                 status.stale = accepted.is_stale_at(tenantflux_core::policy::signing::now());
             }
             status
@@ -179,11 +178,11 @@ fn operator_status(namespace: &str, tracked: &Tracked<Deployment>) -> OperatorSt
     };
     let Some(deployment) = &tracked.object else {
         if tracked.synced {
-            status.set_phase(OperatorPhase::NotInstalled);
+            status.phase = OperatorPhase::NotInstalled;
             status.reason =
                 format!("no Deployment {OPERATOR_DEPLOYMENT:?} in namespace {namespace:?}");
         } else {
-            status.set_phase(OperatorPhase::WaitingForApi);
+            status.phase = OperatorPhase::WaitingForApi;
             status.reason = format!(
                 "the agent has not yet listed Deployment {namespace}/{OPERATOR_DEPLOYMENT}"
             );
@@ -206,13 +205,13 @@ fn operator_status(namespace: &str, tracked: &Tracked<Deployment>) -> OperatorSt
     let available = condition("Available");
     status.last_transition = available
         .and_then(|c| c.last_transition_time.as_ref())
-        .map(timestamp);
+        .map(|t| SystemTime::from(t.0));
 
     if available.is_some_and(|c| c.status == "True") {
-        status.set_phase(OperatorPhase::Ready);
+        status.phase = OperatorPhase::Ready;
         return status;
     }
-    status.set_phase(OperatorPhase::WaitingForOperator);
+    status.phase = OperatorPhase::WaitingForOperator;
     let name = format!("Deployment {namespace}/{OPERATOR_DEPLOYMENT}");
     // A stalled rollout (ProgressDeadlineExceeded) explains more than "not available".
     let stalled = condition("Progressing").filter(|c| c.status == "False");
@@ -237,7 +236,7 @@ fn with_install(mut status: OperatorStatus, install: Option<&InstallState>) -> O
     let Some(install) = install else {
         return status;
     };
-    status.set_phase(install.phase);
+    status.phase = install.phase;
     status.reason = install.reason.clone();
     if status.version.is_empty() {
         status.version = install.version.clone();
@@ -245,7 +244,7 @@ fn with_install(mut status: OperatorStatus, install: Option<&InstallState>) -> O
     status.bundle_digest = install.digest.clone();
     status.source = install.source.clone();
     status.notices.clone_from(&install.notices);
-    status.last_transition = Some(install.last_transition.into());
+    status.last_transition = Some(install.last_transition);
     status
 }
 
@@ -314,14 +313,15 @@ fn ready_condition(data: &Value) -> Option<Condition> {
         .iter()
         .find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))?;
     Some(Condition {
-        r#type: str_at(ready, "/type"),
+        type_: str_at(ready, "/type"),
         status: str_at(ready, "/status"),
         reason: str_at(ready, "/reason"),
         message: str_at(ready, "/message"),
         last_transition: ready
             .get("lastTransitionTime")
             .and_then(Value::as_str)
-            .and_then(|t| t.parse().ok()),
+            .and_then(|t| t.parse::<Timestamp>().ok())
+            .map(SystemTime::from),
     })
 }
 
@@ -399,319 +399,10 @@ fn str_at(value: &Value, pointer: &str) -> String {
         .to_owned()
 }
 
-fn timestamp(time: &Time) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: time.0.as_second(),
-        nanos: time.0.subsec_nanosecond(),
-    }
+/// Unix seconds (as signed claims carry them) as a time; out of range is the epoch.
+fn unix_time(seconds: i64) -> SystemTime {
+    Timestamp::from_second(seconds).map_or(SystemTime::UNIX_EPOCH, SystemTime::from)
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use tenantflux_proto::v1::UpgradeDeadline;
-
-    use super::*;
-
-    fn facts() -> AgentFacts {
-        AgentFacts {
-            version: "0.1.0".into(),
-            namespace: "tenantflux-system".into(),
-            operator_namespace: "flux-system".into(),
-            started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
-        }
-    }
-
-    fn fixture<K: serde::de::DeserializeOwned>(yaml: &str) -> K {
-        tenantflux_core::yaml::from_str(yaml).expect("fixture parses")
-    }
-
-    fn deployment(yaml: &str) -> Tracked<Deployment> {
-        Tracked::present(fixture(yaml))
-    }
-
-    fn dynamic(yaml: &str) -> Tracked<DynamicObject> {
-        Tracked::present(fixture(yaml))
-    }
-
-    const OPERATOR_READY: &str = include_str!("fixtures/operator-ready.yaml");
-    const OPERATOR_PROGRESSING: &str = include_str!("fixtures/operator-progressing.yaml");
-    const OPERATOR_STALLED: &str = include_str!("fixtures/operator-stalled.yaml");
-    const INSTANCE_READY: &str = include_str!("fixtures/instance-ready.yaml");
-    const INSTANCE_NOT_READY: &str = include_str!("fixtures/instance-not-ready.yaml");
-    const REPORT: &str = include_str!("fixtures/report.yaml");
-
-    #[test]
-    fn a_report_lags_while_the_instance_is_ready_and_a_component_is_not() {
-        let lagging = Observed {
-            instance: dynamic(INSTANCE_READY),
-            report: dynamic(REPORT),
-            ..Observed::default()
-        };
-        assert!(report_lags(&lagging));
-
-        // The instance itself is not Ready: the report may well be right.
-        let not_ready = Observed {
-            instance: dynamic(INSTANCE_NOT_READY),
-            report: dynamic(REPORT),
-            ..Observed::default()
-        };
-        assert!(!report_lags(&not_ready));
-
-        // Every component ready: nothing to refresh.
-        let all_ready = REPORT.replace("ready: false", "ready: true");
-        let caught_up = Observed {
-            instance: dynamic(INSTANCE_READY),
-            report: dynamic(&all_ready),
-            ..Observed::default()
-        };
-        assert!(!report_lags(&caught_up));
-
-        // No report yet: the operator writes one on its own.
-        let no_report = Observed {
-            instance: dynamic(INSTANCE_READY),
-            ..Observed::default()
-        };
-        assert!(!report_lags(&no_report));
-    }
-
-    #[test]
-    fn nothing_observed_yet_waits_for_the_api() {
-        let status = derive(&facts(), &Observed::default());
-        let operator = status.operator.unwrap();
-        assert_eq!(operator.phase(), OperatorPhase::WaitingForApi);
-        assert_eq!(operator.namespace, "flux-system");
-        let agent = status.agent.unwrap();
-        assert_eq!(agent.health(), Health::Ok);
-        assert_eq!(agent.namespace, "tenantflux-system");
-        assert_eq!(agent.version, "0.1.0");
-        assert_eq!(agent.started_at.unwrap().seconds, 1_700_000_000);
-        assert!(!status.instance.unwrap().present);
-        assert!(status.policy.is_none());
-    }
-
-    #[test]
-    fn operator_missing_is_not_installed() {
-        let observed = Observed {
-            operator: Tracked::absent(),
-            ..Observed::default()
-        };
-        let operator = derive(&facts(), &observed).operator.unwrap();
-        assert_eq!(operator.phase(), OperatorPhase::NotInstalled);
-        assert_eq!(
-            operator.reason,
-            "no Deployment \"flux-operator\" in namespace \"flux-system\""
-        );
-        assert_eq!(operator.version, "");
-    }
-
-    #[test]
-    fn operator_available_is_ready_with_version_from_label() {
-        let observed = Observed {
-            operator: deployment(OPERATOR_READY),
-            ..Observed::default()
-        };
-        let operator = derive(&facts(), &observed).operator.unwrap();
-        assert_eq!(operator.phase(), OperatorPhase::Ready);
-        assert_eq!(operator.version, "v0.58.1");
-        assert_eq!(operator.reason, "");
-        assert_eq!((operator.ready_replicas, operator.desired_replicas), (1, 1));
-        assert_eq!(
-            operator.last_transition.unwrap(),
-            "2026-11-30T02:00:00Z".parse().unwrap()
-        );
-    }
-
-    #[test]
-    fn operator_not_available_waits_with_reason_and_image_tag_version() {
-        let observed = Observed {
-            operator: deployment(OPERATOR_PROGRESSING),
-            ..Observed::default()
-        };
-        let operator = derive(&facts(), &observed).operator.unwrap();
-        assert_eq!(operator.phase(), OperatorPhase::WaitingForOperator);
-        assert_eq!(
-            operator.version, "v0.57.0",
-            "from the image tag, digest ignored"
-        );
-        assert_eq!(
-            operator.reason,
-            "Deployment flux-system/flux-operator is not available: MinimumReplicasUnavailable: \
-             Deployment does not have minimum availability."
-        );
-        assert_eq!((operator.ready_replicas, operator.desired_replicas), (0, 1));
-    }
-
-    #[test]
-    fn stalled_rollout_reports_the_progress_deadline() {
-        let observed = Observed {
-            operator: deployment(OPERATOR_STALLED),
-            ..Observed::default()
-        };
-        let operator = derive(&facts(), &observed).operator.unwrap();
-        assert_eq!(operator.phase(), OperatorPhase::WaitingForOperator);
-        assert!(
-            operator.reason.contains("ProgressDeadlineExceeded"),
-            "{}",
-            operator.reason
-        );
-    }
-
-    #[test]
-    fn instance_absent_has_empty_fields() {
-        let observed = Observed {
-            instance: Tracked::absent(),
-            report: dynamic(REPORT),
-            ..Observed::default()
-        };
-        let instance = derive(&facts(), &observed).instance.unwrap();
-        assert_eq!(instance, InstanceStatus::default());
-    }
-
-    #[test]
-    fn instance_ready_takes_version_from_last_applied_revision() {
-        let observed = Observed {
-            instance: dynamic(INSTANCE_READY),
-            ..Observed::default()
-        };
-        let instance = derive(&facts(), &observed).instance.unwrap();
-        assert!(instance.present);
-        assert_eq!(instance.name, "flux");
-        assert_eq!(instance.namespace, "flux-system");
-        assert_eq!(instance.requested_version, "2.9.x");
-        assert_eq!(instance.registry, "ghcr.io/fluxcd");
-        assert_eq!(instance.distribution_version, "v2.9.4");
-        assert!(instance.last_applied_revision.starts_with("v2.9.4@sha256:"));
-        assert!(!instance.suspended);
-        let ready = instance.ready.unwrap();
-        assert_eq!(
-            (
-                ready.r#type.as_str(),
-                ready.status.as_str(),
-                ready.reason.as_str()
-            ),
-            ("Ready", "True", "ReconciliationSucceeded")
-        );
-        assert_eq!(
-            ready.last_transition.unwrap(),
-            "2026-11-30T02:10:00Z".parse().unwrap()
-        );
-        // Without a FluxReport the components come from status.components, readiness unknown.
-        let names: Vec<_> = instance
-            .components
-            .iter()
-            .map(|c| c.name.as_str())
-            .collect();
-        assert_eq!(names, ["source-controller", "kustomize-controller"]);
-        assert_eq!(
-            instance.components[0].image,
-            "ghcr.io/fluxcd/source-controller:v1.8.0@sha256:1111"
-        );
-        assert!(!instance.components[0].ready);
-    }
-
-    #[test]
-    fn report_supplies_component_readiness() {
-        let observed = Observed {
-            instance: dynamic(INSTANCE_READY),
-            report: dynamic(REPORT),
-            ..Observed::default()
-        };
-        let instance = derive(&facts(), &observed).instance.unwrap();
-        assert_eq!(instance.components.len(), 2);
-        let kustomize = &instance.components[1];
-        assert_eq!(kustomize.name, "kustomize-controller");
-        assert!(!kustomize.ready);
-        assert_eq!(kustomize.status, "Deployment not ready: 0/1 replicas");
-        assert!(instance.components[0].ready);
-        assert_eq!(
-            instance.components[0].image,
-            "ghcr.io/fluxcd/source-controller:v1.8.0@sha256:1111"
-        );
-    }
-
-    #[test]
-    fn instance_not_ready_takes_version_from_report_and_shows_suspension() {
-        let observed = Observed {
-            instance: dynamic(INSTANCE_NOT_READY),
-            report: dynamic(REPORT),
-            ..Observed::default()
-        };
-        let instance = derive(&facts(), &observed).instance.unwrap();
-        assert!(instance.present);
-        assert_eq!(instance.last_applied_revision, "");
-        assert_eq!(instance.distribution_version, "v2.9.4");
-        assert!(instance.suspended);
-        let ready = instance.ready.unwrap();
-        assert_eq!(ready.status, "False");
-        assert_eq!(ready.reason, "ArtifactFailed");
-        assert!(
-            ready.message.contains("failed to pull"),
-            "{}",
-            ready.message
-        );
-    }
-
-    #[test]
-    fn instance_without_conditions_has_no_ready_condition() {
-        let observed = Observed {
-            instance: Tracked::present(fixture(
-                "apiVersion: fluxcd.controlplane.io/v1\nkind: FluxInstance\n\
-                 metadata: {name: flux, namespace: flux-system}\n\
-                 spec: {distribution: {version: 2.x, registry: ghcr.io/fluxcd}}\n",
-            )),
-            ..Observed::default()
-        };
-        let instance = derive(&facts(), &observed).instance.unwrap();
-        assert!(instance.present);
-        assert!(instance.ready.is_none());
-        assert_eq!(instance.distribution_version, "");
-        assert!(instance.components.is_empty());
-    }
-
-    #[test]
-    fn problems_make_the_agent_degraded() {
-        let mut observed = Observed::default();
-        observed
-            .problems
-            .insert(Source::Instance, "FluxInstance API is not served".into());
-        observed
-            .problems
-            .insert(Source::KubernetesApi, "API server did not answer".into());
-        let agent = derive(&facts(), &observed).agent.unwrap();
-        assert_eq!(agent.health(), Health::Degraded);
-        assert_eq!(
-            agent.problems,
-            [
-                "API server did not answer",
-                "FluxInstance API is not served"
-            ]
-        );
-    }
-
-    #[test]
-    fn policy_status_carries_the_upgrade_deadline_for_the_fleet_view() {
-        let policy = Policy::parse(
-            "apiVersion: tenantflux.io/v1alpha1\nkind: Policy\nmetadata: {name: p}\n\
-             spec:\n  generation: 3\n  distribution:\n    upgradeDeadline:\n      \
-             minimumVersion: v2.8.0\n      date: \"2000-01-01\"\n",
-        )
-        .unwrap();
-        let instance: DynamicObject = fixture(INSTANCE_READY);
-        let status = policy_status(&policy, Some(&instance));
-        assert_eq!(
-            status.upgrade_deadline,
-            Some(UpgradeDeadline {
-                minimum_version: "2.8.0".into(),
-                date: "2000-01-01".into(),
-                warn_days: 30,
-            })
-        );
-        let without = Policy::parse(include_str!(
-            "../../core/src/policy/fixtures/policy-minimal.yaml"
-        ))
-        .unwrap();
-        assert_eq!(policy_status(&without, None).upgrade_deadline, None);
-    }
-}
+mod tests;
