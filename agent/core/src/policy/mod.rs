@@ -446,45 +446,22 @@ fn non_empty(list: Option<&Vec<String>>, field: &'static str) -> Result<(), Poli
 
 /// Today, as days since 1970-01-01 (UTC).
 pub fn today() -> i64 {
-    let seconds = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    i64::try_from(seconds / 86_400).unwrap_or(i64::MAX)
+    jiff::Timestamp::now().as_second().div_euclid(86_400)
 }
 
-/// `YYYY-MM-DD` → days since 1970-01-01 (proleptic Gregorian; Howard Hinnant's algorithm).
+/// `YYYY-MM-DD` (exactly that form) → days since 1970-01-01, proleptic Gregorian.
 pub fn parse_date(text: &str) -> Option<i64> {
-    let mut parts = text.split('-');
-    let (y, m, d) = (parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some() || y.len() != 4 || m.len() != 2 || d.len() != 2 {
+    let shape = text.len() == 10
+        && text.bytes().enumerate().all(|(i, c)| match i {
+            4 | 7 => c == b'-',
+            _ => c.is_ascii_digit(),
+        });
+    if !shape {
         return None;
     }
-    let (y, m, d): (i64, i64, i64) = (y.parse().ok()?, m.parse().ok()?, d.parse().ok()?);
-    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    let days_in_month = [
-        31,
-        if leap { 29 } else { 28 },
-        31,
-        30,
-        31,
-        30,
-        31,
-        31,
-        30,
-        31,
-        30,
-        31,
-    ];
-    if !(1..=12).contains(&m) || d < 1 || d > days_in_month[(m - 1) as usize] {
-        return None;
-    }
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    Some(era * 146_097 + doe - 719_468)
+    let date: jiff::civil::Date = text.parse().ok()?;
+    let days = date.since(jiff::civil::date(1970, 1, 1)).ok()?.get_days();
+    Some(i64::from(days))
 }
 
 #[cfg(test)]

@@ -1,0 +1,163 @@
+//! What a bundle may hold: only flux-operator's own kinds and names, subjects that are the
+//! operator's, and images that follow the platform's rules.
+
+use serde_json::Value;
+
+use super::*;
+
+/// What only flux-operator's own install holds: CRDs of its group, cluster RBAC under its
+/// names, bindings to ServiceAccounts of the operator namespace.
+pub(super) fn check_contents(
+    value: &Value,
+    kind: &Kind,
+    reference: &ObjectRef,
+    operator_namespace: &str,
+) -> Result<(), BundleError> {
+    match kind.kind {
+        "CustomResourceDefinition" => {
+            let group = value.pointer("/spec/group").and_then(Value::as_str);
+            let suffix = format!(".{OPERATOR_GROUP}");
+            if group != Some(OPERATOR_GROUP) || !reference.name.ends_with(&suffix) {
+                return Err(BundleError::ForeignCrd {
+                    name: quote(&reference.name),
+                    group: group.map_or_else(|| "unset".to_owned(), quote),
+                });
+            }
+        }
+        "ClusterRole" => rbac::check_cluster_role(value, reference)?,
+        "ClusterRoleBinding" => rbac::check_cluster_role_binding(value, reference)?,
+        _ => {}
+    }
+    if matches!(kind.kind, "ClusterRoleBinding" | "RoleBinding") {
+        let subjects = value.get("subjects").and_then(Value::as_array);
+        for (index, subject) in subjects.into_iter().flatten().enumerate() {
+            let field = |name: &str| subject.get(name).and_then(Value::as_str).unwrap_or("");
+            let ours =
+                field("kind") == "ServiceAccount" && field("namespace") == operator_namespace;
+            if !ours {
+                let namespace = match field("namespace") {
+                    "" => String::new(),
+                    ns => format!(" in namespace {}", quote(ns)),
+                };
+                return Err(BundleError::ForeignSubject {
+                    object: Box::new(reference.clone()),
+                    index,
+                    subject: format!(
+                        "{} {}{namespace}",
+                        quote(field("kind")),
+                        quote(field("name"))
+                    ),
+                    namespace: operator_namespace.to_owned(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every ServiceAccount a binding of the bundle names is one the bundle holds (the namespace
+/// was checked per object).
+pub(super) fn check_subjects(objects: &[BundleObject]) -> Result<(), BundleError> {
+    let held: Vec<&str> = objects
+        .iter()
+        .filter(|o| o.kind.kind == "ServiceAccount")
+        .map(|o| o.reference.name.as_str())
+        .collect();
+    for object in objects
+        .iter()
+        .filter(|o| matches!(o.kind.kind, "ClusterRoleBinding" | "RoleBinding"))
+    {
+        let subjects = object.manifest.get("subjects").and_then(Value::as_array);
+        for (index, subject) in subjects.into_iter().flatten().enumerate() {
+            let name = subject.get("name").and_then(Value::as_str).unwrap_or("");
+            if !held.contains(&name) {
+                return Err(BundleError::UnknownServiceAccount {
+                    object: Box::new(object.reference.clone()),
+                    index,
+                    name: quote(name),
+                    held: if held.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        held.join(", ")
+                    },
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What the operator Deployment's images must be.
+#[derive(Clone, Debug)]
+pub struct ImageRules {
+    /// Globs over the image reference (`--operator-image-registry`).
+    pub registries: Vec<String>,
+    /// Every image pinned by digest (`--operator-require-image-digest`).
+    pub require_digest: bool,
+}
+
+/// Whether `image` ends in `@sha256:` and 64 lowercase hex digits.
+pub(super) fn pinned_by_digest(image: &str) -> bool {
+    image.rsplit_once("@sha256:").is_some_and(|(_, hex)| {
+        hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
+
+/// Every image of the Deployment's pod (init containers too) from an allowed registry, and
+/// pinned by digest when that is required.
+pub(super) fn check_images(deployment: &Value, rules: &ImageRules) -> Result<(), BundleError> {
+    let registries = &rules.registries;
+    for list in ["initContainers", "containers"] {
+        let containers = deployment
+            .pointer(&format!("/spec/template/spec/{list}"))
+            .and_then(Value::as_array);
+        for (index, container) in containers.into_iter().flatten().enumerate() {
+            let image = container.get("image").and_then(Value::as_str).unwrap_or("");
+            if !registries.iter().any(|r| glob::matches(r, image)) {
+                return Err(BundleError::ImageNotAllowed {
+                    field: format!("spec.template.spec.{list}[{index}].image"),
+                    image: quote(image),
+                    allowed: registries.join(", "),
+                });
+            }
+            if rules.require_digest && !pinned_by_digest(image) {
+                return Err(BundleError::ImageNotPinned {
+                    field: format!("spec.template.spec.{list}[{index}].image"),
+                    image: quote(image),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The tag of the `manager` container's image (the first container's when none is called
+/// so), which must agree with the label `app.kubernetes.io/version` when there is one; the
+/// label alone when the image has no tag.
+pub(super) fn deployment_version(deployment: &Value) -> Result<Option<String>, BundleError> {
+    let label = deployment
+        .pointer("/metadata/labels/app.kubernetes.io~1version")
+        .and_then(Value::as_str)
+        .filter(|v| !v.is_empty());
+    let tag = deployment
+        .pointer("/spec/template/spec/containers")
+        .and_then(Value::as_array)
+        .and_then(|containers| {
+            containers
+                .iter()
+                .find(|c| c.get("name").and_then(Value::as_str) == Some("manager"))
+                .or_else(|| containers.first())
+        })
+        .and_then(|c| c.get("image")?.as_str())
+        .and_then(image_tag);
+    match (label, tag) {
+        (Some(label), Some(tag)) if range::strip_v(label) != range::strip_v(tag) => {
+            Err(BundleError::VersionMismatch {
+                label: quote(label),
+                tag: quote(tag),
+            })
+        }
+        (_, Some(tag)) => Ok(Some(tag.to_owned())),
+        (label, None) => Ok(label.map(str::to_owned)),
+    }
+}

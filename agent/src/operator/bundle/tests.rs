@@ -1,0 +1,400 @@
+//! Bundles that parse, and bundles that are refused, with the reason each gives.
+
+use super::*;
+
+const NS: &str = "flux-system";
+
+fn crd(name: &str) -> String {
+    let (plural, group) = name.split_once('.').unwrap();
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n\
+             metadata:\n  name: {name}\nspec:\n  group: {group}\n  names:\n    plural: {plural}\n"
+    )
+}
+
+fn deployment(image: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: flux-operator\n  \
+             namespace: flux-system\n  labels:\n    app.kubernetes.io/name: flux-operator\n\
+             spec:\n  template:\n    spec:\n      containers:\n      - name: manager\n        \
+             image: {image}\n"
+    )
+}
+
+/// A small install in the shape of flux-operator's (deliberately out of apply order).
+fn install(image: &str) -> String {
+    let mut docs = vec![
+            deployment(image),
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: flux-system\n".to_owned(),
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: flux-operator\n  namespace: flux-system\n".to_owned(),
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: flux-operator-cluster-admin\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: cluster-admin\nsubjects:\n- kind: ServiceAccount\n  name: flux-operator\n  namespace: flux-system\n".to_owned(),
+        ];
+    docs.extend(OPERATOR_CRDS.iter().map(|n| crd(n)));
+    format!("---\n{}---\n", docs.join("---\n"))
+}
+
+fn parse(yaml: &str) -> Result<Bundle, BundleError> {
+    parse_with(yaml, false)
+}
+
+fn parse_with(yaml: &str, require_digest: bool) -> Result<Bundle, BundleError> {
+    let images = ImageRules {
+        registries: vec![
+            "ghcr.io/controlplaneio-fluxcd/*".to_owned(),
+            "registry.local:5000/*".to_owned(),
+        ],
+        require_digest,
+    };
+    Bundle::parse(yaml, digest_of(yaml.as_bytes()), NS, &images)
+}
+
+#[test]
+fn a_flux_operator_install_parses_in_apply_order_with_its_version() {
+    let yaml = install("ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1");
+    let bundle = parse(&yaml).unwrap();
+    assert_eq!(bundle.version, "v0.58.1");
+    assert_eq!(bundle.semver, semver::Version::new(0, 58, 1));
+    assert_eq!(bundle.digest, digest_of(yaml.as_bytes()));
+    let order: Vec<_> = bundle
+        .objects
+        .iter()
+        .map(|o| o.reference.to_string())
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "CustomResourceDefinition fluxinstances.fluxcd.controlplane.io",
+            "CustomResourceDefinition fluxreports.fluxcd.controlplane.io",
+            "CustomResourceDefinition resourcesets.fluxcd.controlplane.io",
+            "CustomResourceDefinition resourcesetinputproviders.fluxcd.controlplane.io",
+            "Namespace flux-system",
+            "ServiceAccount flux-system/flux-operator",
+            "ClusterRoleBinding flux-operator-cluster-admin",
+            "Deployment flux-system/flux-operator",
+        ]
+    );
+    for object in &bundle.objects {
+        assert_eq!(
+            object.manifest["metadata"]["labels"][MANAGED_BY_LABEL], FIELD_MANAGER,
+            "{}",
+            object.reference
+        );
+    }
+    assert_eq!(
+        bundle.deployment().manifest["metadata"]["labels"]["app.kubernetes.io/name"],
+        "flux-operator",
+        "the bundle's own labels stay"
+    );
+    assert_eq!(bundle.stage(Stage::Crds).count(), 4);
+}
+
+#[test]
+fn the_version_is_the_image_tag_which_the_label_must_agree_with() {
+    let labelled = |image: &str, label: &str| {
+        install(image).replace(
+            "app.kubernetes.io/name: flux-operator\n",
+            &format!(
+                "app.kubernetes.io/name: flux-operator\n    app.kubernetes.io/version: {label}\n"
+            ),
+        )
+    };
+    let yaml = labelled(
+        "registry.local:5000/flux-operator:v0.58.0@sha256:abc",
+        "0.58.0",
+    );
+    assert_eq!(parse(&yaml).unwrap().version, "v0.58.0");
+    let yaml = install("registry.local:5000/flux-operator:v0.58.0@sha256:abc");
+    assert_eq!(parse(&yaml).unwrap().version, "v0.58.0");
+    let yaml = labelled("registry.local:5000/flux-operator@sha256:abc", "v0.58.2");
+    assert_eq!(
+        parse(&yaml).unwrap().version,
+        "v0.58.2",
+        "no tag: the label"
+    );
+    let yaml = labelled("registry.local:5000/flux-operator:v0.58.0", "v0.58.2");
+    assert_eq!(
+        parse(&yaml).unwrap_err().to_string(),
+        "Deployment flux-operator says version \"v0.58.2\" (label app.kubernetes.io/version) \
+             but runs image tag \"v0.58.0\": the bundle's version must be the one it runs"
+    );
+}
+
+#[test]
+fn a_bundle_may_hold_only_what_flux_operators_install_holds() {
+    let good = install("ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1");
+    let refusal = |yaml: &str| parse(yaml).unwrap_err().to_string();
+    let foreign_crd = format!("{good}---\n{}", crd("widgets.example.com"));
+    assert_eq!(
+        refusal(&foreign_crd),
+        "CustomResourceDefinition \"widgets.example.com\" has spec.group \"example.com\"; a \
+             flux-operator bundle defines resources of fluxcd.controlplane.io only"
+    );
+    let disguised = format!(
+        "{good}---\n{}",
+        crd("widgets.fluxcd.controlplane.io")
+            .replace("group: fluxcd.controlplane.io", "group: example.com")
+    );
+    assert!(refusal(&disguised).contains("has spec.group \"example.com\""));
+    let role = format!(
+        "{good}---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: admin}}\nrules: []\n"
+    );
+    assert!(
+        refusal(&role).starts_with("ClusterRole admin: a bundle creates only the cluster RBAC"),
+        "{}",
+        refusal(&role)
+    );
+    let widened = format!(
+        "{good}---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: \
+             {{name: flux-web-user}}\nrules:\n- apiGroups: ['']\n  resources: [secrets]\n  \
+             verbs: [get, delete]\n"
+    );
+    assert!(
+        refusal(&widened).contains("flux-web-user rules[0] grants \"delete\" on \"secrets\""),
+        "{}",
+        refusal(&widened)
+    );
+    let binding = |subject: &str| {
+        good.replace(
+                "subjects:\n- kind: ServiceAccount\n  name: flux-operator\n  namespace: flux-system\n",
+                &format!("subjects:\n- kind: ServiceAccount\n  name: flux-operator\n  namespace: flux-system\n{subject}"),
+            )
+    };
+    assert_eq!(
+        refusal(&binding(
+            "- kind: ServiceAccount\n  name: default\n  namespace: kube-system\n"
+        )),
+        "ClusterRoleBinding flux-operator-cluster-admin subjects[1] is \"ServiceAccount\" \
+             \"default\" in namespace \"kube-system\"; a bundle binds roles only to ServiceAccounts \
+             in the operator namespace \"flux-system\""
+    );
+    assert!(
+        refusal(&binding(
+            "- kind: User\n  name: mallory\n  apiGroup: rbac.authorization.k8s.io\n"
+        ))
+        .contains("subjects[1] is \"User\" \"mallory\";")
+    );
+    assert_eq!(
+        refusal(&binding(
+            "- kind: ServiceAccount\n  name: default\n  namespace: flux-system\n"
+        )),
+        "ClusterRoleBinding flux-operator-cluster-admin subjects[1] is ServiceAccount \
+             \"default\", which the bundle does not hold; a bundle binds roles only to its own \
+             ServiceAccounts (flux-operator)"
+    );
+    assert_eq!(
+        refusal(&install("docker.io/evil/flux-operator:v0.58.1")),
+        "Deployment flux-operator spec.template.spec.containers[0].image is \
+             \"docker.io/evil/flux-operator:v0.58.1\", from none of the registries allowed \
+             (ghcr.io/controlplaneio-fluxcd/*, registry.local:5000/*; --operator-image-registry)"
+    );
+    let sidecar = good.replace(
+            "      containers:\n",
+            "      initContainers:\n      - name: x\n        image: docker.io/evil/x:1\n      containers:\n",
+        );
+    assert!(refusal(&sidecar).contains("spec.template.spec.initContainers[0].image"));
+}
+
+#[test]
+fn a_required_digest_pins_every_image() {
+    let digest = "a".repeat(64);
+    let pinned = install(&format!(
+        "ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1@sha256:{digest}"
+    ));
+    assert_eq!(parse_with(&pinned, true).unwrap().version, "v0.58.1");
+    let tagged = install("ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1");
+    parse_with(&tagged, false).unwrap();
+    assert_eq!(
+        parse_with(&tagged, true).unwrap_err().to_string(),
+        "Deployment flux-operator spec.template.spec.containers[0].image is \
+             \"ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1\", not pinned by digest \
+             (--operator-require-image-digest: write it as NAME:TAG@sha256:DIGEST)"
+    );
+    let upper = format!("@sha256:{}", "A".repeat(64));
+    for bad in ["@sha256:abc", upper.as_str(), "@sha512:aaaa"] {
+        let yaml = install(&format!(
+            "ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1{bad}"
+        ));
+        assert!(
+            parse_with(&yaml, true)
+                .unwrap_err()
+                .to_string()
+                .contains("not pinned"),
+            "{bad}: {:?}",
+            parse_with(&yaml, true).map(|b| b.version)
+        );
+    }
+    let sidecar = pinned.replace(
+            "      containers:\n",
+            "      initContainers:\n      - name: x\n        image: ghcr.io/controlplaneio-fluxcd/x:1\n      containers:\n",
+        );
+    assert!(
+        parse_with(&sidecar, true)
+            .unwrap_err()
+            .to_string()
+            .contains("initContainers[0].image")
+    );
+}
+
+#[test]
+fn every_refusal_names_what_is_wrong() {
+    let good = install("ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1");
+    let refusal = |yaml: &str| parse(yaml).unwrap_err().to_string();
+
+    assert_eq!(refusal("---\n---\n"), "the bundle holds no objects");
+    assert!(refusal("kind: [unclosed").starts_with("the bundle is not valid YAML"));
+    assert_eq!(
+        refusal(&format!(
+            "{good}---\nkind: ConfigMap\nmetadata: {{name: x}}\n"
+        )),
+        "document 9 of the bundle is not a Kubernetes object: no apiVersion"
+    );
+    let without_crd = good.replace(&crd("fluxinstances.fluxcd.controlplane.io"), "");
+    assert_eq!(
+        refusal(&without_crd),
+        "the bundle lacks CustomResourceDefinition fluxinstances.fluxcd.controlplane.io: it \
+             is not a flux-operator install"
+    );
+    let without_deployment = good.replace(
+        &deployment("ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1"),
+        "",
+    );
+    assert!(
+        refusal(&without_deployment)
+            .starts_with("the bundle lacks Deployment flux-system/flux-operator"),
+    );
+    let secret = format!(
+        "{good}---\napiVersion: v1\nkind: Secret\nmetadata: {{name: s, namespace: flux-system}}\n"
+    );
+    assert!(refusal(&secret).starts_with("the bundle holds Secret s (v1), a kind the agent"));
+    let elsewhere = format!(
+        "{good}---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: sa, namespace: kube-system}}\n"
+    );
+    assert!(
+        refusal(&elsewhere).starts_with(
+            "ServiceAccount kube-system/sa is not in the operator namespace \"flux-system\""
+        ),
+        "{}",
+        refusal(&elsewhere)
+    );
+    let other_namespace =
+        format!("{good}---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: other}}\n");
+    assert!(refusal(&other_namespace).starts_with("Namespace other is not in the operator"));
+    let twice = format!("{good}---\n{}", crd("fluxreports.fluxcd.controlplane.io"));
+    assert_eq!(
+        refusal(&twice),
+        "the bundle holds CustomResourceDefinition fluxreports.fluxcd.controlplane.io twice"
+    );
+    let extra = format!(
+        "{good}---\n{}",
+        deployment("x:v1").replace(
+            "name: flux-operator\n  namespace",
+            "name: other\n  namespace"
+        )
+    );
+    assert!(refusal(&extra).starts_with("the bundle holds Deployment flux-system/other;"));
+    assert!(
+        refusal(&install("ghcr.io/controlplaneio-fluxcd/flux-operator"))
+            .contains("states no version")
+    );
+    assert!(
+        refusal(&install(
+            "ghcr.io/controlplaneio-fluxcd/flux-operator:latest"
+        ))
+        .starts_with("flux-operator version \"latest\" of the bundle is not a semantic")
+    );
+}
+
+#[test]
+fn allowed_versions_take_exact_versions_and_flux_style_ranges() {
+    let v = |s: &str| semver::Version::parse(s).unwrap();
+    let exact = AllowedVersions::parse("v0.58.1", "--operator-version").unwrap();
+    assert!(exact.allows(&v("0.58.1")));
+    assert!(
+        !exact.allows(&v("0.58.2")),
+        "an exact version is not a caret range"
+    );
+    let range = AllowedVersions::parse(">=v0.58.0 <0.59.0", "--operator-version").unwrap();
+    assert!(range.allows(&v("0.58.0")) && range.allows(&v("0.58.9")));
+    assert!(!range.allows(&v("0.59.0")) && !range.allows(&v("0.57.3")));
+    let spaced = AllowedVersions::parse(">= 0.58.0, < 0.59.0", "x").unwrap();
+    assert!(spaced.allows(&v("0.58.4")) && !spaced.allows(&v("0.59.0")));
+    let wildcard = AllowedVersions::parse("0.58.x", "x").unwrap();
+    assert!(wildcard.allows(&v("0.58.3")) && !wildcard.allows(&v("0.59.0")));
+    let err = AllowedVersions::parse("latest", "x")
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("\"latest\" is neither a version"), "{err}");
+
+    let bundle = parse(&install(
+        "ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1",
+    ))
+    .unwrap();
+    bundle.check_version(&range).unwrap();
+    let old = AllowedVersions::parse("v0.57.0", "--operator-version").unwrap();
+    assert_eq!(
+        bundle.check_version(&old).unwrap_err().to_string(),
+        "flux-operator v0.58.1 is outside \"v0.57.0\" allowed by --operator-version"
+    );
+}
+
+#[test]
+fn pruning_keeps_crds_and_what_the_new_bundle_still_has() {
+    let r = |api_version: &str, kind: &str, namespace: Option<&str>, name: &str| ObjectRef {
+        api_version: api_version.into(),
+        kind: kind.into(),
+        namespace: namespace.map(Into::into),
+        name: name.into(),
+    };
+    let crd = r(
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        None,
+        "old.fluxcd.controlplane.io",
+    );
+    let role = r(
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRole",
+        None,
+        "flux-web-user",
+    );
+    let sa = r("v1", "ServiceAccount", Some(NS), "flux-operator");
+    let service = r("v1", "Service", Some(NS), "flux-operator");
+    let unknown = r("v1", "Secret", Some(NS), "not-ours-to-touch");
+    let namespace = r("v1", "Namespace", None, "flux-system");
+    let previous = [
+        crd,
+        role.clone(),
+        sa.clone(),
+        service.clone(),
+        unknown,
+        namespace,
+    ];
+    assert_eq!(to_prune(&previous, &[sa]), [role, service]);
+}
+
+#[test]
+fn digests_are_sha256_of_the_bytes() {
+    assert_eq!(
+        digest_of(b""),
+        "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    );
+}
+
+#[test]
+fn kinds_map_to_their_api_resources() {
+    let deployment = kind_of("apps/v1", "Deployment").unwrap();
+    assert_eq!(deployment.group(), "apps");
+    let resource = deployment.api_resource();
+    assert_eq!(
+        (
+            resource.group.as_str(),
+            resource.version.as_str(),
+            resource.plural.as_str()
+        ),
+        ("apps", "v1", "deployments")
+    );
+    let namespace = kind_of("v1", "Namespace").unwrap();
+    assert_eq!(namespace.group(), "");
+    assert_eq!(namespace.api_resource().api_version, "v1");
+    assert!(kind_of("apps/v1beta1", "Deployment").is_none());
+}

@@ -1,0 +1,346 @@
+//! The install loop's steps: wait for the API server, learn the releases of the bundle's
+//! artifact, reconcile the bundle into the cluster, restore what someone changed, and follow the
+//! operator's rollout into the phase.
+
+use super::*;
+
+impl Installer {
+    pub(super) fn set(&self, phase: OperatorPhase, reason: impl Into<String>) {
+        let reason = reason.into();
+        let (version, digest) = self
+            .applied
+            .as_ref()
+            .map(|(b, _)| (b.version.clone(), b.digest.clone()))
+            .unwrap_or_default();
+        self.tx.send_if_modified(|state| {
+            let changed_phase = state.phase != phase;
+            let changed = changed_phase
+                || state.reason != reason
+                || state.version != version
+                || state.digest != digest
+                || state.notices != self.notices;
+            if changed_phase {
+                tracing::info!(phase = ?phase, %reason, "flux-operator install phase");
+                state.last_transition = SystemTime::now();
+            }
+            state.phase = phase;
+            state.reason = reason.clone();
+            state.version = version.clone();
+            state.digest = digest.clone();
+            state.notices.clone_from(&self.notices);
+            changed
+        });
+    }
+
+    pub(super) async fn event(&self, type_: EventType, reason: &str, note: String) {
+        let event = KubeEvent {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Install".into(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&event, &self.record_ref).await {
+            tracing::warn!(reason, error = %err, "recording an Event on ConfigMap {RECORD_CONFIGMAP} failed");
+        }
+    }
+
+    /// Returns once the API server answers `/readyz`, reporting WAITING_FOR_API with the
+    /// reason while it does not. Retries back off; there is no deadline.
+    pub(super) async fn wait_for_api(&mut self) {
+        let mut delays = crate::retry_delays(BACKOFF_MIN, API_WAIT_MAX);
+        let mut first = true;
+        loop {
+            let request = http::Request::get("/readyz").body(Vec::new());
+            let answer = match request {
+                Ok(request) => {
+                    match tokio::time::timeout(READYZ_TIMEOUT, self.client.request_text(request))
+                        .await
+                    {
+                        Ok(Ok(_)) => return,
+                        Ok(Err(err)) => kube_message(&err),
+                        Err(_) => format!("no answer within {}s", READYZ_TIMEOUT.as_secs()),
+                    }
+                }
+                Err(err) => err.to_string(),
+            };
+            let wait = delays.next().unwrap_or(API_WAIT_MAX);
+            let reason = format!(
+                "waiting for the Kubernetes API server to answer /readyz: {answer} (next try in {}s)",
+                wait.as_secs()
+            );
+            // Once per wait, so a long outage is visible in the log without a line per retry.
+            if std::mem::take(&mut first) {
+                tracing::info!(%reason, "flux-operator install waits for the API server");
+            }
+            self.set(OperatorPhase::WaitingForApi, reason);
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// Derives the Flux releases from the artifact's distributions, once per artifact digest:
+    /// flux-operator installs only what it ships, so the upgrade planner follows it. An
+    /// artifact whose `flux/` cannot be read leaves the previous list (or the embedded table)
+    /// in force, with a warning.
+    pub(super) async fn learn_releases(
+        &self,
+        bundle: &Bundle,
+        source_name: &str,
+        distributions: Vec<(String, String)>,
+    ) {
+        if distributions.is_empty() {
+            return;
+        }
+        let name = format!(
+            "flux-operator {} manifests artifact {source_name} ({})",
+            bundle.version, bundle.digest
+        );
+        if self
+            .releases
+            .borrow()
+            .as_ref()
+            .is_some_and(|r| r.source == name)
+        {
+            return;
+        }
+        let derive_name = name.clone();
+        let derived = tokio::task::spawn_blocking(move || {
+            Releases::from_distributions(
+                derive_name,
+                distributions
+                    .iter()
+                    .map(|(path, text)| (path.as_str(), text.as_str())),
+            )
+        })
+        .await;
+        match derived {
+            Ok(Ok(releases)) => {
+                tracing::info!(source = %name, releases = %releases.span(), "Flux releases known from the artifact");
+                self.releases.send_replace(Some(Arc::new(releases)));
+            }
+            Ok(Err(err)) => {
+                tracing::warn!(source = %name, error = %err, "the artifact's Flux distributions cannot be read; the upgrade planner keeps its previous release list");
+            }
+            Err(err) => {
+                tracing::warn!(source = %name, error = %err, "deriving the Flux releases failed");
+            }
+        }
+    }
+
+    /// One install attempt: read, check, apply in order, remember, prune.
+    pub(super) async fn reconcile(&mut self) -> Result<(), InstallError> {
+        let source_name = self.config.source.to_string();
+        let policy = self
+            .policy
+            .borrow()
+            .accepted
+            .as_ref()
+            .map(|a| a.policy.clone());
+        let allowed = install_rules(policy.as_deref(), &self.config.allowed, &source_name)?.clone();
+        let mut fetched =
+            self.fetcher
+                .fetch(&self.config.source)
+                .await
+                .map_err(|err: SourceError| InstallError::Source {
+                    source_name: source_name.clone(),
+                    message: chain(&err),
+                })?;
+        let distributions = std::mem::take(&mut fetched.distributions);
+        let bundle = Bundle::parse(
+            &fetched.yaml,
+            fetched.digest,
+            &self.config.operator_namespace,
+            &self.config.images,
+        )
+        .and_then(|b| b.check_version(&allowed).map(|()| b))
+        .map_err(|error| InstallError::Rejected {
+            source_name: source_name.clone(),
+            error,
+        })?;
+        let previous = self.read_record().await?;
+        if previous.as_ref().is_none_or(|p| p.digest != bundle.digest) {
+            self.notices.clear();
+        }
+
+        self.set(
+            OperatorPhase::ApplyingCrds,
+            format!("applying the CRDs of flux-operator {}", bundle.version),
+        );
+        for object in bundle.stage(Stage::Crds) {
+            self.apply(object).await?;
+        }
+        for object in bundle.stage(Stage::Crds) {
+            self.wait_established(&object.reference.name).await?;
+        }
+        for object in bundle
+            .stage(Stage::Namespaces)
+            .chain(bundle.stage(Stage::Access))
+        {
+            self.apply(object).await?;
+        }
+        let deployment = self.apply(bundle.deployment()).await?;
+        let generation = deployment.metadata.generation.unwrap_or_default();
+
+        let record = Record {
+            version: bundle.version.clone(),
+            digest: bundle.digest.clone(),
+            source: source_name.clone(),
+            objects: bundle.references(),
+        };
+        self.write_record(&record).await?;
+        self.learn_releases(&bundle, &source_name, distributions)
+            .await;
+        let pruned = self.prune(previous.as_ref(), &record.objects).await;
+
+        let changed = previous.as_ref().is_none_or(|p| p.digest != record.digest);
+        let recovered = self.failure.take().is_some();
+        match (previous, changed) {
+            (None, _) => {
+                self.event(
+                    EventType::Normal,
+                    "Installed",
+                    format!(
+                        "applied flux-operator {} from {source_name} ({})",
+                        bundle.version, bundle.digest
+                    ),
+                )
+                .await
+            }
+            (Some(p), true) => {
+                self.event(
+                    EventType::Normal,
+                    if p.version == bundle.version {
+                        "Updated"
+                    } else {
+                        "Upgraded"
+                    },
+                    format!(
+                        "applied flux-operator {} ({}) from {source_name}, replacing {} ({}){}",
+                        bundle.version,
+                        bundle.digest,
+                        p.version,
+                        p.digest,
+                        if pruned.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; removed {}", pruned.join(", "))
+                        }
+                    ),
+                )
+                .await
+            }
+            (Some(_), false) if recovered => {
+                self.event(
+                    EventType::Normal,
+                    "Recovered",
+                    format!(
+                        "flux-operator {} from {source_name} applies again",
+                        bundle.version
+                    ),
+                )
+                .await
+            }
+            (Some(_), false) => {}
+        }
+        self.applied = Some((bundle, generation));
+        self.deployment = as_deployment(deployment);
+        self.update_rollout_phase();
+        Ok(())
+    }
+
+    /// Puts the operator Deployment back as the last applied bundle has it, without reading
+    /// the source again (a source that is down must not keep a deleted operator away).
+    pub(super) async fn restore(&mut self, trigger: &Trigger) -> Result<(), InstallError> {
+        let Some((bundle, _)) = self.applied.take() else {
+            return self.reconcile().await;
+        };
+        let result = self.apply(bundle.deployment()).await;
+        let what = match trigger {
+            Trigger::DeploymentEdited { generation } => {
+                format!("was edited (generation {generation}); the agent restored")
+            }
+            _ => "was deleted; the agent recreated".to_owned(),
+        };
+        let deployment = match result {
+            Ok(deployment) => deployment,
+            Err(err) => {
+                self.applied = Some((bundle, 0));
+                return Err(err);
+            }
+        };
+        self.event(
+            EventType::Warning,
+            "DeploymentRestored",
+            format!(
+                "Deployment {}/{OPERATOR_DEPLOYMENT} {what} it from flux-operator {} ({})",
+                self.config.operator_namespace, bundle.version, bundle.digest
+            ),
+        )
+        .await;
+        let generation = deployment.metadata.generation.unwrap_or_default();
+        self.applied = Some((bundle, generation));
+        self.deployment = as_deployment(deployment);
+        self.update_rollout_phase();
+        Ok(())
+    }
+
+    pub(super) async fn fail(&mut self, err: &InstallError) {
+        let reason = err.to_string();
+        tracing::warn!(%reason, "flux-operator install attempt failed; retrying with backoff");
+        if self.failure.as_deref() != Some(reason.as_str()) {
+            self.event(EventType::Warning, err.event_reason(), reason.clone())
+                .await;
+        }
+        self.set(OperatorPhase::Failed, reason.clone());
+        self.failure = Some(reason);
+    }
+
+    /// Folds a Deployment watch event in; returns a trigger when the Deployment drifted from
+    /// what the agent applied.
+    pub(super) fn observe(&mut self, event: Event<Deployment>) -> Option<Trigger> {
+        let applied_generation = self.applied.as_ref().map(|(_, g)| *g);
+        match event {
+            Event::Apply(d) | Event::InitApply(d) => {
+                let generation = d.metadata.generation.unwrap_or_default();
+                self.deployment = Some(d);
+                if applied_generation.is_some_and(|applied| generation > applied) {
+                    return Some(Trigger::DeploymentEdited { generation });
+                }
+            }
+            Event::Delete(_) => {
+                self.deployment = None;
+                if applied_generation.is_some() {
+                    return Some(Trigger::DeploymentDeleted);
+                }
+            }
+            Event::Init | Event::InitDone => {}
+        }
+        self.update_rollout_phase();
+        None
+    }
+
+    pub(super) fn update_rollout_phase(&self) {
+        if self.failure.is_some() || self.applied.is_none() {
+            return;
+        }
+        let name = format!(
+            "Deployment {}/{OPERATOR_DEPLOYMENT}",
+            self.config.operator_namespace
+        );
+        match self.deployment.as_ref().map(rollout) {
+            Some(Ok(())) => self.set(OperatorPhase::Ready, ""),
+            Some(Err(why)) => self.set(OperatorPhase::WaitingForOperator, format!("{name}: {why}")),
+            None => self.set(
+                OperatorPhase::WaitingForOperator,
+                format!("{name} is not there yet"),
+            ),
+        }
+    }
+}
+
+/// The applied Deployment as the typed object (what the API server answered an apply with).
+fn as_deployment(object: DynamicObject) -> Option<Deployment> {
+    serde_json::to_value(object)
+        .and_then(serde_json::from_value)
+        .ok()
+}
