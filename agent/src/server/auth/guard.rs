@@ -88,14 +88,9 @@ impl Authorizer {
             Credential::Proof(proof) => self.proven_user(proof, false).await?,
         };
         for permission in permissions {
-            let decision = self.access_review(&user, permission).await?;
-            if !decision.allowed {
-                return Err(AuthError::Denied {
-                    user: user.username.clone(),
-                    permission: Box::new(permission.clone()),
-                    detail: decision.detail,
-                });
-            }
+            self.access_review(&user, permission)
+                .await?
+                .into_result(&user, permission)?;
         }
         Ok(())
     }

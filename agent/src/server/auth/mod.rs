@@ -17,8 +17,7 @@ use std::{collections::BTreeMap, time::Duration};
 use kube::Client;
 use tonic::metadata::MetadataMap;
 
-use self::cache::{CACHE_CAPACITY, DECISION_TTL, TOKEN_TTL, TtlCache};
-use self::review::Decision;
+use self::cache::Caches;
 pub use self::{
     credential::{BearerToken, CallerProof, TokenKey, bearer_token, caller_proof},
     error::AuthError,
@@ -39,8 +38,7 @@ pub struct UserInfo {
 pub struct Authorizer {
     client: Client,
     audience: String,
-    tokens: TtlCache<TokenKey, UserInfo>,
-    decisions: TtlCache<(UserInfo, Permission), Decision>,
+    caches: Caches,
     stream_recheck: Duration,
     /// The agent's namespace, which a caller-identity proof names.
     namespace: String,
@@ -51,8 +49,7 @@ impl Authorizer {
         Self {
             client,
             audience: audience.into(),
-            tokens: TtlCache::new(TOKEN_TTL, CACHE_CAPACITY),
-            decisions: TtlCache::new(DECISION_TTL, CACHE_CAPACITY),
+            caches: Caches::default(),
             stream_recheck: Duration::from_secs(60),
             namespace: "tenantflux-system".into(),
         }
@@ -106,46 +103,33 @@ impl Authorizer {
     /// The user a caller-identity proof stands for, cached like a token.
     async fn prove(&self, proof: &CallerProof) -> Result<UserInfo, AuthError> {
         let key = proof.cache_key();
-        if let Some(user) = self.tokens.get(&key) {
+        if let Some(user) = self.caches.users.get(&key) {
             return Ok(user);
         }
         let user = self.proven_user(proof, true).await?;
-        self.tokens.insert(key, user.clone());
+        self.caches.users.insert(key, user.clone());
         Ok(user)
     }
 
     pub async fn authenticate(&self, token: &BearerToken) -> Result<UserInfo, AuthError> {
         let key = token.cache_key();
-        if let Some(user) = self.tokens.get(&key) {
+        if let Some(user) = self.caches.users.get(&key) {
             return Ok(user);
         }
         let user = self.review_user(token).await?;
-        self.tokens.insert(key, user.clone());
+        self.caches.users.insert(key, user.clone());
         Ok(user)
     }
 
     async fn check(&self, user: &UserInfo, permission: &Permission) -> Result<(), AuthError> {
         let key = (user.clone(), permission.clone());
-        let decision = match self.decisions.get(&key) {
-            Some(decision) => decision,
-            None => {
-                let decision = self.access_review(user, permission).await?;
-                // Only grants are reused: a caller who was just given a Role must not be
-                // turned away for the rest of the TTL.
-                if decision.allowed {
-                    self.decisions.insert(key, decision.clone());
-                }
-                decision
-            }
-        };
-        if decision.allowed {
-            Ok(())
-        } else {
-            Err(AuthError::Denied {
-                user: user.username.clone(),
-                permission: Box::new(permission.clone()),
-                detail: decision.detail,
-            })
+        if self.caches.grants.get(&key).is_some() {
+            return Ok(());
         }
+        self.access_review(user, permission)
+            .await?
+            .into_result(user, permission)?;
+        self.caches.grants.insert(key, ());
+        Ok(())
     }
 }

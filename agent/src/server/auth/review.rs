@@ -11,10 +11,31 @@ use kube::{Api, api::PostParams};
 
 use super::{AuthError, Authorizer, BearerToken, Permission, UserInfo};
 
-#[derive(Clone, Debug)]
+/// What a SubjectAccessReview answered.
+#[derive(Debug)]
 pub(super) struct Decision {
-    pub(super) allowed: bool,
-    pub(super) detail: String,
+    allowed: bool,
+    /// `": <reason>"`, or empty when the API server gave none.
+    detail: String,
+}
+
+impl Decision {
+    /// Ok when granted, else the refusal naming `user` and `permission`.
+    pub(super) fn into_result(
+        self,
+        user: &UserInfo,
+        permission: &Permission,
+    ) -> Result<(), AuthError> {
+        if self.allowed {
+            Ok(())
+        } else {
+            Err(AuthError::Denied {
+                user: user.username.clone(),
+                permission: Box::new(permission.clone()),
+                detail: self.detail,
+            })
+        }
+    }
 }
 
 impl Authorizer {
