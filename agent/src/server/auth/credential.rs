@@ -1,8 +1,9 @@
 //! What a call presents as its credential: a bearer token, or a caller-identity proof naming a
 //! CertificateSigningRequest. Read from metadata only; the API server decides what they prove.
 
-use std::{fmt, time::Duration};
+use std::fmt;
 
+use k8s_openapi::jiff::Timestamp;
 use sha2::{Digest, Sha256};
 use tonic::metadata::MetadataMap;
 
@@ -145,15 +146,14 @@ impl Credential {
 
 /// When a JWT bearer token expires (its `exp` claim), read without verifying it: the time
 /// only schedules a check by the API server, which decides. None for other tokens.
-pub(super) fn token_expiry(token: &BearerToken) -> Option<std::time::SystemTime> {
+pub(super) fn token_expiry(token: &BearerToken) -> Option<Timestamp> {
     use base64::Engine as _;
     let payload = token.expose().split('.').nth(1)?;
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(payload.trim_end_matches('='))
         .ok()?;
     let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    let exp = claims.get("exp")?.as_u64()?;
-    std::time::UNIX_EPOCH.checked_add(Duration::from_secs(exp))
+    Timestamp::from_second(claims.get("exp")?.as_i64()?).ok()
 }
 
 #[cfg(test)]
@@ -241,7 +241,7 @@ mod tests {
         let jwt = BearerToken::new(format!("eyJhbGciOiJSUzI1NiJ9.{claims}.c2lnbmF0dXJl"));
         assert_eq!(
             token_expiry(&jwt),
-            Some(std::time::UNIX_EPOCH + Duration::from_secs(1_900_000_000))
+            Some(Timestamp::from_second(1_900_000_000).unwrap())
         );
         for opaque in ["abcdef", "a.b.c", "x.e30.y"] {
             assert_eq!(token_expiry(&BearerToken::new(opaque)), None, "{opaque}");

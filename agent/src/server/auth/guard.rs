@@ -3,6 +3,7 @@
 
 use std::{sync::Arc, time::Duration};
 
+use k8s_openapi::jiff::Timestamp;
 use tonic::metadata::MetadataMap;
 
 use super::{
@@ -41,8 +42,9 @@ impl Authorizer {
             };
             let mut wait = this.stream_recheck;
             loop {
-                let now = std::time::SystemTime::now();
-                let until_expiry = expiry.map(|e| e.duration_since(now).unwrap_or_default());
+                let until_expiry = expiry.map(|at| {
+                    Duration::try_from(Timestamp::now().duration_until(at)).unwrap_or_default()
+                });
                 let sleep = match until_expiry {
                     // A moment past it, so the API server agrees it expired; once only, so
                     // a clock ahead of the API server's does not turn it into a busy loop.

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::{api::certificates::v1::CertificateSigningRequest, jiff::Timestamp};
 use kube::Api;
 use tenantflux_core::identity;
 
@@ -45,18 +45,18 @@ impl Authorizer {
                 identity::SIGNER_NAME
             )));
         }
-        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let now = Timestamp::now();
         if fresh {
+            // One the API server gave no creation time is refused as if ancient.
             let created = csr
                 .metadata
                 .creation_timestamp
                 .as_ref()
-                .map(|t| t.0.as_second())
-                .unwrap_or(0);
-            if now - created > identity::MAX_CSR_AGE_SECONDS {
+                .map_or(Timestamp::UNIX_EPOCH, |t| t.0);
+            let age = now.duration_since(created).as_secs();
+            if age > identity::MAX_CSR_AGE_SECONDS {
                 return Err(refused(format!(
-                    "it was created {} s ago; a proof may use one at most {} s old: run the command again",
-                    now - created,
+                    "it was created {age} s ago; a proof may use one at most {} s old: run the command again",
                     identity::MAX_CSR_AGE_SECONDS
                 )));
             }
@@ -69,7 +69,7 @@ impl Authorizer {
             &proof.csr,
             &self.audience,
             &self.namespace,
-            fresh.then_some(now),
+            fresh.then_some(now.as_second()),
         )
         .map_err(|err| refused(err.to_string()))?;
         let username = csr.spec.username.unwrap_or_default();
