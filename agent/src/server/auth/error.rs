@@ -1,0 +1,96 @@
+//! Why a call was refused or could not be checked, and the one place that maps it to a code.
+
+use super::Permission;
+
+/// Why a call was not allowed, or could not be checked.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("missing bearer token: {reason}")]
+    MissingToken { reason: &'static str },
+
+    #[error("bearer token not accepted by the Kubernetes API server (TokenReview): {reason}")]
+    Unauthenticated { reason: String },
+
+    #[error("user {user:?} may not {permission}{detail} ({hint})", hint = permission.hint())]
+    Denied {
+        user: String,
+        permission: Box<Permission>,
+        /// `": <reason>"` from the SubjectAccessReview, or empty.
+        detail: String,
+    },
+
+    #[error(
+        "the caller-identity proof with CertificateSigningRequest {} does not hold: {reason}",
+        tenantflux_core::text::quote(csr)
+    )]
+    Identity { csr: String, reason: String },
+
+    #[error(
+        "could not read CertificateSigningRequest {} to check the caller's identity: {source}",
+        tenantflux_core::text::quote(csr)
+    )]
+    CsrRead {
+        csr: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    #[error("could not check the bearer token: TokenReview failed: {source}")]
+    TokenReview {
+        #[source]
+        source: kube::Error,
+    },
+
+    #[error(
+        "could not check whether user {user:?} may {permission}: SubjectAccessReview failed: {source}"
+    )]
+    AccessReview {
+        user: String,
+        permission: Box<Permission>,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl From<AuthError> for tonic::Status {
+    fn from(err: AuthError) -> Self {
+        let message = err.to_string();
+        match err {
+            AuthError::MissingToken { .. }
+            | AuthError::Unauthenticated { .. }
+            | AuthError::Identity { .. } => tonic::Status::unauthenticated(message),
+            AuthError::CsrRead {
+                source: kube::Error::Api(ref status),
+                ..
+            } if status.code == 403 => tonic::Status::unavailable(format!(
+                "{message} (the agent's own ClusterRole lacks get on certificatesigningrequests: apply deploy/manifests)"
+            )),
+            AuthError::CsrRead { .. } => tonic::Status::unavailable(message),
+            AuthError::Denied { .. } => tonic::Status::permission_denied(message),
+            AuthError::TokenReview { .. } | AuthError::AccessReview { .. } => {
+                tonic::Status::unavailable(message)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn denied_message_names_user_and_missing_permission() {
+        let err = AuthError::Denied {
+            user: "system:serviceaccount:default:bob".into(),
+            permission: Box::new(Permission::agent_status("tenantflux-system")),
+            detail: String::new(),
+        };
+        let status = tonic::Status::from(err);
+        assert_eq!(status.code(), tonic::Code::PermissionDenied);
+        assert_eq!(
+            status.message(),
+            "user \"system:serviceaccount:default:bob\" may not get agents.tenantflux.io/status \
+             in namespace \"tenantflux-system\" (bind Role tenantflux-user, see deploy/manifests)"
+        );
+    }
+}
