@@ -88,6 +88,14 @@ pub struct FluxKind {
 }
 
 impl FluxKind {
+    /// The kind with the words flux names it by.
+    const fn flux(self, words: &'static [&'static str]) -> Self {
+        Self {
+            flux: words,
+            ..self
+        }
+    }
+
     /// Whether `name` (case-insensitive) names this kind.
     pub fn is_named(&self, name: &str) -> bool {
         let name = name.to_ascii_lowercase();
@@ -140,7 +148,6 @@ const fn toolkit(
     revision: Revision,
     source: SourceRef,
     category: Category,
-    flux: &'static [&'static str],
 ) -> FluxKind {
     FluxKind {
         kind,
@@ -151,7 +158,7 @@ const fn toolkit(
         suspend: SuspendBy::Spec,
         source,
         category,
-        flux,
+        flux: &[],
     }
 }
 
@@ -186,8 +193,8 @@ pub static KINDS: &[FluxKind] = &[
         Revision::Artifact,
         SourceRef::None,
         Category::Source,
-        &["sources", "oci"],
-    ),
+    )
+    .flux(&["sources", "oci"]),
     toolkit(
         "Bucket",
         SOURCE,
@@ -196,8 +203,8 @@ pub static KINDS: &[FluxKind] = &[
         Revision::Artifact,
         SourceRef::None,
         Category::Source,
-        &["sources", "bucket"],
-    ),
+    )
+    .flux(&["sources", "bucket"]),
     toolkit(
         "GitRepository",
         SOURCE,
@@ -206,8 +213,8 @@ pub static KINDS: &[FluxKind] = &[
         Revision::Artifact,
         SourceRef::None,
         Category::Source,
-        &["sources", "git"],
-    ),
+    )
+    .flux(&["sources", "git"]),
     toolkit(
         "HelmRepository",
         SOURCE,
@@ -216,8 +223,8 @@ pub static KINDS: &[FluxKind] = &[
         Revision::Artifact,
         SourceRef::None,
         Category::Source,
-        &["sources", "helm"],
-    ),
+    )
+    .flux(&["sources", "helm"]),
     toolkit(
         "HelmChart",
         SOURCE,
@@ -226,8 +233,8 @@ pub static KINDS: &[FluxKind] = &[
         Revision::Artifact,
         SourceRef::None,
         Category::Source,
-        &["sources", "chart"],
-    ),
+    )
+    .flux(&["sources", "chart"]),
     FluxKind {
         kind: "ExternalArtifact",
         group: SOURCE,
@@ -247,8 +254,8 @@ pub static KINDS: &[FluxKind] = &[
         Revision::ScanTime,
         SourceRef::None,
         Category::Image,
-        &["images", "repository"],
-    ),
+    )
+    .flux(&["images", "repository"]),
     toolkit(
         "ImagePolicy",
         IMAGE,
@@ -257,8 +264,8 @@ pub static KINDS: &[FluxKind] = &[
         Revision::LatestImage,
         SourceRef::None,
         Category::Image,
-        &["images", "policy"],
-    ),
+    )
+    .flux(&["images", "policy"]),
     toolkit(
         "ImageUpdateAutomation",
         IMAGE,
@@ -267,8 +274,8 @@ pub static KINDS: &[FluxKind] = &[
         Revision::LastRun,
         SourceRef::None,
         Category::Image,
-        &["images", "update"],
-    ),
+    )
+    .flux(&["images", "update"]),
     toolkit(
         "HelmRelease",
         HELM,
@@ -277,8 +284,8 @@ pub static KINDS: &[FluxKind] = &[
         Revision::HelmRelease,
         SourceRef::HelmChart,
         Category::Other,
-        &["helmreleases"],
-    ),
+    )
+    .flux(&["helmreleases"]),
     toolkit(
         "Kustomization",
         KUSTOMIZE,
@@ -287,8 +294,8 @@ pub static KINDS: &[FluxKind] = &[
         Revision::LastApplied,
         SourceRef::Spec,
         Category::Other,
-        &["kustomizations"],
-    ),
+    )
+    .flux(&["kustomizations"]),
     toolkit(
         "Receiver",
         NOTIFICATION,
@@ -297,8 +304,8 @@ pub static KINDS: &[FluxKind] = &[
         Revision::None,
         SourceRef::None,
         Category::Other,
-        &["receivers"],
-    ),
+    )
+    .flux(&["receivers"]),
     toolkit(
         "Provider",
         NOTIFICATION,
@@ -307,8 +314,8 @@ pub static KINDS: &[FluxKind] = &[
         Revision::None,
         SourceRef::None,
         Category::Other,
-        &["alert-providers"],
-    ),
+    )
+    .flux(&["alert-providers"]),
     toolkit(
         "Alert",
         NOTIFICATION,
@@ -317,8 +324,8 @@ pub static KINDS: &[FluxKind] = &[
         Revision::None,
         SourceRef::None,
         Category::Other,
-        &["alerts"],
-    ),
+    )
+    .flux(&["alerts"]),
     FluxKind {
         kind: "ArtifactGenerator",
         group: SOURCE_EXTENSIONS,
