@@ -21,6 +21,7 @@ use tenantflux_proto::v1::{
 use tokio_util::sync::CancellationToken;
 
 pub mod auth;
+pub mod convert;
 pub mod input;
 pub mod instance;
 pub mod metrics;

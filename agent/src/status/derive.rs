@@ -140,7 +140,7 @@ pub fn derive(facts: &AgentFacts, observed: &Observed) -> Status {
             // Verified against the installed key, so it is that key's id.
             status.key_id.clone_from(&accepted.signed.key_id);
             if let Some(validity) = accepted.validity {
-                status.expires_at = Some(crate::policy::store::timestamp(validity.expires_at));
+                status.expires_at = Some(crate::server::convert::timestamp(validity.expires_at));
                 status.stale = accepted.is_stale_at(tenantflux_core::policy::signing::now());
             }
             status
