@@ -8,27 +8,29 @@
 //! agent is down is reported as a rollback at start and the higher one stays in force. A
 //! policy whose `spec.clusters` does not name this cluster (the UID of namespace kube-system,
 //! or `--cluster-name`) is refused, pushed or stored.
+//!
+//! What is taken and what refused is `tenantflux_core::policy::decide`; this module does the
+//! reading and writing around it: pushes here, the start and the watch of the stored copy in
+//! `restore`, the report of an expiry in `expiry`.
+
+mod expiry;
+mod restore;
 
 use std::{sync::Arc, time::SystemTime};
 
 use ed25519_dalek::VerifyingKey;
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::{
-    Api, Client,
-    runtime::{WatchStreamExt, watcher},
-};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Api, Client};
 use tenantflux_core::policy::keyring::{KeyRefusal, Keyring, KeyringError, Roots};
 use tenantflux_core::{
     policy::{
         ClusterIdentity, Policy, Refusal,
+        decide::{self, Candidate, Expiry, Holding, Push, Refused},
         signing::{self, SignedError, SignedPolicy, Validity, Verified, format_timestamp},
     },
     text::chain,
 };
-use tenantflux_proto::v1::{PolicyState, PushPolicyResponse};
 use tokio::sync::{Mutex, watch};
-use tokio_util::sync::CancellationToken;
 
 /// The ConfigMap that holds the accepted signed policy.
 pub const STORE_NAME: &str = "tenantflux-policy";
@@ -41,9 +43,6 @@ pub const HIGHEST_NAME: &str = "tenantflux-policy-highest";
 /// written only after the keyring passed every check.
 pub const KEYRING_NAME: &str = "tenantflux-policy-keyring";
 pub const KEYRING_KEY: &str = "signed-keyring.yaml";
-/// How soon the cluster's identity is asked again while the API server does not answer.
-const IDENTITY_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
-
 /// The policy in force, and what is wrong with its stored copy.
 #[derive(Clone, Debug, Default)]
 pub struct Held {
@@ -88,8 +87,50 @@ impl Accepted {
     /// Whether the policy's expiry has passed at `now` (unix seconds): the agent still
     /// enforces it (nothing newer verified), and says it is stale.
     pub fn is_stale_at(&self, now: i64) -> bool {
-        self.validity.is_some_and(|v| v.is_expired_at(now))
+        matches!(decide::expiry(self.validity, now), Expiry::Stale { .. })
     }
+}
+
+/// What a push did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PushOutcome {
+    pub name: String,
+    pub generation: u64,
+    /// The agent already held this generation with this content.
+    pub unchanged: bool,
+    /// The generation held before, 0 if none.
+    pub previous_generation: u64,
+}
+
+/// The policy the agent holds, its problems, its channel and its keyring, as `policy show`
+/// reads them.
+#[derive(Clone, Debug)]
+pub struct PolicyView {
+    pub accepted: Option<AcceptedView>,
+    pub problems: Vec<String>,
+    pub source: Option<SourceState>,
+    pub keyring: Option<KeyringView>,
+}
+
+#[derive(Clone, Debug)]
+pub struct AcceptedView {
+    pub name: String,
+    pub generation: u64,
+    /// Verified with the key it names, so that is the key's id.
+    pub key_id: String,
+    /// The policy document as signed.
+    pub policy: String,
+    pub accepted_at: SystemTime,
+    pub validity: Option<Validity>,
+    /// Past its expiry: still enforced, reported as stale.
+    pub stale: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct KeyringView {
+    /// 0 for the keyring of one of a single `--policy-public-key`.
+    pub version: u64,
+    pub key_ids: Vec<String>,
 }
 
 /// Why a pushed policy was not accepted; the held policy stays in force.
@@ -126,6 +167,21 @@ pub enum PushError {
     NoIdentity,
     #[error(transparent)]
     Store(StoreError),
+}
+
+impl PushError {
+    /// The refusal `decide::push` gave `policy`, in the words a pusher reads.
+    fn refused(refused: Refused, policy: &Policy) -> Self {
+        match refused {
+            Refused::NoIdentity => Self::NoIdentity,
+            Refused::OtherCluster(refusal) => Self::Refused(refusal),
+            Refused::Stale { new, old, held } => Self::Stale { new, old, held },
+            Refused::Expired { expires_at } => Self::Expired {
+                policy: policy.to_string(),
+                expires_at: format_timestamp(expires_at),
+            },
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -227,13 +283,7 @@ impl PolicyStore {
     /// Verifies `signed` with the key the keyring in force names for it.
     fn verify(&self, signed: &SignedPolicy) -> Result<Verified, PushError> {
         let keyring = self.held.borrow().keyring.clone().ok_or(self.no_key())?;
-        // A keyring of one keeps the single-key install's own messages (which key it trusts).
-        let key = match keyring.version {
-            0 => *keyring
-                .key(&keyring.key_ids()[0])
-                .map_err(PushError::KeyRefused)?,
-            _ => *keyring.key(&signed.key_id).map_err(PushError::KeyRefused)?,
-        };
+        let key = *decide::signing_key(&keyring, &signed.key_id).map_err(PushError::KeyRefused)?;
         signed.verify_claims(&key).map_err(|err| match err {
             SignedError::UnknownKey { .. } | SignedError::BadSignature { .. } => {
                 PushError::Untrusted(err)
@@ -251,14 +301,7 @@ impl PolicyStore {
 
     /// Whether the keyring in force still trusts the key that signed `signed`.
     fn trusts(&self, signed: &SignedPolicy) -> bool {
-        self.held
-            .borrow()
-            .keyring
-            .as_ref()
-            .is_some_and(|k| match k.version {
-                0 => k.key_ids().contains(&signed.key_id),
-                _ => k.key(&signed.key_id).is_ok(),
-            })
+        decide::trusts(self.held.borrow().keyring.as_deref(), &signed.key_id)
     }
 
     /// Takes `text` (a SignedKeyring) if enough installed root keys signed it and its version
@@ -274,10 +317,7 @@ impl PolicyStore {
         let keyring = roots
             .verify(text, held.as_deref())
             .map_err(KeyringRefused::Invalid)?;
-        if held
-            .as_ref()
-            .is_some_and(|h| h.signed.is_some() && h.signed == keyring.signed)
-        {
+        if decide::same_keyring(held.as_deref(), &keyring) {
             return Ok(false);
         }
         self.write(KEYRING_NAME, KEYRING_KEY, text.to_owned())
@@ -304,256 +344,9 @@ impl PolicyStore {
         Ok(true)
     }
 
-    /// At start: the stored keyring, if the root keys still verify it.
-    async fn load_keyring(&self) {
-        let Some(roots) = &self.roots else {
-            return;
-        };
-        let text = match self.configmaps.get_opt(KEYRING_NAME).await {
-            Ok(map) => map.and_then(|m| m.data?.remove(KEYRING_KEY)),
-            Err(err) => {
-                self.problem(format!(
-                    "reading ConfigMap {}/{KEYRING_NAME} (the keyring) failed: {}",
-                    self.namespace,
-                    chain(&err)
-                ));
-                return;
-            }
-        };
-        let Some(text) = text else {
-            return;
-        };
-        match roots.verify(&text, None) {
-            Ok(keyring) => {
-                tracing::info!(version = keyring.version, keys = ?keyring.key_ids(), "loaded the stored keyring");
-                self.held
-                    .send_modify(|h| h.keyring = Some(Arc::new(keyring)));
-            }
-            Err(err) => self.problem(format!(
-                "the keyring stored in ConfigMap {}/{KEYRING_NAME} is refused: {}",
-                self.namespace,
-                chain(&err)
-            )),
-        }
-    }
-
     /// Whether the agent takes keyrings (it was installed with root keys).
     pub fn has_roots(&self) -> bool {
         self.roots.is_some()
-    }
-
-    /// What the stored copy says against what is held: accept it at start, otherwise report
-    /// and undo an edit.
-    async fn observe_stored(&self, stored: Option<&ConfigMap>) {
-        // Not while a push (or pull) is between writing the store and holding what it wrote:
-        // its own write would look like an edit and be undone.
-        let _one_at_a_time = self.push.lock().await;
-        let text = stored
-            .and_then(|cm| cm.data.as_ref())
-            .and_then(|d| d.get(STORE_KEY))
-            .cloned();
-        let held = self.held.borrow().accepted.clone();
-        match (held, text) {
-            (None, text) => self.load_at_start(text).await,
-            (Some(accepted), text) => {
-                if text.as_deref() == Some(accepted.signed.to_yaml().as_str()) {
-                    return;
-                }
-                let what = match &text {
-                    None => "was deleted".to_owned(),
-                    Some(text) => match self.verify_stored(text) {
-                        Ok((_, verified)) => format!(
-                            "was replaced with generation {} without a push",
-                            verified.policy.generation()
-                        ),
-                        Err(reason) => format!("was edited ({reason})"),
-                    },
-                };
-                self.problem(format!(
-                    "the policy stored in {} {what}; the agent keeps generation {} and restored it",
-                    self.where_stored(),
-                    accepted.policy.generation()
-                ));
-                if let Err(err) = self.store(&accepted.signed).await {
-                    tracing::warn!(error = %chain(&err), "restoring the stored policy");
-                }
-            }
-        }
-    }
-
-    fn where_recorded(&self) -> String {
-        format!("ConfigMap {}/{HIGHEST_NAME}", self.namespace)
-    }
-
-    /// At start: the stored copy, unless it fails verification, is not for this cluster, or
-    /// is lower than the highest generation recorded; then the recorded one, which the store
-    /// gets back. Whatever is refused is reported.
-    async fn load_at_start(&self, text: Option<String>) {
-        let Some(cluster) = self.held.borrow().cluster.clone() else {
-            return;
-        };
-        let recorded = match self.configmaps.get_opt(HIGHEST_NAME).await {
-            Ok(map) => map.and_then(|map| map.data?.remove(STORE_KEY)),
-            Err(err) => {
-                self.problem(format!(
-                    "reading {} (the highest policy generation this cluster held) failed, so a rollback of the stored policy cannot be told: {}",
-                    self.where_recorded(),
-                    chain(&err)
-                ));
-                None
-            }
-        };
-        let recorded = recorded.and_then(|text| {
-            let checked = self.verify_stored(&text).and_then(|(signed, verified)| {
-                verified
-                    .policy
-                    .is_for(&cluster)
-                    .map_err(|r| r.to_string())?;
-                Ok((signed, verified))
-            });
-            checked
-                .map_err(|reason| {
-                    self.problem(format!(
-                        "the policy recorded in {} is ignored: {reason}",
-                        self.where_recorded()
-                    ))
-                })
-                .ok()
-        });
-        let highest = recorded.as_ref().map(|(_, v)| v.policy.generation());
-        let was_stored = text.is_some();
-        let stored = text.and_then(|text| {
-            let checked = self.verify_stored(&text).and_then(|(signed, verified)| {
-                verified
-                    .policy
-                    .is_for(&cluster)
-                    .and_then(|()| verified.policy.is_not_rollback(highest))
-                    .map_err(|r| r.to_string())?;
-                Ok((signed, verified))
-            });
-            checked
-                .map_err(|reason| {
-                    self.problem(format!(
-                        "the policy stored in {} is refused: {reason}",
-                        self.where_stored()
-                    ))
-                })
-                .ok()
-        });
-        let (signed, verified) = match (stored, recorded) {
-            (Some(stored), recorded) => {
-                let lower = recorded.as_ref().map(|(_, v)| v.policy.generation());
-                let generation = stored.1.policy.generation();
-                if let Some(lower) = lower.filter(|g| *g < generation) {
-                    self.problem(format!(
-                        "{} recorded generation {lower}, lower than the stored generation {generation}: it was rolled back; the agent recorded generation {generation} again",
-                        self.where_recorded(),
-                    ));
-                }
-                if lower.is_none_or(|g| g < generation)
-                    && let Err(err) = self.record(&stored.0).await
-                {
-                    tracing::warn!(error = %chain(&err), "recording the highest policy generation");
-                }
-                stored
-            }
-            (None, Some(recorded)) => {
-                let how = if was_stored { "refused" } else { "deleted" };
-                self.problem(format!(
-                    "the stored policy was {how}: the agent holds generation {} from {} and restored {} from it",
-                    recorded.1.policy.generation(),
-                    self.where_recorded(),
-                    self.where_stored()
-                ));
-                if let Err(err) = self.store(&recorded.0).await {
-                    tracing::warn!(error = %chain(&err), "restoring the stored policy");
-                }
-                recorded
-            }
-            (None, None) => return,
-        };
-        let Verified { policy, validity } = verified;
-        tracing::info!(
-            name = policy.name(),
-            generation = policy.generation(),
-            "loaded the stored policy"
-        );
-        self.held.send_modify(|held| {
-            held.accepted = Some(Accepted {
-                signed,
-                policy: Arc::new(policy),
-                accepted_at: SystemTime::now(),
-                validity,
-            });
-        });
-    }
-
-    /// Reports the held policy as stale once its expiry passes, and again for each policy
-    /// accepted later; it stays in force (fail-static) until a newer one is verified.
-    async fn watch_expiry(&self, shutdown: CancellationToken) {
-        let mut held = self.subscribe();
-        loop {
-            let expiry = held
-                .borrow()
-                .accepted
-                .as_ref()
-                .and_then(|a| a.validity.map(|v| (v.expires_at, a.policy.to_string())));
-            let wait = match expiry {
-                Some((expires_at, policy)) if expires_at <= signing::now() => {
-                    let problem = stale_problem(&policy, expires_at);
-                    if !held.borrow().problems.contains(&problem) {
-                        self.problem(problem);
-                    }
-                    None
-                }
-                // To the instant of the expiry, so that the report comes when `stale` turns.
-                Some((expires_at, _)) => Some(
-                    (SystemTime::UNIX_EPOCH
-                        + std::time::Duration::from_secs(u64::try_from(expires_at).unwrap_or(0)))
-                    .duration_since(SystemTime::now())
-                    .unwrap_or_default(),
-                ),
-                None => None,
-            };
-            // What this loop wrote itself is no reason to look again.
-            held.borrow_and_update();
-            let expired = async {
-                match wait {
-                    Some(wait) => tokio::time::sleep(wait).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                changed = held.changed() => if changed.is_err() { return },
-                () = expired => {}
-            }
-        }
-    }
-
-    /// Reads the cluster's identity (the UID of namespace kube-system), retrying until the
-    /// API server answers it or the shutdown.
-    async fn identify(&self, shutdown: &CancellationToken) -> Option<ClusterIdentity> {
-        let namespaces: Api<Namespace> = Api::all(self.client.clone());
-        loop {
-            match namespaces.get("kube-system").await {
-                Ok(namespace) => {
-                    let identity = ClusterIdentity {
-                        uid: namespace.metadata.uid.unwrap_or_default(),
-                        name: self.cluster_name.clone(),
-                    };
-                    tracing::info!(cluster = %identity, "cluster identity");
-                    return Some(identity);
-                }
-                Err(err) => {
-                    tracing::warn!(error = %err, "reading namespace kube-system (the cluster's identity); retrying")
-                }
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => return None,
-                () = tokio::time::sleep(IDENTITY_RETRY) => {}
-            }
-        }
     }
 
     /// Writes the highest-generation record.
@@ -634,91 +427,43 @@ impl PolicyStore {
         self.write(STORE_NAME, STORE_KEY, signed.to_yaml()).await
     }
 
-    /// Reads the stored copy once (so the policy is in force before gRPC answers), then
-    /// watches it until the shutdown.
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let Some(identity) = self.identify(&shutdown).await else {
-            return;
-        };
-        self.held.send_modify(|held| held.cluster = Some(identity));
-        self.load_keyring().await;
-        let expiry = tokio::spawn({
-            let (store, shutdown) = (self.clone(), shutdown.clone());
-            async move { store.watch_expiry(shutdown).await }
-        });
-        let _stop_expiry = AbortOnDrop(expiry);
-        let watcher = watcher::watcher(
-            self.configmaps.clone(),
-            watcher::Config::default().fields(&format!("metadata.name={STORE_NAME}")),
-        )
-        .backoff(crate::watch_backoff());
-        let mut watcher = std::pin::pin!(watcher);
-        let mut relist: Option<Option<ConfigMap>> = None;
-        loop {
-            let event = tokio::select! {
-                () = shutdown.cancelled() => return,
-                event = watcher.next() => event,
-            };
-            match event {
-                None => return,
-                Some(Err(err)) => tracing::warn!(error = %err, "watching {}", self.where_stored()),
-                Some(Ok(watcher::Event::Init)) => relist = Some(None),
-                Some(Ok(watcher::Event::InitApply(cm))) => relist = Some(Some(cm)),
-                Some(Ok(watcher::Event::InitDone)) => {
-                    self.observe_stored(relist.take().flatten().as_ref()).await;
-                    if !self.held.borrow().loaded {
-                        self.held.send_modify(|held| held.loaded = true);
-                    }
-                }
-                Some(Ok(watcher::Event::Apply(cm))) => self.observe_stored(Some(&cm)).await,
-                Some(Ok(watcher::Event::Delete(_))) => self.observe_stored(None).await,
-            }
-        }
-    }
-
     /// Accepts `text` (a SignedPolicy) if signed by the installed key with a higher generation.
-    pub async fn push(&self, text: &str) -> Result<PushPolicyResponse, PushError> {
+    pub async fn push(&self, text: &str) -> Result<PushOutcome, PushError> {
         let _one_at_a_time = self.push.lock().await;
         if self.held.borrow().keyring.is_none() {
             return Err(self.no_key());
         }
         let signed = SignedPolicy::parse(text).map_err(PushError::Invalid)?;
         let Verified { policy, validity } = self.verify(&signed)?;
-        let cluster = self.held.borrow().cluster.clone();
-        policy
-            .is_for(&cluster.ok_or(PushError::NoIdentity)?)
-            .map_err(PushError::Refused)?;
-        let held = self.held.borrow().accepted.clone();
-        let previous_generation = held.as_ref().map_or(0, |a| a.policy.generation());
-        if let Some(held) = &held {
-            let (new, old) = (policy.generation(), held.policy.generation());
-            if new == old
-                && held.signed.policy == signed.policy
-                && held.signed.claims == signed.claims
-            {
-                return Ok(PushPolicyResponse {
-                    name: policy.name().to_owned(),
-                    generation: new,
-                    unchanged: true,
+        let (held, cluster) = {
+            let held = self.held.borrow();
+            (held.accepted.clone(), held.cluster.clone())
+        };
+        let holding = held.as_ref().map(|held| Holding {
+            signed: &held.signed,
+            policy: &held.policy,
+            trusted: self.trusts(&held.signed),
+        });
+        let offered = Candidate {
+            signed: &signed,
+            policy: &policy,
+        };
+        let outcome = |unchanged, previous_generation| PushOutcome {
+            name: policy.name().to_owned(),
+            generation: policy.generation(),
+            unchanged,
+            previous_generation,
+        };
+        let previous_generation =
+            match decide::push(offered, validity, holding, cluster.as_ref(), signing::now()) {
+                Push::Accept {
                     previous_generation,
-                });
-            }
-            if new <= old && self.trusts(&held.signed) {
-                return Err(PushError::Stale {
-                    new,
-                    old,
-                    held: held.policy.to_string(),
-                });
-            }
-        }
-        // Only now, with every other check passed: an expired policy is never taken (the one
-        // held stays in force), but an equal one above was answered as unchanged.
-        if let Some(validity) = validity.filter(|v| v.is_expired_at(signing::now())) {
-            return Err(PushError::Expired {
-                policy: policy.to_string(),
-                expires_at: format_timestamp(validity.expires_at),
-            });
-        }
+                } => previous_generation,
+                Push::Unchanged {
+                    previous_generation,
+                } => return Ok(outcome(true, previous_generation)),
+                Push::Refuse(refused) => return Err(PushError::refused(refused, &policy)),
+            };
         // The record first: if the store then fails, the next start errs toward the higher
         // generation (reported as a rollback of the store) rather than away from it.
         self.record(&signed).await.map_err(PushError::Store)?;
@@ -730,12 +475,7 @@ impl PolicyStore {
             "accepted a new policy"
         );
         crate::failpoint("policy-accepted").await;
-        let response = PushPolicyResponse {
-            name: policy.name().to_owned(),
-            generation: policy.generation(),
-            unchanged: false,
-            previous_generation,
-        };
+        let outcome = outcome(false, previous_generation);
         self.held.send_modify(|held| {
             held.accepted = Some(Accepted {
                 signed,
@@ -745,66 +485,28 @@ impl PolicyStore {
             });
             held.problems.clear();
         });
-        Ok(response)
+        Ok(outcome)
     }
 
-    pub fn state(&self) -> PolicyState {
+    /// What `policy show` reports, its staleness as of now.
+    pub fn state(&self) -> PolicyView {
         let held = self.held.borrow();
-        let mut state = PolicyState {
+        PolicyView {
+            accepted: held.accepted.as_ref().map(|accepted| AcceptedView {
+                name: accepted.policy.name().to_owned(),
+                generation: accepted.policy.generation(),
+                key_id: accepted.signed.key_id.clone(),
+                policy: accepted.signed.policy.clone(),
+                accepted_at: accepted.accepted_at,
+                validity: accepted.validity,
+                stale: accepted.is_stale_at(signing::now()),
+            }),
             problems: held.problems.clone(),
-            source: held
-                .source
-                .as_ref()
-                .map(|s| tenantflux_proto::v1::PolicySource {
-                    channel: s.channel.clone(),
-                    digest: s.digest.clone().unwrap_or_default(),
-                    checked_at: s.checked_at.map(Into::into),
-                    unanswered_since: s.unanswered_since.map(Into::into),
-                    error: s.error.clone().unwrap_or_default(),
-                }),
-            ..PolicyState::default()
-        };
-        if let Some(keyring) = &held.keyring {
-            state.keyring_version = keyring.version;
-            state.keyring_key_ids = keyring.key_ids();
+            source: held.source.clone(),
+            keyring: held.keyring.as_ref().map(|keyring| KeyringView {
+                version: keyring.version,
+                key_ids: keyring.key_ids(),
+            }),
         }
-        if let Some(accepted) = &held.accepted {
-            state.present = true;
-            accepted.policy.name().clone_into(&mut state.name);
-            state.generation = accepted.policy.generation();
-            // Verified with the key it names, so that is the key's id.
-            state.key_id.clone_from(&accepted.signed.key_id);
-            state.policy = accepted.signed.policy.clone();
-            state.accepted_at = Some(accepted.accepted_at.into());
-            if let Some(validity) = accepted.validity {
-                state.issued_at = Some(timestamp(validity.issued_at));
-                state.expires_at = Some(timestamp(validity.expires_at));
-                state.stale = accepted.is_stale_at(signing::now());
-            }
-        }
-        state
-    }
-}
-
-pub fn timestamp(unix: i64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: unix,
-        nanos: 0,
-    }
-}
-
-fn stale_problem(policy: &str, expires_at: i64) -> String {
-    format!(
-        "{policy} is stale: it expired at {} and no newer policy has been verified; the agent keeps enforcing it",
-        format_timestamp(expires_at)
-    )
-}
-
-/// Ends a spawned task when its owner returns.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }

@@ -20,6 +20,14 @@ fn time(time: SystemTime) -> Timestamp {
     time.into()
 }
 
+/// A unix time in seconds (the policy's signed claims keep them so), as protobuf carries it.
+pub fn timestamp(unix: i64) -> Timestamp {
+    Timestamp {
+        seconds: unix,
+        nanos: 0,
+    }
+}
+
 impl From<OperatorPhase> for wire::OperatorPhase {
     fn from(phase: OperatorPhase) -> Self {
         match phase {

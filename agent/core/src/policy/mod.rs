@@ -1,5 +1,6 @@
 //! The platform's policy: the constraints a tenant's FluxInstance must stay within, parsed
-//! strictly and evaluated without a cluster. `signing` wraps a policy in a signed envelope.
+//! strictly and evaluated without a cluster. `signing` wraps a policy in a signed envelope;
+//! `decide` says whether the agent takes one over the policy it holds.
 //!
 //! Every constraint is optional; an absent one constrains nothing. The generation is
 //! `spec.generation` (not `metadata.generation`, which the API server owns on stored objects):
@@ -8,6 +9,7 @@
 pub mod admission;
 pub mod channel;
 pub mod clusters;
+pub mod decide;
 mod evaluate;
 pub mod glob;
 pub mod keyring;
