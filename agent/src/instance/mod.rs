@@ -15,7 +15,7 @@ use tenantflux_core::{
     FIELD_MANAGER,
     flux::{
         INSTANCE_API_VERSION, INSTANCE_KIND, INSTANCE_NAME, INSTANCE_PLURAL, INSTANCE_VERSION,
-        OPERATOR_GROUP, REPORT_KIND, REPORT_PLURAL,
+        KNOWN_COMPONENTS, OPERATOR_GROUP, REPORT_KIND, REPORT_PLURAL,
     },
     text::quote,
 };
@@ -69,6 +69,57 @@ pub enum ManifestError {
     Namespace { found: String, expected: String },
     #[error("spec is missing")]
     Spec,
+    #[error(
+        "spec.components must be a list of component names, e.g. [source-controller, kustomize-controller]"
+    )]
+    ComponentsShape,
+    #[error(
+        "spec.components[{index}] {} is not a Flux component ({count} unknown in all); nothing was changed. Known: {}",
+        quote(name),
+        KNOWN_COMPONENTS.join(", ")
+    )]
+    UnknownComponent {
+        index: usize,
+        name: String,
+        count: usize,
+    },
+    #[error(
+        "spec.components names {} {count} times; name each component once (nothing was changed)",
+        quote(name)
+    )]
+    RepeatedComponent { name: String, count: usize },
+}
+
+/// Checks `spec.components` before anything reaches the API server: flux-operator would take a
+/// list of 40,000 names and store it, so the first unknown or repeated name is refused here,
+/// with how many there are.
+fn check_components(spec: &Value) -> Result<(), ManifestError> {
+    let Some(components) = spec.get("components") else {
+        return Ok(());
+    };
+    let names: Vec<&str> = components
+        .as_array()
+        .ok_or(ManifestError::ComponentsShape)?
+        .iter()
+        .map(|c| c.as_str().ok_or(ManifestError::ComponentsShape))
+        .collect::<Result<_, _>>()?;
+    let unknown = |name: &str| !KNOWN_COMPONENTS.contains(&name);
+    if let Some(index) = names.iter().position(|n| unknown(n)) {
+        return Err(ManifestError::UnknownComponent {
+            index,
+            name: names[index].to_owned(),
+            count: names.iter().filter(|n| unknown(n)).count(),
+        });
+    }
+    for (index, name) in names.iter().enumerate() {
+        if names[..index].contains(name) {
+            return Err(ManifestError::RepeatedComponent {
+                name: (*name).to_owned(),
+                count: names.iter().filter(|n| *n == name).count(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Checks the manifest's shape and returns it with the namespace filled in.
@@ -104,8 +155,9 @@ pub fn parse_manifest(text: &str, namespace: &str) -> Result<Value, ManifestErro
             metadata["namespace"] = Value::String(namespace.to_owned());
         }
     }
-    if !object.get("spec").is_some_and(Value::is_object) {
-        return Err(ManifestError::Spec);
+    match object.get("spec") {
+        Some(spec) if spec.is_object() => check_components(spec)?,
+        _ => return Err(ManifestError::Spec),
     }
     Ok(value)
 }
@@ -297,5 +349,48 @@ mod tests {
             let err = parse_manifest(text, NS).unwrap_err().to_string();
             assert!(err.contains(want), "{text}: {err}");
         }
+    }
+
+    fn with_components(components: &str) -> Result<Value, ManifestError> {
+        parse_manifest(
+            &format!(
+                "apiVersion: fluxcd.controlplane.io/v1\nkind: FluxInstance\nmetadata: {{name: flux}}\nspec:\n  components: {components}\n"
+            ),
+            NS,
+        )
+    }
+
+    #[test]
+    fn components_must_be_known_and_named_once() {
+        assert!(with_components("[source-controller, kustomize-controller]").is_ok());
+        let many = vec!["source-controller"; 40_000].join(", ");
+        assert_eq!(
+            with_components(&format!("[kustomize-controller, {many}]")).unwrap_err(),
+            ManifestError::RepeatedComponent {
+                name: "source-controller".into(),
+                count: 40_000
+            }
+        );
+        let err = with_components("[source-controller, aa, bb, aa]").unwrap_err();
+        assert_eq!(
+            err,
+            ManifestError::UnknownComponent {
+                index: 1,
+                name: "aa".into(),
+                count: 3
+            }
+        );
+        assert!(
+            err.to_string().contains("Known: source-controller"),
+            "{err}"
+        );
+        assert_eq!(
+            with_components("source-controller").unwrap_err(),
+            ManifestError::ComponentsShape
+        );
+        assert_eq!(
+            with_components("[{name: x}]").unwrap_err(),
+            ManifestError::ComponentsShape
+        );
     }
 }
