@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueHint};
 use crate::{
     complete,
     connect::{ConnectOptions, Token},
+    exit::Exit,
     fleet::{self, FleetCommand},
     instance::{self, InstanceCommand},
     output::{ColorMode, OutputFormat, Printer},
@@ -23,7 +24,8 @@ use crate::{
     name = "kubectl-tenantflux",
     bin_name = "kubectl tenantflux",
     version,
-    about = "Tenant-owned Flux: status, control and safe upgrades through tenantflux-agent"
+    about = "Tenant-owned Flux: status, control and safe upgrades through tenantflux-agent",
+    after_help = top_level_help()
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -63,10 +65,12 @@ pub struct GlobalArgs {
     pub agent_namespace: String,
 
     /// Connect straight to the agent at http://HOST:PORT instead of a port-forward through the
-    /// API server (for tests and benchmarks).
+    /// API server. Hidden: it skips the check of the agent's pod, so it is for tests and
+    /// benchmarks, not for users.
     #[arg(
         long,
         global = true,
+        hide = true,
         env = "TENANTFLUX_AGENT_ADDRESS",
         value_name = "URL",
         value_parser = parse_agent_address
@@ -163,23 +167,21 @@ pub enum Command {
 }
 
 impl Cli {
-    pub fn run(self) -> anyhow::Result<()> {
+    pub fn run(self) -> anyhow::Result<Exit> {
         let started = std::time::Instant::now();
         let printer = Printer::new(self.global.output, self.global.color);
         // Answered before any runtime or client exists: `version --client` must start fast.
         if let Command::Version { client: true } = self.command {
-            return version::print_client(&printer);
+            return version::print_client(&printer).map(|()| Exit::Success);
         }
         if let Command::Policy(command) = &self.command
             && let Some(done) = policy::run_local(command, &printer)
         {
-            return done;
+            return done.map(|()| Exit::Success);
         }
         if let Command::Completion { shell } = self.command {
-            return Ok(complete::print_script(
-                shell,
-                &mut std::io::stdout().lock(),
-            )?);
+            complete::print_script(shell, &mut std::io::stdout().lock())?;
+            return Ok(Exit::Success);
         }
         // Several crates enable rustls; naming the provider avoids an ambiguous process default.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -189,7 +191,7 @@ impl Cli {
             .context("failed to start the async runtime")?;
         let options = ConnectOptions::from(&self.global);
         let result = runtime.block_on(async move {
-            match self.command {
+            let done = match self.command {
                 Command::Status { watch: false } => status::run(&options, &printer).await,
                 Command::Status { watch: true } => status::watch(&options, &printer).await,
                 Command::Version { .. } => version::run(&options, &printer).await,
@@ -198,16 +200,30 @@ impl Cli {
                 Command::Resume(target) => workloads::resume(&options, &printer, target).await,
                 Command::Reconcile(args) => workloads::reconcile(&options, &printer, args).await,
                 Command::Policy(command) => policy::run_remote(command, &options, &printer).await,
-                Command::Instance(command) => instance::run(command, &options, &printer).await,
+                Command::Instance(command) => {
+                    return instance::run(command, &options, &printer).await;
+                }
                 Command::Fleet(command) => fleet::run(command, &options, &printer).await,
                 Command::Upgrade(command) => upgrade::run(command, &options, &printer).await,
                 Command::Completion { .. } => unreachable!("answered before connecting"),
-            }
+            };
+            done.map(|()| Exit::Success)
         });
         runtime.block_on(crate::connect::delete_identity_csrs());
         crate::timings::print(started);
         result
     }
+}
+
+fn top_level_help() -> String {
+    format!(
+        "Examples:\n  \
+         kubectl tenantflux status\n  \
+         kubectl tenantflux get ks -A\n  \
+         kubectl tenantflux reconcile ks apps -n flux-system --with-source --wait\n  \
+         kubectl tenantflux upgrade plan --to 2.9.x\n\n{}",
+        Exit::help()
+    )
 }
 
 fn parse_agent_address(value: &str) -> Result<http::Uri, String> {

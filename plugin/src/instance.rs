@@ -10,6 +10,7 @@ use tenantflux_proto::v1::{ApplyInstanceRequest, GetInstanceRequest};
 
 use crate::{
     connect::{Agent, ConnectOptions},
+    exit::Exit,
     output::Printer,
     policy::FileArg,
 };
@@ -98,11 +99,8 @@ fn run_editor(path: &std::path::Path) -> anyhow::Result<()> {
 /// The live FluxInstance's manifest, or an error saying how to create one.
 async fn live_manifest(agent: &Agent) -> anyhow::Result<String> {
     let state = agent
-        .instance()
-        .get_instance(GetInstanceRequest {})
-        .await
-        .map_err(|status| agent.error(&status))?
-        .into_inner();
+        .call(agent.instance().get_instance(GetInstanceRequest {}))
+        .await?;
     anyhow::ensure!(
         state.present,
         "the cluster has no FluxInstance (write one and run `kubectl tenantflux instance apply -f FILE`)"
@@ -119,9 +117,10 @@ async fn edit(options: &ConnectOptions) -> anyhow::Result<()> {
         .tempfile()
         .context("cannot create a file to edit")?;
     let mut last = strip_comments(&manifest);
-    let mut refusal: Option<String> = None;
+    let mut refusal: Option<(String, Exit)> = None;
     loop {
-        std::fs::write(file.path(), edit_buffer(&last, refusal.as_deref()))
+        let reason = refusal.as_ref().map(|(reason, _)| reason.as_str());
+        std::fs::write(file.path(), edit_buffer(&last, reason))
             .with_context(|| format!("cannot write {}", file.path().display()))?;
         run_editor(file.path())?;
         let edited = std::fs::read_to_string(file.path())
@@ -134,12 +133,12 @@ async fn edit(options: &ConnectOptions) -> anyhow::Result<()> {
         if manifest == last {
             return match refusal {
                 // Saved again without a change after a refusal: keep the user's work.
-                Some(reason) => {
+                Some((reason, exit)) => {
                     let (_, kept) = file.keep().context("cannot keep the edited file")?;
-                    anyhow::bail!(
+                    Err(exit.mark(anyhow::anyhow!(
                         "fluxinstance/flux was not applied: {reason}\nyour edit is in {}",
                         kept.display()
-                    )
+                    )))
                 }
                 None => {
                     eprintln!("Edit cancelled, no changes made.");
@@ -148,22 +147,21 @@ async fn edit(options: &ConnectOptions) -> anyhow::Result<()> {
             };
         }
         let answer = agent
-            .instance()
-            .apply_instance(ApplyInstanceRequest {
+            .call(agent.instance().apply_instance(ApplyInstanceRequest {
                 manifest: manifest.clone(),
                 dry_run: false,
-            })
+            }))
             .await;
         match answer {
             Ok(response) => {
-                for warning in &response.get_ref().warnings {
+                for warning in &response.warnings {
                     eprintln!("warning: {warning}");
                 }
                 writeln!(std::io::stdout().lock(), "fluxinstance/flux edited")?;
                 return Ok(());
             }
-            Err(status) => {
-                refusal = Some(agent.error(&status).to_string());
+            Err(err) => {
+                refusal = Some((err.to_string(), Exit::Refused.of_refusal(&err)));
                 last = manifest;
             }
         }
@@ -174,25 +172,28 @@ pub async fn run(
     command: InstanceCommand,
     options: &ConnectOptions,
     printer: &Printer,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Exit> {
     match command {
         InstanceCommand::Get => {
             let agent = Agent::connect(options).await?;
             let manifest = live_manifest(&agent).await?;
             let object: Value =
                 tenantflux_core::yaml::from_str(&manifest).context("the agent's answer")?;
-            printer.print(&object, |_, _| manifest.clone())
+            printer.print(&object, |_, _| manifest.clone())?;
+            Ok(Exit::Success)
         }
         InstanceCommand::Apply { file, dry_run } => {
             let manifest = file.read()?;
             let agent = Agent::connect(options).await?;
             let response = agent
-                .instance()
-                .apply_instance(ApplyInstanceRequest { manifest, dry_run })
+                .call(
+                    agent
+                        .instance()
+                        .apply_instance(ApplyInstanceRequest { manifest, dry_run }),
+                )
                 .await
-                .map_err(|status| agent.error(&status))
-                .with_context(|| format!("{} was not applied", file.path.display()))?
-                .into_inner();
+                .map_err(|err| Exit::Refused.on_refusal(err))
+                .with_context(|| format!("{} was not applied", file.path.display()))?;
             for warning in &response.warnings {
                 eprintln!("warning: {warning}");
             }
@@ -206,25 +207,31 @@ pub async fn run(
                 .context("the agent's answer")?;
             printer.print(&object, |_, _| {
                 format!("fluxinstance/flux {verb}{suffix}\n")
-            })
+            })?;
+            Ok(Exit::Success)
         }
-        InstanceCommand::Edit => edit(options).await,
+        InstanceCommand::Edit => edit(options).await.map(|()| Exit::Success),
         InstanceCommand::Diff { file } => {
             let manifest = file.read()?;
             let agent = Agent::connect(options).await?;
             let response = agent
-                .instance()
-                .diff_instance(ApplyInstanceRequest {
+                .call(agent.instance().diff_instance(ApplyInstanceRequest {
                     manifest,
                     dry_run: true,
-                })
+                }))
                 .await
-                .map_err(|status| agent.error(&status))
-                .with_context(|| format!("{} cannot be applied", file.path.display()))?
-                .into_inner();
+                .map_err(|err| Exit::Refused.on_refusal(err))
+                .with_context(|| format!("{} cannot be applied", file.path.display()))?;
+            let diff = diff(&response.live, &response.applied);
             let mut stdout = std::io::stdout().lock();
-            stdout.write_all(diff(&response.live, &response.applied).as_bytes())?;
-            Ok(stdout.flush()?)
+            stdout.write_all(diff.as_bytes())?;
+            stdout.flush()?;
+            // As `kubectl diff` and `flux diff`: a script learns "there are changes" from 1.
+            Ok(if diff.is_empty() {
+                Exit::Success
+            } else {
+                Exit::Failure
+            })
         }
     }
 }

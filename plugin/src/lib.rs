@@ -7,6 +7,7 @@ pub mod channel;
 pub mod cli;
 pub mod complete;
 pub mod connect;
+pub mod exit;
 pub mod fleet;
 pub mod grammar;
 pub mod instance;

@@ -15,6 +15,7 @@ use tenantflux_proto::v1::{GetPolicyRequest, PushPolicyRequest};
 
 use crate::{
     connect::{Agent, ConnectOptions},
+    exit::Exit,
     output::Printer,
 };
 
@@ -388,14 +389,14 @@ pub async fn run_remote(
                 .with_context(|| format!("{} is not a signed policy", file.path.display()))?;
             let agent = Agent::connect(options).await?;
             let response = agent
-                .policy()
-                .push_policy(PushPolicyRequest {
+                .call(agent.policy().push_policy(PushPolicyRequest {
                     signed_policy: text,
-                })
+                }))
                 .await
-                .map_err(|status| agent.error(&status))
-                .context("the agent refused the policy")?
-                .into_inner();
+                // The agent does not take it: a stale, rolled-back or expired generation, one for
+                // another cluster, or an agent installed without a policy key.
+                .map_err(|err| Exit::Refused.on_refusal(err))
+                .context("the agent refused the policy")?;
             let view = PushView {
                 name: response.name,
                 generation: response.generation,
@@ -419,11 +420,8 @@ pub async fn run_remote(
         PolicyCommand::Show => {
             let agent = Agent::connect(options).await?;
             let state = agent
-                .policy()
-                .get_policy(GetPolicyRequest {})
-                .await
-                .map_err(|status| agent.error(&status))?
-                .into_inner();
+                .call(agent.policy().get_policy(GetPolicyRequest {}))
+                .await?;
             let view = ShowView {
                 present: state.present,
                 name: state.name,

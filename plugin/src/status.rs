@@ -22,7 +22,7 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 pub async fn run(options: &ConnectOptions, printer: &Printer) -> anyhow::Result<()> {
-    let mut agent = Agent::connect(options).await?;
+    let agent = Agent::connect(options).await?;
     let status = agent.get_status().await?;
     let started = std::time::Instant::now();
     let printed = printer.print(&StatusView::from(status), render_table);

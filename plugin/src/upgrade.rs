@@ -14,6 +14,7 @@ use tenantflux_proto::v1 as pb;
 use crate::{
     cli::RequestTimeout,
     connect::{Agent, ConnectOptions},
+    exit::Exit,
     output::{Cell, Printer, Style, Tone, table},
     version::{self, FluxCli, Skew},
 };
@@ -26,11 +27,11 @@ const RECONNECT_FOR: Duration = Duration::from_secs(180);
 
 #[derive(Debug, Subcommand)]
 pub enum UpgradeCommand {
-    /// Show what upgrading to a Flux version or range would do, and what blocks it (exit 1
+    /// Show what upgrading to a Flux version or range would do, and what blocks it (exit 5
     /// when blocked).
     Plan(TargetArg),
     /// Plan, then migrate stored API versions, bump the FluxInstance's version, and follow
-    /// it until Ready (exit 1 when blocked or failed).
+    /// it until Ready (exit 5 when blocked, 1 when failed).
     Apply(ApplyArgs),
     /// Show the current or last upgrade; --wait follows it until it is finished.
     Status {
@@ -79,11 +80,8 @@ pub async fn run(
         UpgradeCommand::Status { wait: false } => {
             let agent = Agent::connect(options).await?;
             let state = agent
-                .upgrade()
-                .get_upgrade(pb::GetUpgradeRequest {})
-                .await
-                .map_err(|status| agent.error(&status))?
-                .into_inner();
+                .call(agent.upgrade().get_upgrade(pb::GetUpgradeRequest {}))
+                .await?;
             let view = StateView::from(state);
             printer.print(&view, render_state)?;
             ensure_not_failed(&view)
@@ -97,12 +95,13 @@ pub async fn run(
 }
 
 fn ensure_not_blocked(view: &PlanView) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        !view.blocked,
-        "the upgrade to {:?} is blocked by {} problem(s); fix them and plan again",
-        view.requested,
-        view.blockers.len()
-    );
+    if view.blocked {
+        return Err(Exit::UpgradeBlocked.mark(anyhow::anyhow!(
+            "the upgrade to {:?} is blocked by {} problem(s); fix them and plan again",
+            view.requested,
+            view.blockers.len()
+        )));
+    }
     Ok(())
 }
 
@@ -121,10 +120,10 @@ async fn plan(agent: &Agent, to: &str, options: &ConnectOptions) -> anyhow::Resu
     let timeout = options.timeout.unwrap_or(version::FLUX_CLI_TIMEOUT);
     let mut client = agent.upgrade();
     let (plan, cli) = tokio::join!(
-        client.plan_upgrade(pb::PlanUpgradeRequest { to: to.to_owned() }),
+        agent.call(client.plan_upgrade(pb::PlanUpgradeRequest { to: to.to_owned() })),
         version::detect_flux_cli(timeout)
     );
-    let plan = plan.map_err(|status| agent.error(&status))?.into_inner();
+    let plan = plan?;
     let mut view = PlanView::from(plan);
     view.flux_cli = match (&cli, view.target.is_empty()) {
         (FluxCli::Found(cli), false) => match version::skew(cli, &view.target) {
@@ -174,14 +173,15 @@ async fn apply(args: ApplyArgs, options: &ConnectOptions, printer: &Printer) -> 
         .get()
         .map_or(0, |d| u32::try_from(d.as_secs()).unwrap_or(u32::MAX).max(1));
     agent
-        .upgrade()
-        .apply_upgrade(pb::ApplyUpgradeRequest {
+        .call(agent.upgrade().apply_upgrade(pb::ApplyUpgradeRequest {
             to: args.target.to.clone(),
             concurrency: args.concurrency.unwrap_or(0),
             timeout_seconds,
-        })
+        }))
         .await
-        .map_err(|status| agent.error(&status))?;
+        // The agent plans again before it starts: a blocker found since, or an upgrade
+        // already running, is a failed precondition.
+        .map_err(|err| Exit::UpgradeBlocked.on_refusal(err))?;
     let view = follow(options).await?;
     printer.print(&view, render_state)?;
     ensure_not_failed(&view)
@@ -197,14 +197,11 @@ async fn follow(options: &ConnectOptions) -> anyhow::Result<StateView> {
         let watched = async {
             let agent = Agent::connect(options).await?;
             let mut stream = agent
-                .upgrade()
-                .watch_upgrade(pb::GetUpgradeRequest {})
-                .await
-                .map_err(|status| agent.error(&status))?
-                .into_inner();
+                .call(agent.upgrade().watch_upgrade(pb::GetUpgradeRequest {}))
+                .await?;
             lost_since = None;
             loop {
-                match stream.message().await {
+                match agent.next(&mut stream).await {
                     Ok(Some(state)) => {
                         let view = StateView::from(state);
                         let line = progress_line(&view);
@@ -224,7 +221,7 @@ async fn follow(options: &ConnectOptions) -> anyhow::Result<StateView> {
                         }
                     }
                     Ok(None) => return Ok(None),
-                    Err(status) => return Err(agent.error(&status).into()),
+                    Err(err) => return Err(err.into()),
                 }
             }
         };

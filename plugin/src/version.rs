@@ -78,7 +78,7 @@ pub fn print_client(printer: &Printer) -> anyhow::Result<()> {
 pub async fn run(options: &ConnectOptions, printer: &Printer) -> anyhow::Result<()> {
     let cli_timeout = options.timeout.unwrap_or(FLUX_CLI_TIMEOUT);
     let agent_status = async {
-        let mut agent = Agent::connect(options).await?;
+        let agent = Agent::connect(options).await?;
         anyhow::Ok(agent.get_status().await?)
     };
     let (status, flux_cli) = tokio::join!(agent_status, detect_flux_cli(cli_timeout));

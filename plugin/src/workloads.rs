@@ -15,6 +15,7 @@ use tenantflux_proto::v1::{self as pb, object_event};
 use crate::{
     cli::RequestTimeout,
     connect::{Agent, ConnectOptions},
+    exit::Exit,
     grammar,
     output::{Cell, OutputFormat, Printer, Style, Tone, table},
 };
@@ -53,7 +54,7 @@ pub struct GetArgs {
     #[arg(short, long)]
     pub watch: bool,
     /// Leave the header line out of tables.
-    #[arg(long)]
+    #[arg(long, visible_alias = "no-headers")]
     pub no_header: bool,
 }
 
@@ -282,11 +283,8 @@ async fn table_options(
     no_header: bool,
 ) -> anyhow::Result<TableOptions> {
     let kinds = agent
-        .workloads()
-        .list_kinds(pb::ListKindsRequest {})
-        .await
-        .map_err(|s| agent.error(&s))?
-        .into_inner()
+        .call(agent.workloads().list_kinds(pb::ListKindsRequest {}))
+        .await?
         .kinds;
     Ok(TableOptions {
         revision_columns: kinds
@@ -302,7 +300,9 @@ async fn table_options(
 pub async fn get(options: &ConnectOptions, printer: &Printer, args: GetArgs) -> anyhow::Result<()> {
     let selection = grammar::parse(grammar::Verb::Get, &args.words)?;
     if selection.name.is_some() && args.all_namespaces {
-        bail!("a name needs one namespace: drop -A/--all-namespaces, or the name");
+        return Err(Exit::Usage.mark(anyhow::anyhow!(
+            "a name needs one namespace: drop -A/--all-namespaces, or the name"
+        )));
     }
     let agent = Agent::connect(options).await?;
     let all = selection.several;
@@ -328,33 +328,29 @@ pub async fn get(options: &ConnectOptions, printer: &Printer, args: GetArgs) -> 
     }
     let mut client = agent.workloads();
     if let Some(name) = &selection.name {
-        let object = client
-            .get_object(pb::GetObjectRequest {
+        let object = agent
+            .call(client.get_object(pb::GetObjectRequest {
                 object: Some(pb::ObjectRef {
                     kind: selection.kind.clone(),
                     namespace,
                     name: name.clone(),
                 }),
-            })
-            .await
-            .map_err(|s| agent.error(&s))?
-            .into_inner();
+            }))
+            .await?;
         let view = ObjectView::from(object);
         let options = table_options(&agent, false, false, args.no_header).await?;
         return printer.print(&view, |v, style| {
             render_tables(std::slice::from_ref(v), &options, style)
         });
     }
-    let response = client
-        .list_objects(pb::ListObjectsRequest {
+    let response = agent
+        .call(client.list_objects(pb::ListObjectsRequest {
             kind: selection.kind.clone(),
             namespace: namespace.clone(),
             label_selector: args.selector.clone().unwrap_or_default(),
             status_selector,
-        })
-        .await
-        .map_err(|s| agent.error(&s))?
-        .into_inner();
+        }))
+        .await?;
     for skipped in &response.skipped {
         let _ = writeln!(
             io::stderr(),
@@ -402,23 +398,20 @@ async fn watch(
     )
     .await?;
     let mut stream = agent
-        .workloads()
-        .watch_objects(pb::WatchObjectsRequest {
+        .call(agent.workloads().watch_objects(pb::WatchObjectsRequest {
             kind: selection.kind.clone(),
             namespace,
             label_selector: args.selector.clone().unwrap_or_default(),
             status_selector,
             name: selection.name.clone().unwrap_or_default(),
-        })
-        .await
-        .map_err(|s| agent.error(&s))?
-        .into_inner();
+        }))
+        .await?;
     let mut initial = Vec::new();
     let mut synced = false;
     let mut first = true;
     let forever = async {
         loop {
-            let Some(event) = stream.message().await.map_err(|s| agent.error(&s))? else {
+            let Some(event) = agent.next(&mut stream).await? else {
                 bail!("{} ended the watch", agent.target());
             };
             let type_ = event.r#type();
@@ -499,13 +492,10 @@ pub async fn suspend(
     let target = target.target()?;
     let agent = Agent::connect(options).await?;
     let object = agent
-        .workloads()
-        .suspend(pb::SuspendRequest {
+        .call(agent.workloads().suspend(pb::SuspendRequest {
             object: Some(reference(&agent, &target)),
-        })
-        .await
-        .map_err(|s| agent.error(&s))?
-        .into_inner();
+        }))
+        .await?;
     let view = ObjectView::from(object);
     printer.print(&view, |v, _| format!("✔ {} suspended\n", v.title()))
 }
@@ -518,13 +508,10 @@ pub async fn resume(
     let target = target.target()?;
     let agent = Agent::connect(options).await?;
     let response = agent
-        .workloads()
-        .resume(pb::ResumeRequest {
+        .call(agent.workloads().resume(pb::ResumeRequest {
             object: Some(reference(&agent, &target)),
-        })
-        .await
-        .map_err(|s| agent.error(&s))?
-        .into_inner();
+        }))
+        .await?;
     let view = ObjectView::from(response.object.unwrap_or_default());
     let at = response.requested_at;
     printer.print(&view, |v, _| {
@@ -557,15 +544,12 @@ pub async fn reconcile(
     let agent = Agent::connect(options).await?;
     let request = reference(&agent, &target);
     let response = agent
-        .workloads()
-        .reconcile(pb::ReconcileRequest {
+        .call(agent.workloads().reconcile(pb::ReconcileRequest {
             object: Some(request),
             with_source: args.with_source,
             force: args.force,
-        })
-        .await
-        .map_err(|s| agent.error(&s))?
-        .into_inner();
+        }))
+        .await?;
     let requested_at = response.requested_at;
     let object = ObjectView::from(response.object.unwrap_or_default());
     let source = response.source.map(ObjectView::from);
@@ -605,15 +589,12 @@ pub async fn reconcile(
             // have handled that before the source had anything new: ask again, now that the
             // source settled, and wait for that request.
             requested_at = agent
-                .workloads()
-                .reconcile(pb::ReconcileRequest {
+                .call(agent.workloads().reconcile(pb::ReconcileRequest {
                     object: Some(reference(&agent, &target)),
                     with_source: false,
                     force: args.force,
-                })
-                .await
-                .map_err(|s| agent.error(&s))?
-                .into_inner()
+                }))
+                .await?
                 .requested_at;
             progress(&format!(
                 "► {} annotated again (requestedAt {requested_at})",
@@ -648,19 +629,16 @@ async fn wait_settled(
 ) -> anyhow::Result<ObjectView> {
     progress(&format!("◎ waiting for {} to reconcile", target.title()));
     let mut stream = agent
-        .workloads()
-        .watch_objects(pb::WatchObjectsRequest {
+        .call(agent.workloads().watch_objects(pb::WatchObjectsRequest {
             kind: target.kind.clone(),
             namespace: target.namespace.clone(),
             name: target.name.clone(),
             ..Default::default()
-        })
-        .await
-        .map_err(|s| agent.error(&s))?
-        .into_inner();
+        }))
+        .await?;
     let mut last_message = String::new();
     loop {
-        let Some(event) = stream.message().await.map_err(|s| agent.error(&s))? else {
+        let Some(event) = agent.next(&mut stream).await? else {
             bail!("{} ended the watch of {}", agent.target(), target.title());
         };
         if event.r#type() == object_event::Type::Deleted {

@@ -415,7 +415,7 @@ impl Fleet {
         let today = today();
         let clusters = fan(members, fan_out, |member| async move {
             let result = async {
-                let mut agent = self.connect(&member).await?;
+                let agent = self.connect(&member).await?;
                 agent.get_status().await.map_err(call_failure)
             };
             let mut row = match bounded(fan_out.cluster_timeout.get(), result).await {
@@ -483,13 +483,12 @@ impl Fleet {
             let result = async {
                 let agent = self.connect(&member).await?;
                 let pushed = agent
-                    .policy()
-                    .push_policy(PushPolicyRequest {
+                    .call(agent.policy().push_policy(PushPolicyRequest {
                         signed_policy: text.to_owned(),
-                    })
+                    }))
                     .await;
-                match pushed.map_err(|status| agent.error(&status)) {
-                    Ok(response) => Ok(Ok(response.into_inner())),
+                match pushed {
+                    Ok(response) => Ok(Ok(response)),
                     // The agent's refusals: stale generation (FAILED_PRECONDITION), bad
                     // signature or unknown key (PERMISSION_DENIED, as is a caller without
                     // `update` on policies), not a policy (INVALID_ARGUMENT).
