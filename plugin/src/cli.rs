@@ -1,22 +1,22 @@
-//! Command-line flags (kubectl's where kubectl has one) and the dispatch to each command.
-
-use std::{ffi::OsString, fmt, str::FromStr, time::Duration};
+//! The command tree and the dispatch to each command: the one module that knows them all.
 
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand, ValueHint};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 use crate::{
+    commands::{
+        fleet::{self, FleetCommand},
+        instance::{self, InstanceCommand},
+        policy::{self, PolicyCommand},
+        status, upgrade,
+        upgrade::UpgradeCommand,
+        version,
+        workloads::{self, GetArgs, ReconcileArgs, TargetArgs},
+    },
     complete,
-    connect::{ConnectOptions, Token},
+    connect::ConnectOptions,
+    context::GlobalArgs,
     exit::Exit,
-    fleet::{self, FleetCommand},
-    instance::{self, InstanceCommand},
-    output::{ColorMode, OutputFormat, Printer},
-    policy::{self, PolicyCommand},
-    status,
-    upgrade::{self, UpgradeCommand},
-    version,
-    workloads::{self, GetArgs, ReconcileArgs, TargetArgs},
 };
 
 #[derive(Debug, Parser)]
@@ -32,89 +32,6 @@ pub struct Cli {
     pub global: GlobalArgs,
     #[command(subcommand)]
     pub command: Command,
-}
-
-#[derive(Debug, Args)]
-pub struct GlobalArgs {
-    /// Path to the kubeconfig file (a list of paths, as in KUBECONFIG, is merged).
-    #[arg(
-        long,
-        global = true,
-        env = "KUBECONFIG",
-        value_name = "PATH",
-        value_hint = ValueHint::FilePath
-    )]
-    pub kubeconfig: Option<OsString>,
-
-    /// The kubeconfig context to use.
-    #[arg(long, global = true, value_name = "NAME")]
-    pub context: Option<String>,
-
-    /// The namespace for namespaced operations (default: the context's namespace).
-    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
-    pub namespace: Option<String>,
-
-    /// Namespace the tenantflux-agent runs in.
-    #[arg(
-        long,
-        global = true,
-        env = "TENANTFLUX_AGENT_NAMESPACE",
-        default_value = "tenantflux-system",
-        value_name = "NAMESPACE"
-    )]
-    pub agent_namespace: String,
-
-    /// Connect straight to the agent at http://HOST:PORT instead of a port-forward through the
-    /// API server. Hidden: it skips the check of the agent's pod, so it is for tests and
-    /// benchmarks, not for users.
-    #[arg(
-        long,
-        global = true,
-        hide = true,
-        env = "TENANTFLUX_AGENT_ADDRESS",
-        value_name = "URL",
-        value_parser = parse_agent_address
-    )]
-    pub agent_address: Option<http::Uri>,
-
-    /// Audience of the tokens the agent accepts (used when requesting a token).
-    #[arg(
-        long,
-        global = true,
-        env = "TENANTFLUX_AGENT_AUDIENCE",
-        default_value = "tenantflux-agent",
-        value_name = "AUDIENCE"
-    )]
-    pub agent_audience: String,
-
-    /// Bearer token for the agent, instead of the kubeconfig user's credentials.
-    #[arg(
-        long,
-        global = true,
-        env = "TENANTFLUX_TOKEN",
-        hide_env_values = true,
-        value_name = "TOKEN"
-    )]
-    pub token: Option<Token>,
-
-    /// Request a new token (or identity CSR) for this command instead of reusing the one
-    /// cached under ~/.cache/tenantflux/tokens (mode 0600, reused until shortly before it
-    /// expires), and cache nothing.
-    #[arg(long, global = true, env = "TENANTFLUX_NO_CREDENTIAL_CACHE", value_parser = clap::builder::FalseyValueParser::new())]
-    pub no_credential_cache: bool,
-
-    /// Output format.
-    #[arg(short = 'o', long, global = true, value_enum, default_value_t = OutputFormat::Table)]
-    pub output: OutputFormat,
-
-    /// When to color the table output.
-    #[arg(long, global = true, value_enum, default_value_t = ColorMode::Auto)]
-    pub color: ColorMode,
-
-    /// How long to wait for each request to the API server or the agent; 0 waits forever
-    /// (e.g. 30s, 1m, 1m30s, 500ms; a bare number is seconds).
-    #[arg(long, global = true, default_value = "30s", value_name = "DURATION")]
-    pub request_timeout: RequestTimeout,
 }
 
 #[derive(Debug, Subcommand)]
@@ -169,7 +86,7 @@ pub enum Command {
 impl Cli {
     pub fn run(self) -> anyhow::Result<Exit> {
         let started = std::time::Instant::now();
-        let printer = Printer::new(self.global.output, self.global.color);
+        let printer = self.global.printer();
         // Answered before any runtime or client exists: `version --client` must start fast.
         if let Command::Version { client: true } = self.command {
             return version::print_client(&printer).map(|()| Exit::Success);
@@ -180,7 +97,7 @@ impl Cli {
             return done.map(|()| Exit::Success);
         }
         if let Command::Completion { shell } = self.command {
-            complete::print_script(shell, &mut std::io::stdout().lock())?;
+            complete::print_script(Self::command(), shell, &mut std::io::stdout().lock())?;
             return Ok(Exit::Success);
         }
         // Several crates enable rustls; naming the provider avoids an ambiguous process default.
@@ -226,51 +143,12 @@ fn top_level_help() -> String {
     )
 }
 
-fn parse_agent_address(value: &str) -> Result<http::Uri, String> {
-    let uri: http::Uri = value
-        .parse()
-        .map_err(|err| format!("not a URL ({err}); expected http://HOST:PORT"))?;
-    // The agent serves plaintext gRPC; the port-forward through the API server is what is
-    // encrypted, so there is no https:// to offer here.
-    match (uri.scheme_str(), uri.authority()) {
-        (Some("http"), Some(_)) => Ok(uri),
-        _ => Err("expected http://HOST:PORT".to_owned()),
-    }
-}
-
-/// kubectl's `--request-timeout`: a Go-style duration, or whole seconds; zero means none.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RequestTimeout(Option<Duration>);
-
-impl RequestTimeout {
-    pub fn get(self) -> Option<Duration> {
-        self.0
-    }
-}
-
-impl fmt::Display for RequestTimeout {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(d) => write!(f, "{d:?}"),
-            None => f.write_str("0"),
-        }
-    }
-}
-
-impl FromStr for RequestTimeout {
-    type Err = String;
-
-    fn from_str(value: &str) -> Result<Self, Self::Err> {
-        let total = tenantflux_core::duration::parse(value).map_err(|err| err.to_string())?;
-        Ok(Self((!total.is_zero()).then_some(total)))
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use std::time::Duration;
 
     use super::*;
+    use crate::output::{ColorMode, OutputFormat};
 
     fn parse(args: &[&str]) -> Cli {
         Cli::try_parse_from(std::iter::once("kubectl-tenantflux").chain(args.iter().copied()))
@@ -405,25 +283,5 @@ mod tests {
         ]));
         assert!(bad(&["status", "--request-timeout", "5 parsecs"]));
         assert!(bad(&[]));
-    }
-
-    #[test]
-    fn request_timeouts_parse_like_kubectl() {
-        let parse = |s: &str| s.parse::<RequestTimeout>().map(RequestTimeout::get);
-        assert_eq!(parse("30"), Ok(Some(Duration::from_secs(30))));
-        assert_eq!(parse("30s"), Ok(Some(Duration::from_secs(30))));
-        assert_eq!(parse("1m30s"), Ok(Some(Duration::from_secs(90))));
-        assert_eq!(parse("2h"), Ok(Some(Duration::from_secs(7200))));
-        assert_eq!(parse("250ms"), Ok(Some(Duration::from_millis(250))));
-        assert_eq!(parse("0"), Ok(None));
-        assert_eq!(parse("0s"), Ok(None));
-        assert!(parse("").is_err());
-        assert!(parse("s").is_err());
-        assert!(parse("10x").is_err());
-        assert!(parse("-5s").is_err());
-        // Used to panic on overflow (Duration * u32).
-        assert!(parse("5000000h").is_ok());
-        assert!(parse("9999999999999999h").is_err());
-        assert!(parse("18446744073709551615h").is_err());
     }
 }

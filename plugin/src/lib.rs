@@ -5,16 +5,11 @@
 
 pub mod channel;
 pub mod cli;
+pub mod commands;
 pub mod complete;
 pub mod connect;
+pub mod context;
 pub mod exit;
-pub mod fleet;
 pub mod grammar;
-pub mod instance;
 pub mod output;
-pub mod policy;
-pub mod status;
 pub mod timings;
-pub mod upgrade;
-pub mod version;
-pub mod workloads;

@@ -1,6 +1,7 @@
 //! Reaching tenantflux-agent: a port-forward to its pod through the API server (or a direct
 //! address), and the bearer token every call carries.
 
+mod bearer;
 mod cache;
 mod credentials;
 mod errors;
@@ -8,6 +9,7 @@ mod kubeconfig;
 mod pod;
 
 pub use self::{
+    bearer::*,
     cache::{
         CacheKey, ClusterIdentity, CredentialCache, CredentialKind, Entry, NO_CACHE_ENV,
         default_dir as default_credential_cache_dir,
@@ -41,8 +43,6 @@ use tonic::{
     service::interceptor::InterceptedService,
     transport::{Channel, Endpoint},
 };
-
-use crate::cli::GlobalArgs;
 
 /// Label every tenantflux-agent pod carries (deploy/manifests sets it). Anyone who can create
 /// a pod can set it too, so it only finds candidates: see [`check_agent_pod`].
@@ -86,29 +86,6 @@ pub struct ConnectOptions {
     pub verbose: bool,
     /// Where requested credentials are kept between commands; None keeps none.
     pub credential_cache: Option<PathBuf>,
-}
-
-impl From<&GlobalArgs> for ConnectOptions {
-    fn from(args: &GlobalArgs) -> Self {
-        Self {
-            kubeconfig: args.kubeconfig.clone(),
-            inline_kubeconfig: None,
-            context: args.context.clone(),
-            namespace: args.namespace.clone(),
-            agent_namespace: args.agent_namespace.clone(),
-            agent_address: args.agent_address.clone(),
-            audience: args.agent_audience.clone(),
-            token: args.token.clone(),
-            token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
-            timeout: args.request_timeout.get(),
-            verbose: std::env::var_os(VERBOSE_ENV).is_some_and(|v| !v.is_empty() && v != "0"),
-            credential_cache: if args.no_credential_cache {
-                None
-            } else {
-                cache::default_dir()
-            },
-        }
-    }
 }
 
 /// The agent a connection goes to, as error messages name it.

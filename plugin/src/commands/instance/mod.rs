@@ -10,9 +10,9 @@ use tenantflux_proto::v1::{ApplyInstanceRequest, GetInstanceRequest};
 
 use crate::{
     connect::{Agent, ConnectOptions},
+    context::FileArg,
     exit::Exit,
     output::Printer,
-    policy::FileArg,
 };
 
 #[derive(Debug, Subcommand)]
