@@ -37,6 +37,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Show the agent, flux-operator, FluxInstance and policy state of the cluster.
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux status\n  kubectl tenantflux status -o json\n  kubectl tenantflux status --watch"
+    )]
     Status {
         /// After the status, print it again at every change, until interrupted (Ctrl-C);
         /// reconnects when the connection to the agent is lost.
@@ -48,28 +51,46 @@ pub enum Command {
     Get(GetArgs),
     /// Stop Flux from reconciling an object (spec.suspend; the FluxInstance's reconcile
     /// annotation).
+    #[command(after_help = workloads::control_help(&["suspend ks apps -n flux-system", "suspend source git podinfo", "suspend hr podinfo"]))]
     Suspend(TargetArgs),
     /// Let Flux reconcile a suspended object again, and ask for a reconciliation now.
+    #[command(after_help = workloads::control_help(&["resume ks apps -n flux-system", "resume source git podinfo"]))]
     Resume(TargetArgs),
     /// Ask Flux to reconcile an object now; --wait follows it until its Ready condition
     /// settles.
+    #[command(after_help = workloads::control_help(&["reconcile ks apps -n flux-system", "reconcile ks apps --with-source --wait", "reconcile hr podinfo --force --wait --timeout 10m"]))]
     Reconcile(ReconcileArgs),
     /// The platform's policy: keygen, sign and verify (local), push and show (the agent).
     #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux policy keygen --out ./keys\n  kubectl tenantflux policy sign -f policy.yaml --key keys/ed25519.key --out policy.signed.yaml\n  kubectl tenantflux policy push -f policy.signed.yaml\n  kubectl tenantflux policy show"
+    )]
     Policy(PolicyCommand),
     /// The tenant's FluxInstance: get, and apply or diff a manifest, checked against the
     /// policy.
     #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux instance get\n  kubectl tenantflux instance diff -f flux-instance.yaml\n  kubectl tenantflux instance apply -f flux-instance.yaml"
+    )]
     Instance(InstanceCommand),
     /// The management side: find the tenant clusters, read every agent's status, push a
     /// signed policy to all of them.
     #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux fleet list\n  kubectl tenantflux fleet status\n  kubectl tenantflux fleet policy push -f policy.signed.yaml --all"
+    )]
     Fleet(FleetCommand),
     /// Safe Flux upgrades: plan (what breaks), apply (migrate stored versions, bump, follow
     /// until Ready), status.
     #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux upgrade plan --to 2.9.x\n  kubectl tenantflux upgrade apply --to 2.9.x\n  kubectl tenantflux upgrade status --wait"
+    )]
     Upgrade(UpgradeCommand),
     /// Show the plugin, agent and Flux versions, and whether the flux CLI on PATH matches.
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux version\n  kubectl tenantflux version --client\n  kubectl tenantflux version -o json"
+    )]
     Version {
         /// Only print the plugin's own version; contacts no cluster.
         #[arg(long)]
@@ -77,6 +98,9 @@ pub enum Command {
     },
     /// Print the shell completion script of the kubectl-tenantflux binary. `kubectl tenantflux
     /// <TAB>` completes through kubectl_complete-tenantflux on PATH instead.
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux completion bash > ~/.local/share/bash-completion/completions/kubectl-tenantflux\n  kubectl tenantflux completion zsh > \"${fpath[1]}/_kubectl-tenantflux\""
+    )]
     Completion {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
@@ -283,5 +307,62 @@ mod tests {
         ]));
         assert!(bad(&["status", "--request-timeout", "5 parsecs"]));
         assert!(bad(&[]));
+    }
+
+    #[test]
+    fn every_command_shows_examples_in_its_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+                let path = format!("{path} {}", sub.get_name());
+                let help = sub
+                    .get_after_help()
+                    .map(|h| h.to_string())
+                    .unwrap_or_default();
+                if !help.contains("Examples:\n  kubectl tenantflux ")
+                    && !help.contains("Examples:\n  KUBE_EDITOR")
+                {
+                    missing.push(path.clone());
+                }
+                walk(sub, &path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "kubectl tenantflux", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "no Examples: in the help of {missing:?}"
+        );
+    }
+
+    #[test]
+    fn the_top_level_help_lists_the_exit_codes() {
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains(&Exit::help()), "{help}");
+        assert!(help.contains("Examples:"), "{help}");
+    }
+
+    #[test]
+    fn a_usage_error_exits_with_the_usage_code() {
+        let err = Cli::try_parse_from(["kubectl-tenantflux", "status", "--no-such-flag"])
+            .expect_err("an unknown flag");
+        assert_eq!(err.exit_code(), i32::from(Exit::Usage.code()));
+    }
+
+    #[test]
+    fn the_test_only_agent_address_is_hidden_but_works() {
+        let help = Cli::command().render_long_help().to_string();
+        assert!(!help.contains("--agent-address"), "{help}");
+        let cli = parse(&["status", "--agent-address", "http://127.0.0.1:9090"]);
+        assert!(cli.global.agent_address.is_some());
+    }
+
+    #[test]
+    fn no_headers_is_kubectls_spelling_of_no_header() {
+        for flag in ["--no-header", "--no-headers"] {
+            let Command::Get(args) = parse(&["get", "ks", flag]).command else {
+                panic!("get");
+            };
+            assert!(args.no_header, "{flag}");
+        }
     }
 }

@@ -16,12 +16,18 @@ use crate::context::{FileArg, RequestTimeout};
 pub enum FleetCommand {
     /// List the tenant clusters the fleet is made of (reads only the management cluster or
     /// the fleet file).
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux fleet list\n  kubectl tenantflux fleet list -l tenantflux.io/tenant=tenant-a -o json\n  kubectl tenantflux fleet list --fleet-file fleet.yaml"
+    )]
     List {
         #[command(flatten)]
         discovery: DiscoveryArgs,
     },
     /// Ask every tenant cluster's agent for its status: one row per cluster. Exits 1 when
     /// any cluster could not be asked.
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux fleet status\n  kubectl tenantflux fleet status -l tier=gold --concurrency 32\n  kubectl tenantflux fleet status --watch --interval 30s\n  kubectl tenantflux fleet status --channel oci://registry.example/platform/policy:stable"
+    )]
     Status {
         #[command(flatten)]
         discovery: DiscoveryArgs,
@@ -49,6 +55,9 @@ pub enum FleetCommand {
     },
     /// The platform's policy across the fleet.
     #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux fleet policy push -f policy.signed.yaml --all"
+    )]
     Policy(FleetPolicyCommand),
 }
 
@@ -57,6 +66,9 @@ pub enum FleetPolicyCommand {
     /// Send a signed policy to every selected cluster's agent; reports accepted, unchanged
     /// (already held), rejected (with the agent's reason) or unreachable per cluster. Safe
     /// to run again. Exits 1 when any cluster did not take it.
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux fleet policy push -f policy.signed.yaml --all\n  kubectl tenantflux fleet policy push -f policy.signed.yaml -l \"tenantflux.io/tenant in (tenant-a,tenant-b)\" -o json"
+    )]
     Push {
         #[command(flatten)]
         file: FileArg,

@@ -18,8 +18,14 @@ use crate::{
 #[derive(Debug, Subcommand)]
 pub enum InstanceCommand {
     /// Show the FluxInstance (YAML; -o json for JSON).
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux instance get\n  kubectl tenantflux instance get -o json"
+    )]
     Get,
     /// Check a FluxInstance manifest against the policy and apply it (server-side).
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux instance apply -f flux-instance.yaml --dry-run\n  kubectl tenantflux instance apply -f flux-instance.yaml"
+    )]
     Apply {
         #[command(flatten)]
         file: FileArg,
@@ -28,12 +34,18 @@ pub enum InstanceCommand {
         dry_run: bool,
     },
     /// Show what applying a FluxInstance manifest would change (a server-side dry run).
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux instance diff -f flux-instance.yaml\n  kubectl tenantflux instance diff -f flux-instance.yaml || echo \"differences (1), or an error\""
+    )]
     Diff {
         #[command(flatten)]
         file: FileArg,
     },
     /// Edit the FluxInstance in $KUBE_EDITOR or $EDITOR (like kubectl edit): the result is
     /// checked against the policy and applied; a refused edit reopens with the reasons.
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux instance edit\n  KUBE_EDITOR=\"code --wait\" kubectl tenantflux instance edit"
+    )]
     Edit,
 }
 

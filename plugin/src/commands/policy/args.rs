@@ -10,6 +10,9 @@ use crate::context::FileArg;
 pub enum PolicyCommand {
     /// Make an ed25519 key pair: DIR/ed25519.key (private, mode 0600) and DIR/ed25519.pub
     /// (install it with the agent: Helm value policy.publicKey).
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux policy keygen --out ./keys\n  kubectl tenantflux policy keygen --root --out ./root-keys"
+    )]
     Keygen {
         /// Directory to write the key files to (created if missing; existing keys are kept).
         #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath)]
@@ -23,8 +26,14 @@ pub enum PolicyCommand {
     /// Keyrings: which policy-signing keys are active and which are revoked, signed by the
     /// root keys the agents were installed with.
     #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux policy keyring sign --version 2 --key keys/ed25519.pub --root-key root-keys/root.key --out keyring.yaml\n  kubectl tenantflux policy keyring publish -f keyring.yaml oci://registry.example/platform/policy:stable"
+    )]
     Keyring(KeyringCommand),
     /// Check a policy and sign it; writes the signed policy to stdout or --out.
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux policy sign -f policy.yaml --key keys/ed25519.key --out policy.signed.yaml\n  kubectl tenantflux policy sign -f policy.yaml --key keys/ed25519.key --expires-in 2160h"
+    )]
     Sign {
         #[command(flatten)]
         file: FileArg,
@@ -45,6 +54,9 @@ pub enum PolicyCommand {
         envelope: String,
     },
     /// Check a signed policy against a public key, as the agent does.
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux policy verify -f policy.signed.yaml --public-key keys/ed25519.pub"
+    )]
     Verify {
         #[command(flatten)]
         file: FileArg,
@@ -54,6 +66,9 @@ pub enum PolicyCommand {
     /// Publish a signed policy to a channel in an OCI registry (oci://REGISTRY/REPOSITORY:TAG)
     /// that agents with --policy-source pull from. Credentials: TENANTFLUX_REGISTRY_USERNAME
     /// and TENANTFLUX_REGISTRY_PASSWORD.
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux policy publish -f policy.signed.yaml oci://registry.example/platform/policy:stable\n  kubectl tenantflux policy publish -f policy.signed.yaml --public-key keys/ed25519.pub oci://localhost:5000/policy:dev --plain-http"
+    )]
     Publish {
         #[command(flatten)]
         file: FileArg,
@@ -68,11 +83,17 @@ pub enum PolicyCommand {
         public_key: Option<PathBuf>,
     },
     /// Send a signed policy to the current context's agent.
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux policy push -f policy.signed.yaml\n  kubectl tenantflux policy push -f policy.signed.yaml --context tenant-a"
+    )]
     Push {
         #[command(flatten)]
         file: FileArg,
     },
     /// Show the policy the agent holds.
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux policy show\n  kubectl tenantflux policy show -o yaml"
+    )]
     Show,
 }
 
@@ -80,6 +101,9 @@ pub enum PolicyCommand {
 pub enum KeyringCommand {
     /// Write a keyring of VERSION naming the active policy keys and the revoked key ids,
     /// signed by every --root-key given.
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux policy keyring sign --version 2 --key keys/ed25519.pub --root-key root-keys/root.key --out keyring.yaml\n  kubectl tenantflux policy keyring sign --version 3 --key new/ed25519.pub --revoke OLD_KEY_ID --root-key root-keys/root.key"
+    )]
     Sign {
         /// Higher than every keyring published before: agents never go back.
         #[arg(long)]
@@ -99,6 +123,9 @@ pub enum KeyringCommand {
     },
     /// Publish a signed keyring beside a policy channel: to tag TAG-keyring of
     /// oci://REGISTRY/REPOSITORY:TAG, where agents pulling that channel look for it.
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux policy keyring publish -f keyring.yaml oci://registry.example/platform/policy:stable"
+    )]
     Publish {
         #[command(flatten)]
         file: FileArg,

@@ -38,11 +38,20 @@ const RECONNECT_FOR: Duration = Duration::from_secs(180);
 pub enum UpgradeCommand {
     /// Show what upgrading to a Flux version or range would do, and what blocks it (exit 5
     /// when blocked).
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux upgrade plan --to 2.9.x\n  kubectl tenantflux upgrade plan --to \">=2.8.0 <2.10.0\" -o json"
+    )]
     Plan(TargetArg),
     /// Plan, then migrate stored API versions, bump the FluxInstance's version, and follow
     /// it until Ready (exit 5 when blocked, 1 when failed).
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux upgrade apply --to 2.9.x\n  kubectl tenantflux upgrade apply --to 2.9.3 --yes --timeout 15m"
+    )]
     Apply(ApplyArgs),
     /// Show the current or last upgrade; --wait follows it until it is finished.
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux upgrade status\n  kubectl tenantflux upgrade status --wait"
+    )]
     Status {
         #[arg(long)]
         wait: bool,

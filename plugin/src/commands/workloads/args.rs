@@ -14,7 +14,12 @@ use crate::{context::RequestTimeout, grammar};
                   externalartifact, imagerepo, imagepolicy, imageupdate, receiver, alert, provider, ag, \
                   instance, fluxreport, rset, rsip (or the kind's name or plural). \
                   The flux CLI's words work too: sources …, images …, artifact generators, \
-                  kustomizations, helmreleases, alerts, alert-providers, receivers."
+                  kustomizations, helmreleases, alerts, alert-providers, receivers.\n\n\
+                  Examples:\n  \
+                  kubectl tenantflux get ks -n flux-system\n  \
+                  kubectl tenantflux get all -A --status-selector ready=false\n  \
+                  kubectl tenantflux get sources git podinfo -o yaml\n  \
+                  kubectl tenantflux get hr -A --no-headers --watch"
 )]
 pub struct GetArgs {
     /// KIND [NAME], or flux's words, e.g. `sources git [NAME]`.
@@ -46,15 +51,27 @@ pub struct GetArgs {
 #[command(
     override_usage = "kubectl tenantflux <suspend|resume|reconcile> KIND NAME [flags]\n       \
                       kubectl tenantflux <suspend|resume|reconcile> source git|oci|helm|chart|bucket NAME [flags]\n       \
-                      kubectl tenantflux <suspend|resume|reconcile> image repository|policy|update NAME [flags]",
-    after_help = "KIND, as kubectl names it: ks, hr, gitrepo, ocirepo, helmrepo, helmchart, bucket, \
-                  imagerepo, imagepolicy, imageupdate, receiver, alert, provider, ag, instance, rset, rsip. \
-                  The flux CLI's words work too: kustomization, helmrelease, source git, image policy, …"
+                      kubectl tenantflux <suspend|resume|reconcile> image repository|policy|update NAME [flags]"
 )]
 pub struct TargetArgs {
     /// KIND NAME, or flux's words, e.g. `source git NAME`.
     #[arg(required = true, num_args = 2..=3, value_names = ["KIND", "NAME"])]
     pub words: Vec<String>,
+}
+
+/// The `--help` text after the flags of `suspend`, `resume` or `reconcile`: the kinds, then
+/// `examples` (each a command line after `kubectl tenantflux`).
+pub fn control_help(examples: &[&str]) -> String {
+    let mut text = String::from(
+        "KIND, as kubectl names it: ks, hr, gitrepo, ocirepo, helmrepo, helmchart, bucket, \
+         imagerepo, imagepolicy, imageupdate, receiver, alert, provider, ag, instance, rset, rsip. \
+         The flux CLI's words work too: kustomization, helmrelease, source git, image policy, …\n\n\
+         Examples:\n",
+    );
+    for example in examples {
+        text.push_str(&format!("  kubectl tenantflux {example}\n"));
+    }
+    text
 }
 
 impl TargetArgs {

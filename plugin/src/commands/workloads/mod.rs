@@ -17,7 +17,7 @@ mod view;
 
 use self::view::ListView;
 pub use self::{
-    args::{GetArgs, ReconcileArgs, TargetArgs},
+    args::{GetArgs, ReconcileArgs, TargetArgs, control_help},
     view::{ObjectView, TableOptions, render_tables},
 };
 use crate::{
