@@ -11,35 +11,18 @@ mod tests;
 pub mod untrusted;
 pub mod view;
 
-use std::{
-    future::Future,
-    io::{self, IsTerminal as _, Write as _},
-    time::Duration,
-};
-
 use anyhow::{Context as _, bail};
-use futures::{StreamExt as _, stream};
 use k8s_openapi::jiff::Timestamp;
-use kube::Client;
-use tenantflux_core::{
-    policy::{Policy, signing::SignedPolicy, today},
-    selector::Selector,
-};
-use tenantflux_proto::v1::PushPolicyRequest;
-use tonic::Code;
+use tenantflux_core::policy::{Policy, signing::SignedPolicy};
 
 pub use self::args::{DiscoveryArgs, FanOutArgs, FleetCommand, FleetPolicyCommand};
 use self::reach::Fleet;
 use self::{
-    discover::{Discovery, Member, Source},
-    view::{
-        ChannelPolicy, ExpectedPolicy, Failure, FleetPush, FleetStatus, PushResult, PushRow, Reach,
-        StatusRow,
-    },
+    discover::Member,
+    view::{ChannelPolicy, ExpectedPolicy},
 };
 use crate::{
-    commands::status::StatusView,
-    connect::{self, Agent, CallError, ConnectError, ConnectOptions},
+    connect::ConnectOptions,
     output::{Cell, Printer, Style, table},
 };
 

@@ -1,7 +1,34 @@
 //! Reaching every cluster of the fleet: a bounded number at a time, each within its own
 //! timeout, each failure said as the cluster's row.
 
-use super::*;
+use std::{
+    future::Future,
+    io::{self, IsTerminal as _, Write as _},
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+use futures::{StreamExt as _, stream};
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use tenantflux_core::{policy::today, selector::Selector};
+use tenantflux_proto::v1::PushPolicyRequest;
+use tonic::Code;
+
+use super::{
+    DiscoveryArgs, FanOutArgs,
+    discover::{self, Discovery, Member, Source},
+    render,
+    view::{
+        ChannelPolicy, ExpectedPolicy, Failure, FleetPush, FleetStatus, PushResult, PushRow, Reach,
+        StatusRow,
+    },
+};
+use crate::{
+    commands::status::StatusView,
+    connect::{self, Agent, CallError, ConnectError, ConnectOptions},
+    output::Printer,
+};
 
 /// The fleet as discovered, and what reaching each cluster needs.
 pub(super) struct Fleet {

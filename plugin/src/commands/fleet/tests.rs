@@ -1,10 +1,12 @@
-use std::path::PathBuf;
+use std::{path::PathBuf, time::Duration};
 
 use clap::Parser;
 use tenantflux_core::policy::parse_date;
+use tonic::Code;
 
 use super::{
     args::parse_interval,
+    discover::{Discovery, Source},
     reach::{bounded, call_failure, connect_failure},
     render::*,
     view::*,
@@ -12,8 +14,9 @@ use super::{
 };
 use crate::{
     commands::status::{
-        AgentView, ConditionView, DeadlineView, InstanceView, OperatorView, PolicyView,
+        AgentView, ConditionView, DeadlineView, InstanceView, OperatorView, PolicyView, StatusView,
     },
+    connect::{self, CallError, ConnectError},
     output::Style,
 };
 
