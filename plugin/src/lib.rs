@@ -10,6 +10,7 @@ pub mod complete;
 pub mod connect;
 pub mod context;
 pub mod exit;
+pub mod flux_cli;
 pub mod grammar;
 pub mod output;
 pub mod timings;

@@ -21,10 +21,10 @@ pub use self::{
     view::{PlanView, StateView},
 };
 use crate::{
-    commands::version::{self, FluxCli, Skew},
     connect::{Agent, ConnectOptions},
     context::RequestTimeout,
     exit::Exit,
+    flux_cli::{self, FluxCli, Skew},
     output::{Printer, Style},
 };
 
@@ -135,16 +135,16 @@ fn ensure_not_failed(view: &StateView) -> anyhow::Result<()> {
 
 /// The agent's plan, with the flux CLI on PATH checked against the target.
 async fn plan(agent: &Agent, to: &str, options: &ConnectOptions) -> anyhow::Result<PlanView> {
-    let timeout = options.timeout.unwrap_or(version::FLUX_CLI_TIMEOUT);
+    let timeout = options.timeout.unwrap_or(flux_cli::FLUX_CLI_TIMEOUT);
     let mut client = agent.upgrade();
     let (plan, cli) = tokio::join!(
         agent.call(client.plan_upgrade(pb::PlanUpgradeRequest { to: to.to_owned() })),
-        version::detect_flux_cli(timeout)
+        flux_cli::detect(timeout)
     );
     let plan = plan?;
     let mut view = PlanView::from(plan);
     view.flux_cli = match (&cli, view.target.is_empty()) {
-        (FluxCli::Found(cli), false) => match version::skew(cli, &view.target) {
+        (FluxCli::Found(cli), false) => match flux_cli::skew(cli, &view.target) {
             Skew::Skewed { advice } => {
                 view.warnings.push(FindingView {
                     code: "flux-cli".into(),
