@@ -1,21 +1,22 @@
-//! Command-line flags (kubectl's where kubectl has one) and the dispatch to each command.
-
-use std::{ffi::OsString, fmt, str::FromStr, time::Duration};
+//! The command tree and the dispatch to each command: the one module that knows them all.
 
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand, ValueHint};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 use crate::{
+    commands::{
+        fleet::{self, FleetCommand},
+        instance::{self, InstanceCommand},
+        policy::{self, PolicyCommand},
+        status, upgrade,
+        upgrade::UpgradeCommand,
+        version,
+        workloads::{self, GetArgs, ReconcileArgs, TargetArgs},
+    },
     complete,
-    connect::{ConnectOptions, Token},
-    fleet::{self, FleetCommand},
-    instance::{self, InstanceCommand},
-    output::{ColorMode, OutputFormat, Printer},
-    policy::{self, PolicyCommand},
-    status,
-    upgrade::{self, UpgradeCommand},
-    version,
-    workloads::{self, GetArgs, ReconcileArgs, TargetArgs},
+    connect::ConnectOptions,
+    context::GlobalArgs,
+    exit::Exit,
 };
 
 #[derive(Debug, Parser)]
@@ -23,7 +24,8 @@ use crate::{
     name = "kubectl-tenantflux",
     bin_name = "kubectl tenantflux",
     version,
-    about = "Tenant-owned Flux: status, control and safe upgrades through tenantflux-agent"
+    about = "Tenant-owned Flux: status, control and safe upgrades through tenantflux-agent",
+    after_help = top_level_help()
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -32,90 +34,12 @@ pub struct Cli {
     pub command: Command,
 }
 
-#[derive(Debug, Args)]
-pub struct GlobalArgs {
-    /// Path to the kubeconfig file (a list of paths, as in KUBECONFIG, is merged).
-    #[arg(
-        long,
-        global = true,
-        env = "KUBECONFIG",
-        value_name = "PATH",
-        value_hint = ValueHint::FilePath
-    )]
-    pub kubeconfig: Option<OsString>,
-
-    /// The kubeconfig context to use.
-    #[arg(long, global = true, value_name = "NAME")]
-    pub context: Option<String>,
-
-    /// The namespace for namespaced operations (default: the context's namespace).
-    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
-    pub namespace: Option<String>,
-
-    /// Namespace the tenantflux-agent runs in.
-    #[arg(
-        long,
-        global = true,
-        env = "TENANTFLUX_AGENT_NAMESPACE",
-        default_value = "tenantflux-system",
-        value_name = "NAMESPACE"
-    )]
-    pub agent_namespace: String,
-
-    /// Connect straight to the agent at http://HOST:PORT instead of a port-forward through the
-    /// API server (for tests and benchmarks).
-    #[arg(
-        long,
-        global = true,
-        env = "TENANTFLUX_AGENT_ADDRESS",
-        value_name = "URL",
-        value_parser = parse_agent_address
-    )]
-    pub agent_address: Option<http::Uri>,
-
-    /// Audience of the tokens the agent accepts (used when requesting a token).
-    #[arg(
-        long,
-        global = true,
-        env = "TENANTFLUX_AGENT_AUDIENCE",
-        default_value = "tenantflux-agent",
-        value_name = "AUDIENCE"
-    )]
-    pub agent_audience: String,
-
-    /// Bearer token for the agent, instead of the kubeconfig user's credentials.
-    #[arg(
-        long,
-        global = true,
-        env = "TENANTFLUX_TOKEN",
-        hide_env_values = true,
-        value_name = "TOKEN"
-    )]
-    pub token: Option<Token>,
-
-    /// Request a new token (or identity CSR) for this command instead of reusing the one
-    /// cached under ~/.cache/tenantflux/tokens (mode 0600, reused until shortly before it
-    /// expires), and cache nothing.
-    #[arg(long, global = true, env = "TENANTFLUX_NO_CREDENTIAL_CACHE", value_parser = clap::builder::FalseyValueParser::new())]
-    pub no_credential_cache: bool,
-
-    /// Output format.
-    #[arg(short = 'o', long, global = true, value_enum, default_value_t = OutputFormat::Table)]
-    pub output: OutputFormat,
-
-    /// When to color the table output.
-    #[arg(long, global = true, value_enum, default_value_t = ColorMode::Auto)]
-    pub color: ColorMode,
-
-    /// How long to wait for each request to the API server or the agent; 0 waits forever
-    /// (e.g. 30s, 1m, 1m30s, 500ms; a bare number is seconds).
-    #[arg(long, global = true, default_value = "30s", value_name = "DURATION")]
-    pub request_timeout: RequestTimeout,
-}
-
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Show the agent, flux-operator, FluxInstance and policy state of the cluster.
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux status\n  kubectl tenantflux status -o json\n  kubectl tenantflux status --watch"
+    )]
     Status {
         /// After the status, print it again at every change, until interrupted (Ctrl-C);
         /// reconnects when the connection to the agent is lost.
@@ -127,28 +51,46 @@ pub enum Command {
     Get(GetArgs),
     /// Stop Flux from reconciling an object (spec.suspend; the FluxInstance's reconcile
     /// annotation).
+    #[command(after_help = workloads::control_help(&["suspend ks apps -n flux-system", "suspend source git podinfo", "suspend hr podinfo"]))]
     Suspend(TargetArgs),
     /// Let Flux reconcile a suspended object again, and ask for a reconciliation now.
+    #[command(after_help = workloads::control_help(&["resume ks apps -n flux-system", "resume source git podinfo"]))]
     Resume(TargetArgs),
     /// Ask Flux to reconcile an object now; --wait follows it until its Ready condition
     /// settles.
+    #[command(after_help = workloads::control_help(&["reconcile ks apps -n flux-system", "reconcile ks apps --with-source --wait", "reconcile hr podinfo --force --wait --timeout 10m"]))]
     Reconcile(ReconcileArgs),
     /// The platform's policy: keygen, sign and verify (local), push and show (the agent).
     #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux policy keygen --out ./keys\n  kubectl tenantflux policy sign -f policy.yaml --key keys/ed25519.key --out policy.signed.yaml\n  kubectl tenantflux policy push -f policy.signed.yaml\n  kubectl tenantflux policy show"
+    )]
     Policy(PolicyCommand),
     /// The tenant's FluxInstance: get, and apply or diff a manifest, checked against the
     /// policy.
     #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux instance get\n  kubectl tenantflux instance diff -f flux-instance.yaml\n  kubectl tenantflux instance apply -f flux-instance.yaml"
+    )]
     Instance(InstanceCommand),
     /// The management side: find the tenant clusters, read every agent's status, push a
     /// signed policy to all of them.
     #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux fleet list\n  kubectl tenantflux fleet status\n  kubectl tenantflux fleet policy push -f policy.signed.yaml --all"
+    )]
     Fleet(FleetCommand),
     /// Safe Flux upgrades: plan (what breaks), apply (migrate stored versions, bump, follow
     /// until Ready), status.
     #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux upgrade plan --to 2.9.x\n  kubectl tenantflux upgrade apply --to 2.9.x\n  kubectl tenantflux upgrade status --wait"
+    )]
     Upgrade(UpgradeCommand),
     /// Show the plugin, agent and Flux versions, and whether the flux CLI on PATH matches.
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux version\n  kubectl tenantflux version --client\n  kubectl tenantflux version -o json"
+    )]
     Version {
         /// Only print the plugin's own version; contacts no cluster.
         #[arg(long)]
@@ -156,6 +98,9 @@ pub enum Command {
     },
     /// Print the shell completion script of the kubectl-tenantflux binary. `kubectl tenantflux
     /// <TAB>` completes through kubectl_complete-tenantflux on PATH instead.
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux completion bash > ~/.local/share/bash-completion/completions/kubectl-tenantflux\n  kubectl tenantflux completion zsh > \"${fpath[1]}/_kubectl-tenantflux\""
+    )]
     Completion {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
@@ -163,23 +108,21 @@ pub enum Command {
 }
 
 impl Cli {
-    pub fn run(self) -> anyhow::Result<()> {
+    pub fn run(self) -> anyhow::Result<Exit> {
         let started = std::time::Instant::now();
-        let printer = Printer::new(self.global.output, self.global.color);
+        let printer = self.global.printer();
         // Answered before any runtime or client exists: `version --client` must start fast.
         if let Command::Version { client: true } = self.command {
-            return version::print_client(&printer);
+            return version::print_client(&printer).map(|()| Exit::Success);
         }
         if let Command::Policy(command) = &self.command
             && let Some(done) = policy::run_local(command, &printer)
         {
-            return done;
+            return done.map(|()| Exit::Success);
         }
         if let Command::Completion { shell } = self.command {
-            return Ok(complete::print_script(
-                shell,
-                &mut std::io::stdout().lock(),
-            )?);
+            complete::print_script(Self::command(), shell, &mut std::io::stdout().lock())?;
+            return Ok(Exit::Success);
         }
         // Several crates enable rustls; naming the provider avoids an ambiguous process default.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -189,7 +132,7 @@ impl Cli {
             .context("failed to start the async runtime")?;
         let options = ConnectOptions::from(&self.global);
         let result = runtime.block_on(async move {
-            match self.command {
+            let done = match self.command {
                 Command::Status { watch: false } => status::run(&options, &printer).await,
                 Command::Status { watch: true } => status::watch(&options, &printer).await,
                 Command::Version { .. } => version::run(&options, &printer).await,
@@ -198,11 +141,14 @@ impl Cli {
                 Command::Resume(target) => workloads::resume(&options, &printer, target).await,
                 Command::Reconcile(args) => workloads::reconcile(&options, &printer, args).await,
                 Command::Policy(command) => policy::run_remote(command, &options, &printer).await,
-                Command::Instance(command) => instance::run(command, &options, &printer).await,
+                Command::Instance(command) => {
+                    return instance::run(command, &options, &printer).await;
+                }
                 Command::Fleet(command) => fleet::run(command, &options, &printer).await,
                 Command::Upgrade(command) => upgrade::run(command, &options, &printer).await,
                 Command::Completion { .. } => unreachable!("answered before connecting"),
-            }
+            };
+            done.map(|()| Exit::Success)
         });
         runtime.block_on(crate::connect::delete_identity_csrs());
         crate::timings::print(started);
@@ -210,51 +156,23 @@ impl Cli {
     }
 }
 
-fn parse_agent_address(value: &str) -> Result<http::Uri, String> {
-    let uri: http::Uri = value
-        .parse()
-        .map_err(|err| format!("not a URL ({err}); expected http://HOST:PORT"))?;
-    // The agent serves plaintext gRPC; the port-forward through the API server is what is
-    // encrypted, so there is no https:// to offer here.
-    match (uri.scheme_str(), uri.authority()) {
-        (Some("http"), Some(_)) => Ok(uri),
-        _ => Err("expected http://HOST:PORT".to_owned()),
-    }
-}
-
-/// kubectl's `--request-timeout`: a Go-style duration, or whole seconds; zero means none.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RequestTimeout(Option<Duration>);
-
-impl RequestTimeout {
-    pub fn get(self) -> Option<Duration> {
-        self.0
-    }
-}
-
-impl fmt::Display for RequestTimeout {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(d) => write!(f, "{d:?}"),
-            None => f.write_str("0"),
-        }
-    }
-}
-
-impl FromStr for RequestTimeout {
-    type Err = String;
-
-    fn from_str(value: &str) -> Result<Self, Self::Err> {
-        let total = tenantflux_core::duration::parse(value).map_err(|err| err.to_string())?;
-        Ok(Self((!total.is_zero()).then_some(total)))
-    }
+fn top_level_help() -> String {
+    format!(
+        "Examples:\n  \
+         kubectl tenantflux status\n  \
+         kubectl tenantflux get ks -A\n  \
+         kubectl tenantflux reconcile ks apps -n flux-system --with-source --wait\n  \
+         kubectl tenantflux upgrade plan --to 2.9.x\n\n{}",
+        Exit::help()
+    )
 }
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use std::time::Duration;
 
     use super::*;
+    use crate::output::{ColorMode, OutputFormat};
 
     fn parse(args: &[&str]) -> Cli {
         Cli::try_parse_from(std::iter::once("kubectl-tenantflux").chain(args.iter().copied()))
@@ -392,22 +310,59 @@ mod tests {
     }
 
     #[test]
-    fn request_timeouts_parse_like_kubectl() {
-        let parse = |s: &str| s.parse::<RequestTimeout>().map(RequestTimeout::get);
-        assert_eq!(parse("30"), Ok(Some(Duration::from_secs(30))));
-        assert_eq!(parse("30s"), Ok(Some(Duration::from_secs(30))));
-        assert_eq!(parse("1m30s"), Ok(Some(Duration::from_secs(90))));
-        assert_eq!(parse("2h"), Ok(Some(Duration::from_secs(7200))));
-        assert_eq!(parse("250ms"), Ok(Some(Duration::from_millis(250))));
-        assert_eq!(parse("0"), Ok(None));
-        assert_eq!(parse("0s"), Ok(None));
-        assert!(parse("").is_err());
-        assert!(parse("s").is_err());
-        assert!(parse("10x").is_err());
-        assert!(parse("-5s").is_err());
-        // Used to panic on overflow (Duration * u32).
-        assert!(parse("5000000h").is_ok());
-        assert!(parse("9999999999999999h").is_err());
-        assert!(parse("18446744073709551615h").is_err());
+    fn every_command_shows_examples_in_its_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+                let path = format!("{path} {}", sub.get_name());
+                let help = sub
+                    .get_after_help()
+                    .map(|h| h.to_string())
+                    .unwrap_or_default();
+                if !help.contains("Examples:\n  kubectl tenantflux ")
+                    && !help.contains("Examples:\n  KUBE_EDITOR")
+                {
+                    missing.push(path.clone());
+                }
+                walk(sub, &path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "kubectl tenantflux", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "no Examples: in the help of {missing:?}"
+        );
+    }
+
+    #[test]
+    fn the_top_level_help_lists_the_exit_codes() {
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains(&Exit::help()), "{help}");
+        assert!(help.contains("Examples:"), "{help}");
+    }
+
+    #[test]
+    fn a_usage_error_exits_with_the_usage_code() {
+        let err = Cli::try_parse_from(["kubectl-tenantflux", "status", "--no-such-flag"])
+            .expect_err("an unknown flag");
+        assert_eq!(err.exit_code(), i32::from(Exit::Usage.code()));
+    }
+
+    #[test]
+    fn the_test_only_agent_address_is_hidden_but_works() {
+        let help = Cli::command().render_long_help().to_string();
+        assert!(!help.contains("--agent-address"), "{help}");
+        let cli = parse(&["status", "--agent-address", "http://127.0.0.1:9090"]);
+        assert!(cli.global.agent_address.is_some());
+    }
+
+    #[test]
+    fn no_headers_is_kubectls_spelling_of_no_header() {
+        for flag in ["--no-header", "--no-headers"] {
+            let Command::Get(args) = parse(&["get", "ks", flag]).command else {
+                panic!("get");
+            };
+            assert!(args.no_header, "{flag}");
+        }
     }
 }

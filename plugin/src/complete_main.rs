@@ -5,11 +5,14 @@
 
 use std::io::Write as _;
 
+use clap::CommandFactory as _;
+use kubectl_tenantflux::{cli::Cli, complete};
+
 fn main() {
     let args: Vec<String> = std::env::args_os()
         .skip(1)
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     // Completion never fails loudly: a shell prompt is no place for an error message.
-    let _ = std::io::stdout().write_all(kubectl_tenantflux::complete::cobra(&args).as_bytes());
+    let _ = std::io::stdout().write_all(complete::cobra(&Cli::command(), &args).as_bytes());
 }

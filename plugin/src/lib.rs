@@ -5,15 +5,12 @@
 
 pub mod channel;
 pub mod cli;
+pub mod commands;
 pub mod complete;
 pub mod connect;
-pub mod fleet;
+pub mod context;
+pub mod exit;
+pub mod flux_cli;
 pub mod grammar;
-pub mod instance;
 pub mod output;
-pub mod policy;
-pub mod status;
 pub mod timings;
-pub mod upgrade;
-pub mod version;
-pub mod workloads;

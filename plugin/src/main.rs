@@ -5,16 +5,16 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use kubectl_tenantflux::{cli, output};
+use kubectl_tenantflux::{cli, exit::Exit, output};
 
 fn main() -> ExitCode {
     match cli::Cli::parse().run() {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(exit) => exit.into(),
         // `kubectl tenantflux status | head` closing the pipe early is not a failure.
         Err(err) if output::is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
-            ExitCode::FAILURE
+            Exit::of(&err).into()
         }
     }
 }

@@ -242,17 +242,19 @@ fn cases(tenant: &Tenant) -> Vec<Case> {
         ]),
         want: Want::Exit(1, want),
     };
-    let push_case = |name, text: Vec<u8>, want: &'static [&'static str]| Case {
+    // `exit`: 1 for a file that is wrong, 4 for one the agent's policy rules refuse, 6 for a
+    // signature it does not trust.
+    let push_case = |name, text: Vec<u8>, exit: i32, want: &'static [&'static str]| Case {
         name,
         files: vec![("signed.yaml", text)],
         input: cli(&["policy", "push", "-f", "@signed.yaml"]),
-        want: Want::Exit(1, want),
+        want: Want::Exit(exit, want),
     };
-    let apply_case = |name, text: Vec<u8>, want: &'static [&'static str]| Case {
+    let apply_case = |name, text: Vec<u8>, exit: i32, want: &'static [&'static str]| Case {
         name,
         files: vec![("flux.yaml", text)],
         input: cli(&["instance", "apply", "-f", "@flux.yaml"]),
-        want: Want::Exit(1, want),
+        want: Want::Exit(exit, want),
     };
     let grpc = |name, call: Call, code: Code, want: &'static [&'static str]| Case {
         name,
@@ -329,20 +331,23 @@ fn cases(tenant: &Tenant) -> Vec<Case> {
             .into_bytes(),
             &["not valid YAML", "recursion limit exceeded"],
         ),
-        push_case("push: not YAML", b"::: [".to_vec(), &["not valid YAML"]),
+        push_case("push: not YAML", b"::: [".to_vec(), 1, &["not valid YAML"]),
         push_case(
             "push: an unsigned policy",
             example.clone().into_bytes(),
+            1,
             &["unknown field `metadata`"],
         ),
         push_case(
             "push: changed after signing",
             tampered.into_bytes(),
+            6,
             &["bad signature"],
         ),
         push_case(
             "push: stale generation",
             stale,
+            4,
             &[
                 "stale generation 6 ≤ 7",
                 "sign the change as generation 8 or higher",
@@ -351,38 +356,45 @@ fn cases(tenant: &Tenant) -> Vec<Case> {
         push_case(
             "push: invalid UTF-8",
             b"apiVersion: tenantflux.io/v1alpha1\nkind: \xff\xfe\n".to_vec(),
+            1,
             &["valid UTF-8"],
         ),
-        push_case("push: empty file", Vec::new(), &["not valid YAML"]),
+        push_case("push: empty file", Vec::new(), 1, &["not valid YAML"]),
         push_case(
             "push: a signed policy padded to 2 MiB",
             format!("{signed_text}# {big}\n").into_bytes(),
+            1,
             &["1048576"],
         ),
         // FluxInstance files through the agent.
         apply_case(
             "instance: not YAML",
             b"spec: [".to_vec(),
+            1,
             &["not valid YAML"],
         ),
         apply_case(
             "instance: a list",
             b"- apiVersion: fluxcd.controlplane.io/v1\n".to_vec(),
+            1,
             &["not an object"],
         ),
         apply_case(
             "instance: wrong kind",
             instance_yaml(|i| i["kind"] = "Kustomization".into()),
+            1,
             &["kind is \"Kustomization\"; expected FluxInstance"],
         ),
         apply_case(
             "instance: wrong name",
             instance_yaml(|i| i["metadata"]["name"] = "flux2".into()),
+            1,
             &["only the FluxInstance named \"flux\""],
         ),
         apply_case(
             "instance: path-like namespace",
             instance_yaml(|i| i["metadata"]["namespace"] = "../kube-system".into()),
+            1,
             &[
                 "metadata.namespace is \"../kube-system\"; the FluxInstance lives in \"flux-system\"",
             ],
@@ -392,11 +404,13 @@ fn cases(tenant: &Tenant) -> Vec<Case> {
             instance_yaml(|i| {
                 i.as_object_mut().unwrap().remove("spec");
             }),
+            1,
             &["spec is missing"],
         ),
         apply_case(
             "instance: unknown field",
             instance_yaml(|i| i["spec"]["colour"] = "blue".into()),
+            1,
             &[
                 "the API server refused the FluxInstance; nothing was changed",
                 "colour",
@@ -405,6 +419,7 @@ fn cases(tenant: &Tenant) -> Vec<Case> {
         apply_case(
             "instance: wrong type",
             instance_yaml(|i| i["spec"]["distribution"]["version"] = 2.9.into()),
+            1,
             &[
                 "nothing was changed",
                 "spec.distribution.version is 2.9, not a string",
@@ -413,6 +428,7 @@ fn cases(tenant: &Tenant) -> Vec<Case> {
         apply_case(
             "instance: breaks the policy",
             instance_yaml(|i| i["spec"]["distribution"]["registry"] = "docker.io/evil".into()),
+            4,
             &[
                 "breaks policy \"platform\" generation 7; nothing was changed",
                 "spec.distribution.registry \"docker.io/evil\" is not one of",
@@ -426,16 +442,19 @@ fn cases(tenant: &Tenant) -> Vec<Case> {
                 instance_yaml(|_| {}),
             ]
             .concat(),
+            1,
             &["more than one document"],
         ),
         apply_case(
             "instance: invalid UTF-8",
             [instance_yaml(|_| {}), b"# \xc3\x28\n".to_vec()].concat(),
+            1,
             &["valid UTF-8"],
         ),
         apply_case(
             "instance: YAML alias bomb",
             yaml_bomb("apiVersion: fluxcd.controlplane.io/v1\nkind: FluxInstance\n"),
+            1,
             &["not valid YAML"],
         ),
         // Command-line arguments.

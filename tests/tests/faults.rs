@@ -705,7 +705,8 @@ async fn without_any_management_side_the_last_verified_policy_stays_in_force() {
     let mut evil = compliant_instance();
     evil["spec"]["distribution"]["registry"] = "docker.io/evil".into();
     let output = tenant.plugin(&["instance", "apply", "-f", path(&write("evil.yaml", &evil))]);
-    assert_eq!(output.status.code(), Some(1));
+    // 4: refused by policy.
+    assert_eq!(output.status.code(), Some(4), "{output:?}");
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("allowed by policy generation 7"),
         "{output:?}"

@@ -249,7 +249,7 @@ async fn signed_policy_is_verified_stored_kept_and_guarded() {
         Some(&tenant_user),
         &["policy", "push", "-f", path(&gen7)],
     );
-    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert_eq!(output.status.code(), Some(6), "{output:?}");
     let err = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(
         err.contains("may not update policies.tenantflux.io in namespace \"tenantflux-system\""),
@@ -275,13 +275,14 @@ async fn signed_policy_is_verified_stored_kept_and_guarded() {
         );
         String::from_utf8_lossy(&output.stdout).into_owned()
     };
-    let push_refused = |file: &Path| {
+    let push_refused = |file: &Path, code: i32| {
         let output = push(file);
         assert_eq!(
             output.status.code(),
-            Some(1),
-            "push {} should fail",
-            file.display()
+            Some(code),
+            "push {} should fail: {}",
+            file.display(),
+            String::from_utf8_lossy(&output.stderr)
         );
         String::from_utf8_lossy(&output.stderr).into_owned()
     };
@@ -291,13 +292,15 @@ async fn signed_policy_is_verified_stored_kept_and_guarded() {
     let out = pushed(&gen7);
     assert!(out.contains("generation 7 unchanged"), "{out}");
 
-    let err = push_refused(&forged);
+    // A signature the agent does not trust is denied (6); a generation it does not take is
+    // refused by its policy rules (4); a file that is no signed policy at all fails here (1).
+    let err = push_refused(&forged, 6);
     assert!(err.contains("bad signature"), "{err}");
-    let err = push_refused(&gen8_other_key);
+    let err = push_refused(&gen8_other_key, 6);
     assert!(err.contains("unknown key"), "{err}");
-    let err = push_refused(&gen6);
+    let err = push_refused(&gen6, 4);
     assert!(err.contains("stale generation 6 ≤ 7"), "{err}");
-    let err = push_refused(&example_file(&dir, &example));
+    let err = push_refused(&example_file(&dir, &example), 1);
     assert!(err.contains("is not a signed policy"), "{err}");
 
     let held = show(&cluster);
@@ -632,7 +635,7 @@ async fn instance_commands_check_the_policy_and_change_nothing_on_a_violation() 
     // Creating needs create, as it would through kubectl: patch alone is not enough.
     let good = write("good.yaml", &compliant_instance());
     let output = as_tenant(&["instance", "apply", "-f", path(&good)]);
-    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert_eq!(output.status.code(), Some(6), "{output:?}");
     assert!(
         stderr(&output).contains("may not create fluxinstances.fluxcd.controlplane.io"),
         "{}",
@@ -647,7 +650,8 @@ async fn instance_commands_check_the_policy_and_change_nothing_on_a_violation() 
     bad["spec"]["cluster"]["size"] = "large".into();
     let bad_file = write("bad.yaml", &bad);
     let output = as_tenant(&["instance", "apply", "-f", path(&bad_file)]);
-    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    // 4: refused by policy.
+    assert_eq!(output.status.code(), Some(4), "{output:?}");
     let err = stderr(&output);
     assert!(
         err.contains("breaks policy \"platform\" generation 7; nothing was changed"),
@@ -719,7 +723,8 @@ async fn instance_commands_check_the_policy_and_change_nothing_on_a_violation() 
     let older = write("older.yaml", &older);
     let output = as_tenant(&["instance", "diff", "-f", path(&older)]);
     let diff = stdout(&output);
-    assert!(output.status.success(), "{output:?}");
+    // As `kubectl diff`: 1 says there are differences.
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
     assert!(
         diff.lines()
             .any(|l| l.starts_with("- ") && l.ends_with("version: 2.9.x")),
@@ -733,6 +738,10 @@ async fn instance_commands_check_the_policy_and_change_nothing_on_a_violation() 
     let output = as_tenant(&["instance", "get", "-o", "json"]);
     let live: Value = serde_json::from_slice(&output.stdout).expect("JSON");
     assert_eq!(live["spec"]["distribution"]["version"], "2.9.x");
+    // ...and 0 when there is none.
+    let output = as_tenant(&["instance", "diff", "-f", path(&good)]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(stdout(&output), "", "{output:?}");
     assert!(live["metadata"].get("managedFields").is_none());
 
     // edit, as kubectl edit: an editor that breaks the policy gets the reasons back in the
@@ -746,7 +755,7 @@ async fn instance_commands_check_the_policy_and_change_nothing_on_a_violation() 
             .expect("kubectl tenantflux instance edit")
     };
     let output = edit_with(r"sed -i -e 's/^\( *size:\).*/\1 large/'");
-    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert_eq!(output.status.code(), Some(4), "{output:?}");
     let err = stderr(&output);
     assert!(err.contains("fluxinstance/flux was not applied"), "{err}");
     assert!(err.contains("spec.cluster.size \"large\""), "{err}");

@@ -232,7 +232,7 @@ async fn an_expired_policy_is_reported_stale_and_still_enforced() {
     .await
     .expect("expired");
     let out = platform.push(&expired);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
     let err = stderr(&out);
     assert!(
         err.contains("policy \"platform\" generation 2 expired at")
@@ -606,7 +606,8 @@ async fn keys_rotate_and_revoke_without_restarting_the_agent() {
     // A key the keyring does not name is refused, pushed.
     let k2_key = k2_dir.join("ed25519.key");
     let out = platform.push(&sign_with(2, &k2_key, ""));
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    // A key the agent does not trust is denied, as a bad signature is.
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
     let err = stderr(&out);
     assert!(
         err.contains(&format!("unknown key: the policy is signed with key \"{k2_id}\", which is not in keyring version 1")),
@@ -630,7 +631,7 @@ async fn keys_rotate_and_revoke_without_restarting_the_agent() {
 
     // The revoked key is refused.
     let out = platform.push(&sign_with(4, &platform.key, ""));
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
     let err = stderr(&out);
     assert!(
         err.contains(&format!(

@@ -580,7 +580,8 @@ async fn an_older_or_another_clusters_policy_is_refused() {
 
     // 2. A policy for another cluster is refused and changes nothing.
     let out = push(&sign(3, "  clusters: [{name: secpol-green}]\n"));
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    // 4: refused by the agent's policy rules.
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(&format!(

@@ -328,7 +328,8 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
     // A policy that does not allow 2.9 yet: blocked twice over.
     let deadline = push(1, ">=2.5.0 <2.9.0");
     let (code, blocked) = plan("2.9.x");
-    assert_eq!(code, Some(1), "{blocked:#}");
+    // 5: the upgrade is blocked.
+    assert_eq!(code, Some(5), "{blocked:#}");
     assert!(blocked["blocked"].as_bool().unwrap());
     assert_eq!(blocked["target"], "2.9.5");
     assert_eq!(blocked["currentVersion"], "2.7.5");
@@ -377,7 +378,7 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
         .as_i64()
         .unwrap();
     let refused = as_tenant(&["upgrade", "apply", "--to", "2.9.x", "--yes"]);
-    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    assert_eq!(refused.status.code(), Some(5), "{}", text(&refused));
     assert!(text(&refused).contains("is blocked"), "{}", text(&refused));
     assert_eq!(
         instance(&client).await["metadata"]["generation"],
@@ -388,7 +389,7 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
     // The platform allows 2.9; Git still applies v1beta2.
     push(2, ">=2.5.0 <2.10.0");
     let (code, plan2) = plan("2.9.x");
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(5));
     assert_eq!(codes(&plan2, "blockers"), ["removed-api-in-git"]);
     // Fixed in Git, and re-applied by kustomize-controller once asked to.
     let rev2 = repo
@@ -440,7 +441,8 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
     let planned = as_viewer(&["upgrade", "plan", "--to", "2.9.x"]);
     assert!(planned.status.success(), "{}", text(&planned));
     let denied = as_viewer(&["upgrade", "apply", "--to", "2.9.x", "--yes"]);
-    assert_eq!(denied.status.code(), Some(1), "{}", text(&denied));
+    // 6: a permission is missing.
+    assert_eq!(denied.status.code(), Some(6), "{}", text(&denied));
     assert!(
         text(&denied).contains("may not patch fluxinstances.fluxcd.controlplane.io"),
         "{}",
@@ -621,7 +623,7 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
     let status: Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(status["phase"], "succeeded");
     let (code, down) = plan("2.8.x");
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(5));
     assert_eq!(codes(&down, "blockers"), ["downgrade"]);
     assert!(
         down.to_string().contains("flux-operator refuses"),

@@ -1435,7 +1435,7 @@ async fn tenant_acts_in_its_namespace_only(cluster: &TestCluster) {
         ),
     ] {
         let output = plugin(cluster, &tenant, &args);
-        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        assert_eq!(output.status.code(), Some(6), "{args:?}");
         assert!(
             stderr(&output).contains(permission),
             "{args:?}: {}",

@@ -1,6 +1,7 @@
 //! Reaching tenantflux-agent: a port-forward to its pod through the API server (or a direct
 //! address), and the bearer token every call carries.
 
+mod bearer;
 mod cache;
 mod credentials;
 mod errors;
@@ -8,6 +9,7 @@ mod kubeconfig;
 mod pod;
 
 pub use self::{
+    bearer::*,
     cache::{
         CacheKey, ClusterIdentity, CredentialCache, CredentialKind, Entry, NO_CACHE_ENV,
         default_dir as default_credential_cache_dir,
@@ -41,8 +43,6 @@ use tonic::{
     service::interceptor::InterceptedService,
     transport::{Channel, Endpoint},
 };
-
-use crate::cli::GlobalArgs;
 
 /// Label every tenantflux-agent pod carries (deploy/manifests sets it). Anyone who can create
 /// a pod can set it too, so it only finds candidates: see [`check_agent_pod`].
@@ -86,29 +86,6 @@ pub struct ConnectOptions {
     pub verbose: bool,
     /// Where requested credentials are kept between commands; None keeps none.
     pub credential_cache: Option<PathBuf>,
-}
-
-impl From<&GlobalArgs> for ConnectOptions {
-    fn from(args: &GlobalArgs) -> Self {
-        Self {
-            kubeconfig: args.kubeconfig.clone(),
-            inline_kubeconfig: None,
-            context: args.context.clone(),
-            namespace: args.namespace.clone(),
-            agent_namespace: args.agent_namespace.clone(),
-            agent_address: args.agent_address.clone(),
-            audience: args.agent_audience.clone(),
-            token: args.token.clone(),
-            token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
-            timeout: args.request_timeout.get(),
-            verbose: std::env::var_os(VERBOSE_ENV).is_some_and(|v| !v.is_empty() && v != "0"),
-            credential_cache: if args.no_credential_cache {
-                None
-            } else {
-                cache::default_dir()
-            },
-        }
-    }
 }
 
 /// The agent a connection goes to, as error messages name it.
@@ -211,33 +188,49 @@ impl Agent {
         })
     }
 
-    pub async fn get_status(&mut self) -> Result<Status, CallError> {
-        let call = crate::timings::timed("call", self.client.get_status(GetStatusRequest {}));
-        match call.await {
-            Ok(response) => {
-                if let Some(value) = response
-                    .metadata()
-                    .get(crate::timings::RESPONSE_METADATA)
-                    .and_then(|v| v.to_str().ok())
-                {
-                    crate::timings::record_server_timing(value);
-                }
-                Ok(response.into_inner())
-            }
-            Err(status) => Err(self.error(&status)),
+    /// Runs one call to the agent and maps its failure, the one place a gRPC status becomes
+    /// a [`CallError`]. `call` is a request on one of this agent's clients, e.g.
+    /// `agent.call(agent.workloads().list_kinds(request))`.
+    pub async fn call<T>(
+        &self,
+        call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, CallError> {
+        let response = call.await.map_err(|status| self.error(&status))?;
+        if let Some(value) = response
+            .metadata()
+            .get(crate::timings::RESPONSE_METADATA)
+            .and_then(|v| v.to_str().ok())
+        {
+            crate::timings::record_server_timing(value);
         }
+        Ok(response.into_inner())
+    }
+
+    /// The next message of a stream this agent answered a call with; `None` once it ended it.
+    pub async fn next<T>(&self, stream: &mut Streaming<T>) -> Result<Option<T>, CallError> {
+        stream.message().await.map_err(|status| self.error(&status))
+    }
+
+    pub async fn get_status(&self) -> Result<Status, CallError> {
+        let mut client = self.client.clone();
+        self.call(crate::timings::timed(
+            "call",
+            client.get_status(GetStatusRequest {}),
+        ))
+        .await
     }
 
     /// Starts a watch: the agent's status now, then again at every change. The watch owns the
     /// connection, and ends when the agent closes the stream or the connection breaks.
-    pub async fn watch_status(mut self) -> Result<StatusWatch, CallError> {
-        match self.client.watch_status(WatchStatusRequest {}).await {
-            Ok(response) => Ok(StatusWatch {
-                stream: response.into_inner(),
-                agent: self,
-            }),
-            Err(status) => Err(self.error(&status)),
-        }
+    pub async fn watch_status(self) -> Result<StatusWatch, CallError> {
+        let mut client = self.client.clone();
+        let stream = self
+            .call(client.watch_status(WatchStatusRequest {}))
+            .await?;
+        Ok(StatusWatch {
+            stream,
+            agent: self,
+        })
     }
 
     /// A client of the agent's Workloads service on the same connection.
@@ -269,7 +262,7 @@ impl Agent {
         &self.target
     }
 
-    pub fn error(&self, status: &tonic::Status) -> CallError {
+    fn error(&self, status: &tonic::Status) -> CallError {
         let forward_error = self.forward_error.lock().ok().and_then(|e| e.clone());
         let error = call_error(status, &self.target, forward_error);
         if let (CallError::Unauthenticated { message }, Some(cached)) = (&error, &self.cached) {
@@ -295,10 +288,7 @@ pub struct StatusWatch {
 impl StatusWatch {
     /// The next status; `None` once the agent has ended the stream.
     pub async fn next(&mut self) -> Result<Option<Status>, CallError> {
-        self.stream
-            .message()
-            .await
-            .map_err(|status| self.agent.error(&status))
+        self.agent.next(&mut self.stream).await
     }
 
     pub fn target(&self) -> &AgentTarget {

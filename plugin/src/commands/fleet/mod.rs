@@ -1,0 +1,187 @@
+//! `kubectl tenantflux fleet ...`: the management side's view. Finds the tenant clusters
+//! (Cozystack's kubeconfig Secrets, Secrets by label, or a fleet file), then asks every
+//! cluster's agent at once, a bounded number at a time, each within its own timeout.
+
+mod args;
+pub mod discover;
+mod reach;
+mod render;
+#[cfg(test)]
+mod tests;
+pub mod untrusted;
+pub mod view;
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::jiff::Timestamp;
+use tenantflux_core::policy::{Policy, signing::SignedPolicy};
+
+pub use self::args::{DiscoveryArgs, FanOutArgs, FleetCommand, FleetPolicyCommand};
+use self::reach::Fleet;
+use self::{
+    discover::Member,
+    view::{ChannelPolicy, ExpectedPolicy},
+};
+use crate::{
+    connect::ConnectOptions,
+    output::{Cell, Printer, Style, table},
+};
+
+/// The ServiceAccount whose token the fleet borrows with a client-certificate kubeconfig
+/// (deploy/ creates it in every tenant cluster; it may read status and push policies).
+pub const PLATFORM_SERVICE_ACCOUNT: &str = "tenantflux-platform";
+
+pub async fn run(
+    command: FleetCommand,
+    options: &ConnectOptions,
+    printer: &Printer,
+) -> anyhow::Result<()> {
+    match command {
+        FleetCommand::List { discovery } => {
+            let fleet = Fleet::new(&discovery, options).await?;
+            let members = fleet.members().await?;
+            printer.print(&ListView { clusters: members }, render_list)
+        }
+        FleetCommand::Status {
+            discovery,
+            fan_out,
+            watch: false,
+            expect_policy,
+            channel,
+            plain_http,
+            ..
+        } => {
+            let expected = expect_policy.as_deref().map(expected_policy).transpose()?;
+            let channel = match &channel {
+                Some(channel) => Some(channel_policy(channel, plain_http).await?),
+                None => None,
+            };
+            let fleet = Fleet::new(&discovery, options).await?;
+            let view = fleet
+                .status(&fan_out, expected.as_ref(), channel.as_ref())
+                .await?;
+            printer.print(&view, |v, style| {
+                render::render_status(v, style, Timestamp::now())
+            })?;
+            let mismatched = view
+                .clusters
+                .iter()
+                .filter(|c| c.policy_mismatch.is_some())
+                .count();
+            let lagging = view.clusters.iter().filter(|c| c.lags()).count();
+            match (view.failed(), mismatched) {
+                (0, 0) if lagging > 0 => bail!(
+                    "{lagging} of {} tenant clusters are behind the channel or hold an expired policy (see the table)",
+                    view.clusters.len()
+                ),
+                (0, 0) => Ok(()),
+                (0, n) => bail!(
+                    "{n} of {} tenant clusters hold another policy than --expect-policy (see the table)",
+                    view.clusters.len()
+                ),
+                (n, _) => bail!(
+                    "{n} of {} tenant clusters could not be asked (see the table)",
+                    view.clusters.len()
+                ),
+            }
+        }
+        FleetCommand::Status {
+            discovery,
+            fan_out,
+            watch: true,
+            interval,
+            expect_policy,
+            channel,
+            plain_http,
+        } => {
+            let expected = expect_policy.as_deref().map(expected_policy).transpose()?;
+            let channel = match &channel {
+                Some(channel) => Some(channel_policy(channel, plain_http).await?),
+                None => None,
+            };
+            let fleet = Fleet::new(&discovery, options).await?;
+            tokio::select! {
+                watched = fleet.watch(&fan_out, interval, expected.as_ref(), channel.as_ref(), printer) => watched,
+                interrupted = tokio::signal::ctrl_c() => interrupted.context("cannot listen for Ctrl-C"),
+            }
+        }
+        FleetCommand::Policy(FleetPolicyCommand::Push {
+            file,
+            all: _,
+            discovery,
+            fan_out,
+        }) => {
+            let text = file.read()?;
+            // The agents verify it too; a file that is not a signed policy at all is said once
+            // here instead of once per cluster.
+            let signed = SignedPolicy::parse(&text)
+                .with_context(|| format!("{} is not a signed policy", file.path.display()))?;
+            let policy = tenantflux_core::policy::Policy::parse(&signed.policy)
+                .with_context(|| format!("{} holds no valid policy", file.path.display()))?;
+            let fleet = Fleet::new(&discovery, options).await?;
+            let view = fleet.push(&fan_out, &text, &policy).await?;
+            printer.print(&view, render::render_push)?;
+            match view.failed() {
+                0 => Ok(()),
+                n => bail!(
+                    "{n} of {} tenant clusters did not take the policy (see the table)",
+                    view.clusters.len()
+                ),
+            }
+        }
+    }
+}
+
+#[derive(serde::Serialize)]
+struct ListView {
+    clusters: Vec<Member>,
+}
+
+fn render_list(view: &ListView, style: Style) -> String {
+    if view.clusters.is_empty() {
+        return "No tenant clusters found.\n".to_owned();
+    }
+    let rows: Vec<Vec<Cell>> = view
+        .clusters
+        .iter()
+        .map(|m| {
+            vec![
+                Cell::plain(&m.tenant),
+                Cell::plain(&m.cluster),
+                Cell::plain(m.source.to_string()),
+            ]
+        })
+        .collect();
+    table("", &["TENANT", "CLUSTER", "KUBECONFIG"], &rows, style)
+}
+
+/// What the channel holds now: read once (a manifest and one small layer), however large
+/// the fleet.
+async fn channel_policy(
+    channel: &tenantflux_core::policy::channel::Channel,
+    plain_http: bool,
+) -> anyhow::Result<ChannelPolicy> {
+    let (digest, text) = crate::channel::read(channel, plain_http).await?;
+    let signed = SignedPolicy::parse(&text)
+        .with_context(|| format!("{channel} does not hold a signed policy"))?;
+    let policy =
+        Policy::parse(&signed.policy).with_context(|| format!("the policy in {channel}"))?;
+    Ok(ChannelPolicy {
+        channel: channel.to_string(),
+        digest,
+        policy,
+    })
+}
+
+/// The generation and key id of the signed policy file `path` (`--expect-policy`).
+fn expected_policy(path: &std::path::Path) -> anyhow::Result<ExpectedPolicy> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --expect-policy {}", path.display()))?;
+    let signed = SignedPolicy::parse(&text)
+        .with_context(|| format!("--expect-policy {} is not a signed policy", path.display()))?;
+    let policy = Policy::parse(&signed.policy)
+        .with_context(|| format!("the policy in --expect-policy {}", path.display()))?;
+    Ok(ExpectedPolicy {
+        generation: policy.generation(),
+        key_id: signed.key_id,
+    })
+}

@@ -1,0 +1,13 @@
+//! One folder per command group, each with its clap arguments, its calls to the agent, and the
+//! views it prints. They share [`crate::context`], [`crate::connect`], [`crate::output`] and
+//! [`crate::flux_cli`]; [`crate::cli`] dispatches to them and none of them knows it. The one
+//! arrow between groups is deliberate: `fleet status` shows each agent's status as
+//! [`status::StatusView`].
+
+pub mod fleet;
+pub mod instance;
+pub mod policy;
+pub mod status;
+pub mod upgrade;
+pub mod version;
+pub mod workloads;

@@ -1,0 +1,111 @@
+//! The arguments of `get`, `suspend`, `resume` and `reconcile`.
+
+use clap::Args;
+
+use crate::{context::RequestTimeout, grammar};
+
+#[derive(Debug, Args)]
+#[command(
+    override_usage = "kubectl tenantflux get KIND [NAME] [flags]\n       \
+                      kubectl tenantflux get sources git|oci|helm|chart|bucket|external|all [NAME] [flags]\n       \
+                      kubectl tenantflux get images repository|policy|update|all [NAME] [flags]\n       \
+                      kubectl tenantflux get artifact generators [NAME] [flags]",
+    after_help = "KIND, as kubectl names it: all, ks, hr, gitrepo, ocirepo, helmrepo, helmchart, bucket, \
+                  externalartifact, imagerepo, imagepolicy, imageupdate, receiver, alert, provider, ag, \
+                  instance, fluxreport, rset, rsip (or the kind's name or plural). \
+                  The flux CLI's words work too: sources …, images …, artifact generators, \
+                  kustomizations, helmreleases, alerts, alert-providers, receivers.\n\n\
+                  Examples:\n  \
+                  kubectl tenantflux get ks -n flux-system\n  \
+                  kubectl tenantflux get all -A --status-selector ready=false\n  \
+                  kubectl tenantflux get sources git podinfo -o yaml\n  \
+                  kubectl tenantflux get hr -A --no-headers --watch"
+)]
+pub struct GetArgs {
+    /// KIND [NAME], or flux's words, e.g. `sources git [NAME]`.
+    #[arg(required = true, num_args = 1..=3, value_names = ["KIND", "NAME"])]
+    pub words: Vec<String>,
+    /// List the objects of every namespace.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    /// Only objects whose labels match (Kubernetes selector syntax, e.g. app=podinfo).
+    #[arg(
+        short = 'l',
+        long,
+        visible_alias = "label-selector",
+        value_name = "SELECTOR"
+    )]
+    pub selector: Option<String>,
+    /// Only objects with this condition status, e.g. ready=false.
+    #[arg(long, value_name = "CONDITION=STATUS", value_parser = parse_status_selector)]
+    pub status_selector: Option<(String, String)>,
+    /// After the list, print each change until interrupted (Ctrl-C).
+    #[arg(short, long)]
+    pub watch: bool,
+    /// Leave the header line out of tables.
+    #[arg(long, visible_alias = "no-headers")]
+    pub no_header: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    override_usage = "kubectl tenantflux <suspend|resume|reconcile> KIND NAME [flags]\n       \
+                      kubectl tenantflux <suspend|resume|reconcile> source git|oci|helm|chart|bucket NAME [flags]\n       \
+                      kubectl tenantflux <suspend|resume|reconcile> image repository|policy|update NAME [flags]"
+)]
+pub struct TargetArgs {
+    /// KIND NAME, or flux's words, e.g. `source git NAME`.
+    #[arg(required = true, num_args = 2..=3, value_names = ["KIND", "NAME"])]
+    pub words: Vec<String>,
+}
+
+/// The `--help` text after the flags of `suspend`, `resume` or `reconcile`: the kinds, then
+/// `examples` (each a command line after `kubectl tenantflux`).
+pub fn control_help(examples: &[&str]) -> String {
+    let mut text = String::from(
+        "KIND, as kubectl names it: ks, hr, gitrepo, ocirepo, helmrepo, helmchart, bucket, \
+         imagerepo, imagepolicy, imageupdate, receiver, alert, provider, ag, instance, rset, rsip. \
+         The flux CLI's words work too: kustomization, helmrelease, source git, image policy, …\n\n\
+         Examples:\n",
+    );
+    for example in examples {
+        text.push_str(&format!("  kubectl tenantflux {example}\n"));
+    }
+    text
+}
+
+impl TargetArgs {
+    /// The one object the words name.
+    pub fn target(&self) -> anyhow::Result<(String, String)> {
+        let selection = grammar::parse(grammar::Verb::Control, &self.words)?;
+        let name = selection.name.expect("a control selection has a name");
+        Ok((selection.kind, name))
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Reconcile the object's source first (Kustomization, HelmRelease).
+    #[arg(long)]
+    pub with_source: bool,
+    /// HelmRelease: force a one-off install or upgrade.
+    #[arg(long)]
+    pub force: bool,
+    /// Wait until the object's Ready condition settles for this request, showing progress.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long --wait waits (0 waits forever).
+    #[arg(long, default_value = "5m", value_name = "DURATION")]
+    pub timeout: RequestTimeout,
+}
+
+pub(super) fn parse_status_selector(value: &str) -> Result<(String, String), String> {
+    match value.split_once('=') {
+        Some((condition, status)) if !condition.trim().is_empty() => {
+            Ok((condition.trim().to_owned(), status.trim().to_owned()))
+        }
+        _ => Err("expected CONDITION=STATUS, e.g. ready=false".to_owned()),
+    }
+}

@@ -1,0 +1,175 @@
+//! The stable `-o json|yaml` shape of a Flux object, and `flux get`'s tables of them.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use tenantflux_proto::v1 as pb;
+
+use crate::output::{Cell, Style, Tone, table};
+
+/// The stable `-o json|yaml` shape of a Flux object.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectView {
+    pub kind: String,
+    pub api_version: String,
+    pub namespace: String,
+    pub name: String,
+    pub revision: String,
+    pub suspended: bool,
+    pub ready: Option<ConditionView>,
+    pub labels: BTreeMap<String, String>,
+    pub generation: i64,
+    pub observed_generation: i64,
+    pub last_handled_reconcile_at: String,
+    pub source: Option<RefView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConditionView {
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RefView {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl From<pb::FluxObject> for ObjectView {
+    fn from(o: pb::FluxObject) -> Self {
+        Self {
+            kind: o.kind,
+            api_version: o.api_version,
+            namespace: o.namespace,
+            name: o.name,
+            revision: o.revision,
+            suspended: o.suspended,
+            ready: o.ready.map(|c| ConditionView {
+                status: c.status,
+                reason: c.reason,
+                message: c.message,
+            }),
+            labels: o.labels.into_iter().collect(),
+            generation: o.generation,
+            observed_generation: o.observed_generation,
+            last_handled_reconcile_at: o.last_handled_reconcile_at,
+            source: o.source.map(|s| RefView {
+                kind: s.kind,
+                namespace: s.namespace,
+                name: s.name,
+            }),
+        }
+    }
+}
+
+impl ObjectView {
+    pub(super) fn ready_status(&self) -> &str {
+        self.ready.as_ref().map_or("Unknown", |c| c.status.as_str())
+    }
+
+    pub(super) fn message(&self) -> &str {
+        self.ready.as_ref().map_or("", |c| c.message.as_str())
+    }
+
+    pub(super) fn title(&self) -> String {
+        format!("{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct ListView {
+    pub(super) items: Vec<ObjectView>,
+}
+
+/// How a table shows one kind: its revision heading (empty: no such column).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableOptions {
+    /// Kind → heading of its revision column.
+    pub revision_columns: BTreeMap<String, String>,
+    pub all_namespaces: bool,
+    /// `get all`: one table per kind, names as `kind/name`.
+    pub grouped: bool,
+    pub no_header: bool,
+}
+
+impl TableOptions {
+    pub(super) fn headers(&self, kind: &str) -> Vec<&str> {
+        let mut headers = Vec::new();
+        if self.all_namespaces {
+            headers.push("NAMESPACE");
+        }
+        headers.push("NAME");
+        match self.revision_columns.get(kind).map(String::as_str) {
+            Some("") => {}
+            Some(heading) => headers.push(heading),
+            None => headers.push("REVISION"),
+        }
+        headers.extend(["SUSPENDED", "READY", "MESSAGE"]);
+        headers
+    }
+
+    pub(super) fn row(&self, object: &ObjectView, deleted: bool) -> Vec<Cell> {
+        let mut row = Vec::new();
+        if self.all_namespaces {
+            row.push(Cell::plain(&object.namespace));
+        }
+        row.push(Cell::plain(if self.grouped {
+            format!("{}/{}", object.kind.to_ascii_lowercase(), object.name)
+        } else {
+            object.name.clone()
+        }));
+        if self
+            .revision_columns
+            .get(&object.kind)
+            .is_none_or(|h| !h.is_empty())
+        {
+            row.push(Cell::plain(&object.revision));
+        }
+        row.push(Cell::plain(if object.suspended { "True" } else { "False" }));
+        let ready = object.ready_status();
+        let tone = match ready {
+            "True" => Tone::Good,
+            "False" => Tone::Bad,
+            _ => Tone::Plain,
+        };
+        row.push(Cell::toned(ready, tone));
+        row.push(Cell::plain(if deleted {
+            "(deleted)"
+        } else {
+            object.message()
+        }));
+        row
+    }
+}
+
+/// `flux get`'s tables: one per kind (in the order given), apart by a blank line.
+pub fn render_tables(objects: &[ObjectView], options: &TableOptions, style: Style) -> String {
+    let mut kinds: Vec<&str> = Vec::new();
+    for object in objects {
+        if !kinds.contains(&object.kind.as_str()) {
+            kinds.push(&object.kind);
+        }
+    }
+    let mut out = Vec::new();
+    for kind in kinds {
+        let rows: Vec<Vec<Cell>> = objects
+            .iter()
+            .filter(|o| o.kind == kind)
+            .map(|o| options.row(o, false))
+            .collect();
+        let text = table("", &options.headers(kind), &rows, style);
+        out.push(if options.no_header {
+            text.split_once('\n')
+                .map(|(_, rest)| rest.to_owned())
+                .unwrap_or_default()
+        } else {
+            text
+        });
+    }
+    out.join("\n")
+}

@@ -1,0 +1,338 @@
+//! The bearer token and what every call carries: the token, or a fresh proof of a
+//! caller-identity CSR for client-certificate users; never printed.
+
+use std::{fmt, str::FromStr};
+
+use kube::config::AuthInfo;
+use secrecy::ExposeSecret as _;
+use tonic::{
+    metadata::{Ascii, MetadataValue},
+    service::Interceptor,
+};
+
+use super::*;
+
+/// A bearer token. Never printed: Debug redacts it, and it has no Display.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into().trim().to_owned())
+    }
+
+    pub(super) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+impl FromStr for Token {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        let token = Self::new(value);
+        if token.0.is_empty() {
+            Err("the token is empty".to_owned())
+        } else {
+            Ok(token)
+        }
+    }
+}
+
+/// Where the bearer token comes from, in order of precedence.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TokenSource<'a> {
+    /// `--token` / TENANTFLUX_TOKEN.
+    Flag(&'a Token),
+    /// The kubeconfig user's `token`.
+    Kubeconfig(Token),
+    /// The kubeconfig user's `tokenFile` (also how in-cluster credentials arrive).
+    KubeconfigFile(&'a str),
+    /// Client certificates, exec plugins and the like have no token to forward.
+    TokenRequest,
+}
+
+/// What is sent, as `TENANTFLUX_VERBOSE` says it (never the token). A token forwarded from
+/// the flag or the kubeconfig is one the API server accepts: whoever holds it can act as the
+/// user until it expires, so it goes only to a checked pod.
+impl fmt::Display for TokenSource<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Flag(_) => f.write_str("the bearer token of --token (TENANTFLUX_TOKEN)"),
+            Self::Kubeconfig(_) => f.write_str("the kubeconfig user's own bearer token"),
+            Self::KubeconfigFile(path) => {
+                write!(
+                    f,
+                    "the bearer token in the kubeconfig user's tokenFile {path}"
+                )
+            }
+            Self::TokenRequest => f.write_str("a TokenRequest token"),
+        }
+    }
+}
+
+pub fn token_source<'a>(flag: Option<&'a Token>, user: &'a AuthInfo) -> TokenSource<'a> {
+    if let Some(token) = flag {
+        return TokenSource::Flag(token);
+    }
+    if let Some(token) = user.token.as_ref().map(|t| t.expose_secret())
+        && !token.trim().is_empty()
+    {
+        return TokenSource::Kubeconfig(Token::new(token));
+    }
+    match user.token_file.as_deref() {
+        Some(path) if !path.is_empty() => TokenSource::KubeconfigFile(path),
+        _ => TokenSource::TokenRequest,
+    }
+}
+
+/// What calls carry: a bearer token, or a proof of the caller's identity.
+pub enum Credential {
+    Bearer(Token),
+    Identity(Box<IdentityCsr>),
+}
+
+/// A CertificateSigningRequest this process created to prove its user's identity, and the
+/// key in it (see `tenantflux_core::identity`).
+pub struct IdentityCsr {
+    pub(super) name: String,
+    pub(super) key: tenantflux_core::identity::SigningKey,
+    pub(super) audience: String,
+    pub(super) namespace: String,
+}
+
+/// Adds `authorization: Bearer <token>`, or a fresh caller-identity proof, to every call.
+#[derive(Clone)]
+pub enum BearerAuth {
+    Token(MetadataValue<Ascii>),
+    Proof {
+        csr: MetadataValue<Ascii>,
+        name: String,
+        key: Arc<tenantflux_core::identity::SigningKey>,
+        audience: String,
+        namespace: String,
+    },
+}
+
+impl BearerAuth {
+    pub fn new(token: &Token) -> Result<Self, ConnectError> {
+        let mut value: MetadataValue<Ascii> = format!("Bearer {}", token.expose())
+            .parse()
+            .map_err(|_| ConnectError::InvalidToken)?;
+        value.set_sensitive(true);
+        Ok(Self::Token(value))
+    }
+
+    pub(super) fn from_credential(credential: Credential) -> Result<Self, ConnectError> {
+        match credential {
+            Credential::Bearer(token) => Self::new(&token),
+            Credential::Identity(csr) => {
+                let csr = *csr;
+                Ok(Self::Proof {
+                    // CSR names are DNS subdomains: ASCII.
+                    csr: csr.name.parse().map_err(|_| ConnectError::InvalidToken)?,
+                    name: csr.name,
+                    key: Arc::new(csr.key),
+                    audience: csr.audience,
+                    namespace: csr.namespace,
+                })
+            }
+        }
+    }
+}
+
+impl Interceptor for BearerAuth {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if crate::timings::enabled() {
+            request.metadata_mut().insert(
+                crate::timings::REQUEST_METADATA,
+                MetadataValue::from_static("1"),
+            );
+        }
+        match self {
+            Self::Token(value) => {
+                request
+                    .metadata_mut()
+                    .insert("authorization", value.clone());
+            }
+            Self::Proof {
+                csr,
+                name,
+                key,
+                audience,
+                namespace,
+            } => {
+                use tenantflux_core::identity;
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64);
+                let proof = identity::sign_proof(key, name, audience, namespace, now);
+                let mut proof: MetadataValue<Ascii> = proof
+                    .parse()
+                    .map_err(|_| tonic::Status::internal("the identity proof is not ASCII"))?;
+                proof.set_sensitive(true);
+                let metadata = request.metadata_mut();
+                metadata.insert(identity::CSR_METADATA, csr.clone());
+                metadata.insert(identity::PROOF_METADATA, proof);
+            }
+        }
+        Ok(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+
+    use secrecy::SecretString;
+
+    use super::*;
+
+    #[test]
+    fn what_is_sent_is_said_without_the_token() {
+        let flag = Token::new("s3cr3t-flag");
+        assert_eq!(
+            TokenSource::Flag(&flag).to_string(),
+            "the bearer token of --token (TENANTFLUX_TOKEN)"
+        );
+        let own = TokenSource::Kubeconfig(Token::new("s3cr3t-own")).to_string();
+        assert_eq!(own, "the kubeconfig user's own bearer token");
+        assert_eq!(
+            TokenSource::KubeconfigFile("/run/token").to_string(),
+            "the bearer token in the kubeconfig user's tokenFile /run/token"
+        );
+    }
+
+    #[test]
+    fn token_precedence_flag_then_kubeconfig_token_then_file_then_token_request() {
+        let flag = Token::new("from-flag");
+        let with_token = AuthInfo {
+            token: Some(SecretString::from("from-kubeconfig".to_owned())),
+            token_file: Some("/var/run/token".to_owned()),
+            ..AuthInfo::default()
+        };
+        let with_file = AuthInfo {
+            token_file: Some("/var/run/token".to_owned()),
+            ..AuthInfo::default()
+        };
+        let with_cert = AuthInfo {
+            client_certificate_data: Some("cert".to_owned()),
+            ..AuthInfo::default()
+        };
+        assert_eq!(
+            token_source(Some(&flag), &with_token),
+            TokenSource::Flag(&flag)
+        );
+        assert_eq!(
+            token_source(Some(&flag), &with_cert),
+            TokenSource::Flag(&flag)
+        );
+        assert_eq!(
+            token_source(None, &with_token),
+            TokenSource::Kubeconfig(Token::new("from-kubeconfig"))
+        );
+        assert_eq!(
+            token_source(None, &with_file),
+            TokenSource::KubeconfigFile("/var/run/token")
+        );
+        assert_eq!(token_source(None, &with_cert), TokenSource::TokenRequest);
+        assert_eq!(
+            token_source(None, &AuthInfo::default()),
+            TokenSource::TokenRequest
+        );
+        let blank = AuthInfo {
+            token: Some(SecretString::from("  ".to_owned())),
+            ..AuthInfo::default()
+        };
+        assert_eq!(token_source(None, &blank), TokenSource::TokenRequest);
+    }
+
+    #[test]
+    fn each_call_carries_a_fresh_proof_the_agent_can_check() {
+        use tenantflux_core::identity;
+        let key = tenantflux_core::policy::signing::generate().unwrap();
+        let public = *key.verifying_key().as_bytes();
+        let mut auth = BearerAuth::from_credential(Credential::Identity(Box::new(IdentityCsr {
+            name: "tenantflux-caller-0011".into(),
+            key,
+            audience: "tenantflux-agent".into(),
+            namespace: "tenantflux-system".into(),
+        })))
+        .unwrap();
+        let request = auth.call(tonic::Request::new(())).unwrap();
+        let metadata = request.metadata();
+        assert!(metadata.get("authorization").is_none(), "no token is sent");
+        assert_eq!(
+            metadata.get(identity::CSR_METADATA).unwrap(),
+            "tenantflux-caller-0011"
+        );
+        let proof = metadata.get(identity::PROOF_METADATA).unwrap();
+        assert!(proof.is_sensitive());
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        identity::verify_proof(
+            &public,
+            proof.to_str().unwrap(),
+            "tenantflux-caller-0011",
+            "tenantflux-agent",
+            "tenantflux-system",
+            Some(now),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn tokens_never_show_in_debug_output() {
+        let token = Token::new("s3cr3t-value");
+        assert!(!format!("{token:?}").contains("s3cr3t"));
+        let BearerAuth::Token(value) = BearerAuth::new(&token).unwrap() else {
+            panic!("a token is sent as a bearer token");
+        };
+        assert!(!format!("{value:?}").contains("s3cr3t"));
+        let options = ConnectOptions {
+            kubeconfig: None,
+            inline_kubeconfig: None,
+            context: None,
+            namespace: None,
+            agent_namespace: "tenantflux-system".to_owned(),
+            agent_address: None,
+            audience: "tenantflux-agent".to_owned(),
+            token: Some(token),
+            token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
+            timeout: None,
+            verbose: false,
+            credential_cache: None,
+        };
+        assert!(!format!("{options:?}").contains("s3cr3t"));
+        assert!("   ".parse::<Token>().is_err());
+    }
+
+    #[test]
+    fn interceptor_sets_the_bearer_header() {
+        let mut auth = BearerAuth::new(&Token::new("abc")).unwrap();
+        let request = auth.call(tonic::Request::new(())).unwrap();
+        assert_eq!(
+            request
+                .metadata()
+                .get("authorization")
+                .unwrap()
+                .to_str()
+                .unwrap(),
+            "Bearer abc"
+        );
+        assert!(matches!(
+            BearerAuth::new(&Token::new("bad\ntoken")),
+            Err(ConnectError::InvalidToken)
+        ));
+    }
+}
