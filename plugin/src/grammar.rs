@@ -4,52 +4,75 @@
 //! become what the agent is asked for, a kind name, a category (`sources`, `images`) or `all`,
 //! which the agent resolves against the kinds the cluster serves.
 
-use std::fmt;
+use std::{fmt, sync::LazyLock};
 
-/// A sub-word, the kind it stands for (`None`: every kind of the group's category), and whether
-/// suspend/resume/reconcile take it (read-only kinds and `all` have no such form in flux).
-type SubWord = (&'static str, Option<&'static str>, bool);
+use tenantflux_core::kinds::{self, FluxKind};
 
-/// The sub-words of `flux get sources`.
-const SOURCES: &[SubWord] = &[
-    ("git", Some("GitRepository"), true),
-    ("oci", Some("OCIRepository"), true),
-    ("helm", Some("HelmRepository"), true),
-    ("chart", Some("HelmChart"), true),
-    ("bucket", Some("Bucket"), true),
-    ("external", Some("ExternalArtifact"), false),
-    ("all", None, false),
-];
+/// Every kind's name in lower case, in the table's order.
+static LOWERCASE: LazyLock<Vec<String>> = LazyLock::new(|| {
+    kinds::KINDS
+        .iter()
+        .map(|k| k.kind.to_ascii_lowercase())
+        .collect()
+});
 
-/// The sub-words of `flux get images`.
-const IMAGES: &[SubWord] = &[
-    ("repository", Some("ImageRepository"), true),
-    ("policy", Some("ImagePolicy"), true),
-    ("update", Some("ImageUpdateAutomation"), true),
-    ("all", None, false),
-];
+/// A sub-word of one of flux's group words: the kind it stands for (`None`: every kind of the
+/// group's category, `all`), and whether suspend/resume/reconcile take it (read-only kinds and
+/// `all` have no such form in flux).
+#[derive(Clone, Copy, Debug)]
+struct SubWord {
+    word: &'static str,
+    kind: Option<&'static str>,
+    control: bool,
+}
 
-/// `flux get artifact generators`.
-const ARTIFACTS: &[SubWord] = &[
-    ("generators", Some("ArtifactGenerator"), true),
-    ("generator", Some("ArtifactGenerator"), true),
-];
+impl SubWord {
+    /// flux takes a plural sub-word in the singular too (`artifact generator`).
+    fn is(&self, word: &str) -> bool {
+        self.word.eq_ignore_ascii_case(word)
+            || self
+                .word
+                .strip_suffix('s')
+                .is_some_and(|singular| singular.eq_ignore_ascii_case(word))
+    }
+}
 
 /// A group word of flux's grammar (`sources`, `images`, `artifact`).
 struct Group {
     singular: &'static str,
     /// What its `all` asks the agent for.
     category: Option<&'static str>,
-    words: &'static [SubWord],
+    words: Vec<SubWord>,
 }
 
+/// flux's group words: the word in the kind table, its singular, what its `all` asks for.
+const GROUPS: &[(&str, &str, Option<&str>)] = &[
+    ("sources", "source", Some("sources")),
+    ("images", "image", Some("images")),
+    ("artifact", "artifact", None),
+];
+
 fn group(word: &str) -> Option<Group> {
-    let (singular, category, words) = match word.to_ascii_lowercase().as_str() {
-        "sources" | "source" => ("source", Some("sources"), SOURCES),
-        "images" | "image" => ("image", Some("images"), IMAGES),
-        "artifacts" | "artifact" => ("artifact", None, ARTIFACTS),
-        _ => return None,
-    };
+    let word = word.to_ascii_lowercase();
+    let &(name, singular, category) = GROUPS
+        .iter()
+        .find(|(name, singular, _)| word == *name || word == *singular)?;
+    let mut words: Vec<SubWord> = kinds::KINDS
+        .iter()
+        .filter(|k| k.flux.len() == 2 && k.flux[0] == name)
+        .map(|k| SubWord {
+            word: k.flux[1],
+            kind: Some(k.kind),
+            control: k.controllable(),
+        })
+        .collect();
+    if category.is_some() {
+        words.push(SubWord {
+            word: "all",
+            kind: None,
+            control: false,
+        });
+    }
     Some(Group {
         singular,
         category,
@@ -110,8 +133,8 @@ pub fn parse(verb: Verb, words: &[String]) -> Result<Selection, GrammarError> {
             let expected = || {
                 subwords
                     .iter()
-                    .filter(|(_, _, control)| verb == Verb::Get || *control)
-                    .map(|(w, _, _)| *w)
+                    .filter(|w| verb == Verb::Get || w.control)
+                    .map(|w| w.word)
                     .collect::<Vec<_>>()
                     .join(", ")
             };
@@ -123,11 +146,13 @@ pub fn parse(verb: Verb, words: &[String]) -> Result<Selection, GrammarError> {
             };
             let found = subwords
                 .iter()
-                .find(|(w, _, _)| w.eq_ignore_ascii_case(second))
-                .filter(|(_, _, control)| verb == Verb::Get || *control);
+                .find(|w| w.is(second))
+                .filter(|w| verb == Verb::Get || w.control);
             match found {
-                Some((_, Some(kind), _)) => ((*kind).to_owned(), false, &words[2..]),
-                Some((_, None, _)) => (
+                Some(SubWord {
+                    kind: Some(kind), ..
+                }) => ((*kind).to_owned(), false, &words[2..]),
+                Some(SubWord { kind: None, .. }) => (
                     category
                         .expect("a group with `all` has a category")
                         .to_owned(),
@@ -194,70 +219,57 @@ pub fn next_words(verb: Verb, previous: &[String]) -> Option<Vec<&'static str>> 
         [first] => group(first).map(|g| {
             g.words
                 .iter()
-                .filter(|(_, _, control)| verb == Verb::Get || *control)
-                .map(|(w, _, _)| *w)
+                .filter(|w| verb == Verb::Get || w.control)
+                .map(|w| w.word)
                 .collect()
         }),
         _ => None,
     }
 }
 
-/// The first words completion offers: flux's group words and top-level kinds, then kubectl's
-/// short names (the agent accepts every spelling of a kind; these are the ones typed most).
-pub fn first_words(verb: Verb) -> &'static [&'static str] {
-    match verb {
-        Verb::Get => &[
-            "all",
-            "sources",
-            "images",
-            "artifact",
-            "kustomizations",
-            "helmreleases",
-            "alerts",
-            "alert-providers",
-            "receivers",
-            "ks",
-            "hr",
-            "gitrepo",
-            "ocirepo",
-            "helmrepo",
-            "helmchart",
-            "bucket",
-            "externalartifact",
-            "imagerepo",
-            "imagepolicy",
-            "imageupdate",
-            "ag",
-            "instance",
-            "fluxreport",
-            "rset",
-            "rsip",
-        ],
-        Verb::Control => &[
-            "source",
-            "image",
-            "artifact",
-            "kustomization",
-            "helmrelease",
-            "alert",
-            "alert-provider",
-            "receiver",
-            "ks",
-            "hr",
-            "gitrepo",
-            "ocirepo",
-            "helmrepo",
-            "helmchart",
-            "bucket",
-            "imagerepo",
-            "imagepolicy",
-            "imageupdate",
-            "ag",
-            "instance",
-            "rset",
-            "rsip",
-        ],
+/// The first words completion offers: flux's group words and the kinds flux has a word of its
+/// own for (plural for `get`, singular for the verbs that take one object), then the word most
+/// typed for every other kind (its first short name, else its name); the agent accepts every
+/// spelling of a kind.
+pub fn first_words(verb: Verb) -> Vec<&'static str> {
+    let takes = |k: &FluxKind| verb == Verb::Get || k.controllable();
+    let mut words: Vec<&'static str> = GROUPS
+        .iter()
+        .map(|(plural, singular, _)| {
+            if verb == Verb::Get {
+                *plural
+            } else {
+                *singular
+            }
+        })
+        .collect();
+    if verb == Verb::Get {
+        words.insert(0, "all");
     }
+    let own = |k: &FluxKind| (k.flux.len() == 1).then(|| k.flux[0]);
+    for kind in kinds::KINDS.iter().filter(|k| takes(k)) {
+        if let Some(plural) = own(kind) {
+            words.push(match verb {
+                Verb::Get => plural,
+                Verb::Control => plural.strip_suffix('s').unwrap_or(plural),
+            });
+        }
+    }
+    for (kind, lowercase) in kinds::KINDS.iter().zip(LOWERCASE.iter()) {
+        if !takes(kind) {
+            continue;
+        }
+        let word = kind.short_names.first().copied();
+        // Kinds flux has its own word for are offered by it; a short name besides it is the
+        // same word again (`alert-provider`), a kubectl one is not (`ks`).
+        match (own(kind), word) {
+            (Some(plural), Some(short)) if plural.starts_with(short) => {}
+            (Some(_), None) => {}
+            (_, Some(short)) => words.push(short),
+            (None, None) => words.push(lowercase),
+        }
+    }
+    words
 }
 
 /// The verb of a command whose positional words name Flux objects.
@@ -379,15 +391,15 @@ mod tests {
         let message = |r: Result<Selection, GrammarError>| r.unwrap_err().to_string();
         assert_eq!(
             message(get("sources")),
-            "`sources` needs the kind of source: one of git, oci, helm, chart, bucket, external, all"
+            "`sources` needs the kind of source: one of oci, bucket, git, helm, chart, external, all"
         );
         assert_eq!(
             message(get("sources svn")),
-            "unknown source kind \"svn\": expected one of git, oci, helm, chart, bucket, external, all"
+            "unknown source kind \"svn\": expected one of oci, bucket, git, helm, chart, external, all"
         );
         assert_eq!(
             message(control("source all")),
-            "unknown source kind \"all\": expected one of git, oci, helm, chart, bucket"
+            "unknown source kind \"all\": expected one of oci, bucket, git, helm, chart"
         );
         assert!(message(control("source external e")).contains("unknown source kind"));
         assert_eq!(
@@ -405,11 +417,64 @@ mod tests {
     }
 
     #[test]
+    fn first_words_come_from_the_kind_table() {
+        assert_eq!(
+            first_words(Verb::Control),
+            [
+                "source",
+                "image",
+                "artifact",
+                "helmrelease",
+                "kustomization",
+                "receiver",
+                "alert-provider",
+                "alert",
+                "ocirepo",
+                "bucket",
+                "gitrepo",
+                "helmrepo",
+                "helmchart",
+                "imagerepo",
+                "imagepolicy",
+                "imageupdate",
+                "hr",
+                "ks",
+                "ag",
+                "instance",
+                "rset",
+                "rsip",
+            ]
+        );
+        let get = first_words(Verb::Get);
+        assert_eq!(
+            get[..9],
+            [
+                "all",
+                "sources",
+                "images",
+                "artifact",
+                "helmreleases",
+                "kustomizations",
+                "receivers",
+                "alert-providers",
+                "alerts"
+            ]
+        );
+        for word in ["externalartifact", "report", "ks", "hr", "rsip"] {
+            assert!(get.contains(&word), "{word} in {get:?}");
+        }
+        assert!(
+            !get.contains(&"alert"),
+            "flux's own word stands for it: {get:?}"
+        );
+    }
+
+    #[test]
     fn completion_offers_flux_sub_words() {
         assert_eq!(
             next_words(Verb::Get, &words("sources")),
             Some(vec![
-                "git", "oci", "helm", "chart", "bucket", "external", "all"
+                "oci", "bucket", "git", "helm", "chart", "external", "all"
             ])
         );
         assert_eq!(

@@ -458,4 +458,21 @@ mod tests {
         assert_eq!(Category::named("image"), Some(Category::Image));
         assert_eq!(Category::named("all"), None);
     }
+
+    #[test]
+    fn fluxs_words_follow_its_groups_and_name_one_kind_each() {
+        let mut seen = Vec::new();
+        for k in KINDS {
+            match (k.flux, k.category) {
+                ([], _) => assert_eq!(k.group, OPERATOR_GROUP, "{} has no flux word", k.kind),
+                (["sources", _], Category::Source) | (["images", _], Category::Image) => {}
+                (["artifact", _] | [_], Category::Other) => {}
+                (words, category) => panic!("{}: {words:?} in {category:?}", k.kind),
+            }
+            if !k.flux.is_empty() {
+                assert!(!seen.contains(&k.flux), "{:?} twice", k.flux);
+                seen.push(k.flux);
+            }
+        }
+    }
 }

@@ -190,7 +190,7 @@ pub fn plan(root: &Command, args: &[String]) -> Plan {
     if let Some(verb) = grammar::verb_of(cmd.get_name()) {
         // Both habits: kubectl's kinds and flux's words (`sources` then `git`, …).
         let offered = match positional_words.as_slice() {
-            [] => Some(grammar::first_words(verb).to_vec()),
+            [] => Some(grammar::first_words(verb)),
             previous => grammar::next_words(verb, previous),
         };
         let candidates = offered

@@ -33,11 +33,11 @@ fn kinds_complete_in_kubectls_and_fluxs_words() {
     assert_eq!(values_of(&["get", "so"]).0, ["sources"]);
     assert_eq!(
         values_of(&["get", "-n", "a", "sources", ""]).0,
-        ["git", "oci", "helm", "chart", "bucket", "external", "all"]
+        ["oci", "bucket", "git", "helm", "chart", "external", "all"]
     );
     assert_eq!(
         values_of(&["reconcile", "source", ""]).0,
-        ["git", "oci", "helm", "chart", "bucket"]
+        ["oci", "bucket", "git", "helm", "chart"]
     );
     assert_eq!(
         values_of(&["suspend", "im"]).0,
