@@ -386,6 +386,50 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
     );
     assert!(record(&client).await.is_none(), "nothing started");
 
+    // A user who may read the FluxInstance but list nothing: the plan runs with the agent's
+    // rights, so the objects are counted for them, never named, and the upgrade is still blocked.
+    let viewer = cluster
+        .token_kubeconfig(AGENT_NAMESPACE, "viewer")
+        .expect("viewer");
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
+             metadata: {{name: instance-viewer, namespace: flux-system}}\n\
+             rules: [{{apiGroups: [fluxcd.controlplane.io], resources: [fluxinstances], verbs: [get]}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: instance-viewer, namespace: flux-system}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: instance-viewer}}\n\
+             subjects: [{{kind: ServiceAccount, name: viewer, namespace: {AGENT_NAMESPACE}}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: viewer-user, namespace: {AGENT_NAMESPACE}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
+             subjects: [{{kind: ServiceAccount, name: viewer, namespace: {AGENT_NAMESPACE}}}]\n"
+        ))
+        .unwrap();
+    let as_viewer = |args: &[&str]| cluster.kubectl_tenantflux(Some(&viewer), args).unwrap();
+    let counted = as_viewer(&["upgrade", "plan", "--to", "2.9.x", "-o", "json"]);
+    assert_eq!(counted.status.code(), Some(5), "{}", text(&counted));
+    let counted: Value = serde_json::from_slice(&counted.stdout).expect("plan JSON");
+    assert!(counted["blocked"].as_bool().unwrap());
+    assert_eq!(
+        counted["removedApiUses"],
+        serde_json::json!([]),
+        "{counted:#}"
+    );
+    assert!(
+        counted["hiddenRemovedApiUses"].as_u64().unwrap() >= 1,
+        "{counted:#}"
+    );
+    let said = counted.to_string();
+    for named in ["podinfo", "flux-system/apps", "./apps", "oci-0"] {
+        assert!(!said.contains(named), "{named} named to the viewer: {said}");
+    }
+    assert!(
+        said.contains("in namespaces you may not list is applied from Git")
+            || said.contains("in namespaces you may not list are applied from Git"),
+        "{said}"
+    );
+
     // The platform allows 2.9; Git still applies v1beta2.
     push(2, ">=2.5.0 <2.10.0");
     let (code, plan2) = plan("2.9.x");
@@ -419,25 +463,6 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
     assert!(!ready["blocked"].as_bool().unwrap());
 
     // A user who may read the FluxInstance may plan, but not upgrade.
-    let viewer = cluster
-        .token_kubeconfig(AGENT_NAMESPACE, "viewer")
-        .expect("viewer");
-    cluster
-        .apply_yaml(&format!(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
-             metadata: {{name: instance-viewer, namespace: flux-system}}\n\
-             rules: [{{apiGroups: [fluxcd.controlplane.io], resources: [fluxinstances], verbs: [get]}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: instance-viewer, namespace: flux-system}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: instance-viewer}}\n\
-             subjects: [{{kind: ServiceAccount, name: viewer, namespace: {AGENT_NAMESPACE}}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: viewer-user, namespace: {AGENT_NAMESPACE}}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
-             subjects: [{{kind: ServiceAccount, name: viewer, namespace: {AGENT_NAMESPACE}}}]\n"
-        ))
-        .unwrap();
-    let as_viewer = |args: &[&str]| cluster.kubectl_tenantflux(Some(&viewer), args).unwrap();
     let planned = as_viewer(&["upgrade", "plan", "--to", "2.9.x"]);
     assert!(planned.status.success(), "{}", text(&planned));
     let denied = as_viewer(&["upgrade", "apply", "--to", "2.9.x", "--yes"]);

@@ -178,6 +178,7 @@ impl From<UpgradePlan> for wire::UpgradePlan {
             warnings: findings(plan.warnings),
             migrations: plan.migrations.into_iter().map(Into::into).collect(),
             removed_api_uses: plan.removed_api_uses.into_iter().map(Into::into).collect(),
+            hidden_removed_api_uses: plan.hidden_removed_api_uses,
             known_releases: plan.known_releases,
             blocked: plan.blocked,
         }

@@ -1,11 +1,12 @@
 //! The `tenantflux.v1.Upgrade` service: every call authorized with SubjectAccessReview against
 //! what it reads or changes.
 
-use std::{pin::Pin, sync::Arc};
+use std::{collections::BTreeSet, pin::Pin, sync::Arc};
 
 use futures::{Stream, StreamExt};
 use tenantflux_core::{
     flux::{INSTANCE_PLURAL, OPERATOR_GROUP},
+    kinds::{FluxKind, KINDS, KUSTOMIZE},
     text::chain,
 };
 use tenantflux_proto::v1::{
@@ -15,10 +16,10 @@ use tenantflux_proto::v1::{
 
 use crate::upgrade::ApplyOptions;
 use tokio_stream::wrappers::WatchStream;
-use tonic::{Request, Response};
+use tonic::{Request, Response, metadata::MetadataMap};
 
-use super::auth::{Authorizer, Permission};
-use crate::upgrade::{StartError, StepError, Upgrader};
+use super::auth::{AuthError, Authorizer, Permission};
+use crate::upgrade::{StartError, StepError, Upgrader, plan};
 
 /// A failed read or write of the agent's: the agent's own RBAC refusing it will not pass by
 /// retrying, anything else may.
@@ -54,6 +55,16 @@ fn apply_options(request: ApplyUpgradeRequest) -> ApplyOptions {
     }
 }
 
+fn list_permission(kind: &FluxKind, namespace: &str) -> Permission {
+    Permission {
+        verb: "list".into(),
+        group: kind.group.into(),
+        resource: kind.plural.into(),
+        subresource: None,
+        namespace: Some(namespace.to_owned()),
+    }
+}
+
 pub struct UpgradeService {
     upgrader: Arc<Upgrader>,
     authorizer: Arc<Authorizer>,
@@ -65,6 +76,55 @@ impl UpgradeService {
             upgrader,
             authorizer,
         }
+    }
+
+    /// The plan as the caller may read it: objects in namespaces where the caller may not list
+    /// their kind are counted, not named (the agent reads the whole cluster for it).
+    async fn plan(
+        &self,
+        metadata: &MetadataMap,
+        to: &str,
+    ) -> Result<plan::UpgradePlan, tonic::Status> {
+        let to = target(to)?;
+        let facts = self.upgrader.facts().await?;
+        let mut seen: BTreeSet<(String, String, String)> = BTreeSet::new();
+        for entry in &facts.inventory {
+            let o = &entry.object;
+            seen.insert((o.group.clone(), o.kind.clone(), o.namespace.clone()));
+            let namespace = entry.kustomization.split('/').next().unwrap_or_default();
+            seen.insert((KUSTOMIZE.into(), "Kustomization".into(), namespace.into()));
+        }
+        for entry in &facts.managed {
+            let o = &entry.object;
+            seen.insert((o.group.clone(), o.kind.clone(), o.namespace.clone()));
+        }
+        // A kind outside the table has no resource to ask about: it stays hidden.
+        let asked: Vec<(&(String, String, String), Permission)> = seen
+            .iter()
+            .filter_map(|key @ (group, kind, namespace)| {
+                let flux = KINDS.iter().find(|k| k.group == group && k.kind == kind)?;
+                Some((key, list_permission(flux, namespace)))
+            })
+            .collect();
+        let permissions: Vec<Permission> = asked.iter().map(|(_, p)| p.clone()).collect();
+        let decisions = self
+            .authorizer
+            .authorize_each(metadata, &permissions)
+            .await?;
+        let mut visible = BTreeSet::new();
+        for ((key, _), decision) in asked.into_iter().zip(decisions) {
+            match decision {
+                Ok(()) => {
+                    visible.insert(key.clone());
+                }
+                Err(AuthError::Denied { .. }) => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+        let sees = |group: &str, kind: &str, namespace: &str| {
+            visible.contains(&(group.to_owned(), kind.to_owned(), namespace.to_owned()))
+        };
+        Ok(self.upgrader.plan(to, &facts, &sees))
     }
 
     fn instance(&self, verb: &str) -> Permission {
@@ -112,7 +172,7 @@ impl upgrade_server::Upgrade for UpgradeService {
         self.authorizer
             .authorize(request.metadata(), &self.instance("get"))
             .await?;
-        let plan = self.upgrader.plan(target(&request.get_ref().to)?).await?;
+        let plan = self.plan(request.metadata(), &request.get_ref().to).await?;
         Ok(Response::new(plan.into()))
     }
 
@@ -125,7 +185,7 @@ impl upgrade_server::Upgrade for UpgradeService {
             .authorize(request.metadata(), &self.instance("patch"))
             .await?;
         // The migration writes objects and CRD status for the caller: they must be allowed to.
-        let plan = self.upgrader.plan(target(&request.get_ref().to)?).await?;
+        let plan = self.plan(request.metadata(), &request.get_ref().to).await?;
         for migration in &plan.migrations {
             let (plural, group) = migration
                 .crd

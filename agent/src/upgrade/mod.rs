@@ -299,20 +299,16 @@ impl Upgrader {
         self.instance.live().await.map_err(StepError::Instance)
     }
 
-    pub async fn plan(&self, to: &str) -> Result<UpgradePlan, StepError> {
-        let facts = self.facts().await?;
+    /// Plans from `facts` (read with [`Self::facts`]); `sees` says which objects the reader
+    /// may see named.
+    pub fn plan(&self, to: &str, facts: &plan::Facts, sees: &plan::Sees<'_>) -> UpgradePlan {
         let held = self.policy.borrow().accepted.clone();
         let known = self
             .releases
             .borrow()
             .clone()
             .unwrap_or_else(|| Arc::new(Releases::embedded()));
-        Ok(plan::plan(
-            to,
-            held.as_ref().map(|a| &*a.policy),
-            &facts,
-            &known,
-        ))
+        plan::plan(to, held.as_ref().map(|a| &*a.policy), facts, &known, sees)
     }
 
     /// Plans, and starts the upgrade unless blocked or one is running.

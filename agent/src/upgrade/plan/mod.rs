@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
+use tenantflux_core::kinds;
 use tenantflux_core::policy::{Policy, Range, Release};
 use tenantflux_core::releases::{self, KindVersions, Releases};
 
@@ -12,7 +13,7 @@ mod types;
 
 pub use types::{
     CrdFacts, CrdMigration, Facts, Finding, InventoryEntry, ManagedEntry, ObjectRef, RemovedApiUse,
-    UpgradePlan,
+    Sees, UpgradePlan,
 };
 
 fn finding(code: &str, message: String) -> Finding {
@@ -67,12 +68,14 @@ pub fn with_version(spec: Option<&Value>, version: &str) -> Option<Value> {
 }
 
 /// Plans an upgrade to `requested` under `policy` (the held one, if any), with the releases
-/// `known` lists.
+/// `known` lists. Objects the caller may not see (`sees` is false for their namespace) are
+/// counted, not named: the plan runs with the agent's rights, its reader with their own.
 pub fn plan(
     requested: &str,
     policy: Option<&Policy>,
     facts: &Facts,
     known: &Releases,
+    sees: &Sees<'_>,
 ) -> UpgradePlan {
     let mut plan = UpgradePlan {
         requested: requested.to_owned(),
@@ -295,6 +298,7 @@ pub fn plan(
     // are all listed in removed_api_uses.
     let mut in_git = BTreeSet::new();
     let mut by_kustomization: BTreeMap<(String, String, String), Vec<String>> = BTreeMap::new();
+    let (mut hidden_in_git, mut hidden_in_cluster) = (0, 0);
     for entry in &facts.inventory {
         let Some(kind) = removed(&entry.object) else {
             continue;
@@ -306,6 +310,13 @@ pub fn plan(
             o.namespace.clone(),
             o.name.clone(),
         ));
+        let kustomization_namespace = entry.kustomization.split('/').next().unwrap_or_default();
+        if !sees(&o.group, &o.kind, &o.namespace)
+            || !sees(kinds::KUSTOMIZE, "Kustomization", kustomization_namespace)
+        {
+            hidden_in_git += 1;
+            continue;
+        }
         by_kustomization
             .entry((
                 entry.kustomization.clone(),
@@ -336,6 +347,16 @@ pub fn plan(
             blocking: true,
         });
     }
+    if hidden_in_git > 0 {
+        blockers.push(finding(
+            "removed-api-in-git",
+            format!(
+                "{} in namespaces you may not list {} applied from Git with API versions {to} no longer serves; whoever may list them sees which, in the same plan",
+                count(hidden_in_git, "object"),
+                if hidden_in_git == 1 { "is" } else { "are" },
+            ),
+        ));
+    }
     for ((kustomization, source, path), uses) in by_kustomization {
         blockers.push(finding(
             "removed-api-in-git",
@@ -355,6 +376,10 @@ pub fn plan(
             o.namespace.clone(),
             o.name.clone(),
         )) {
+            continue;
+        }
+        if !sees(&o.group, &o.kind, &o.namespace) {
+            hidden_in_cluster += 1;
             continue;
         }
         by_writer
@@ -389,7 +414,27 @@ pub fn plan(
             ),
         ));
     }
+    if hidden_in_cluster > 0 {
+        warnings.push(finding(
+            "removed-api-in-cluster",
+            format!(
+                "{} in namespaces you may not list {} written with API versions {to} no longer serves: the upgrade migrates them, but their writers must use the new versions afterwards",
+                count(hidden_in_cluster, "object"),
+                if hidden_in_cluster == 1 { "was" } else { "were" },
+            ),
+        ));
+    }
+    plan.hidden_removed_api_uses = hidden_in_git + hidden_in_cluster;
     finish(plan, blockers, warnings)
+}
+
+/// `1 object`, `3 objects`.
+fn count(n: u32, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
 }
 
 /// The distribution in `v2.8.8@sha256:…` (status.lastAppliedRevision).

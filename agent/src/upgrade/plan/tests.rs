@@ -8,7 +8,13 @@ const SOURCE: &str = "source.toolkit.fluxcd.io";
 
 /// Plans with the embedded release table.
 fn plan_of(requested: &str, policy: Option<&Policy>, facts: &Facts) -> UpgradePlan {
-    super::plan(requested, policy, facts, &Releases::embedded())
+    super::plan(
+        requested,
+        policy,
+        facts,
+        &Releases::embedded(),
+        &|_, _, _| true,
+    )
 }
 
 fn facts() -> Facts {
@@ -69,7 +75,7 @@ fn the_plan_follows_the_release_list_it_is_given_and_names_it() {
         releases: vec![Release::new(2, 6, 4), Release::new(2, 10, 1)],
         minors: vec![minor(6, &["v1", "v1beta2"]), minor(10, &["v1"])],
     };
-    let plan = super::plan("2.x", None, &facts(), &from_artifact);
+    let plan = super::plan("2.x", None, &facts(), &from_artifact, &|_, _, _| true);
     assert_eq!(plan.known_releases, from_artifact.source);
     assert_eq!(
         plan.target, "2.10.1",
@@ -77,7 +83,7 @@ fn the_plan_follows_the_release_list_it_is_given_and_names_it() {
     );
     assert_eq!(plan.migrations.len(), 1, "{plan:?}");
     assert_eq!(plan.migrations[0].unserved, ["v1beta2"]);
-    let unknown = super::plan("2.8.x", None, &facts(), &from_artifact);
+    let unknown = super::plan("2.8.x", None, &facts(), &from_artifact, &|_, _, _| true);
     assert!(unknown.blocked);
     assert!(
         unknown.blockers[0]
@@ -89,7 +95,7 @@ fn the_plan_follows_the_release_list_it_is_given_and_names_it() {
     // A list naming a release without its minor's API versions blocks instead of guessing.
     let mut partial = from_artifact.clone();
     partial.minors.pop();
-    let blocked = super::plan("2.10.x", None, &facts(), &partial);
+    let blocked = super::plan("2.10.x", None, &facts(), &partial, &|_, _, _| true);
     assert!(blocked.blocked);
     assert!(
         blocked.blockers[0]
@@ -271,6 +277,45 @@ fn objects_git_applies_with_a_removed_version_block_and_others_warn() {
     assert!(plan.removed_api_uses[0].blocking && !plan.removed_api_uses[1].blocking);
     // 2.7 still serves v1beta2.
     assert!(!plan_of("2.7.x", None, &f).blocked);
+
+    // A reader who may not list in `apps` learns how many, not which, and is still blocked.
+    let outside_apps = |_: &str, _: &str, namespace: &str| namespace != "apps";
+    let hidden = super::plan("2.8.x", None, &f, &Releases::embedded(), &outside_apps);
+    assert!(hidden.blocked);
+    assert_eq!(
+        codes(&hidden.blockers),
+        ["removed-api-in-git"],
+        "{:?}",
+        hidden.blockers
+    );
+    assert_eq!(codes(&hidden.warnings), ["removed-api-in-cluster"]);
+    let text = format!("{:?} {:?}", hidden.blockers, hidden.warnings);
+    for secret in ["podinfo", "manual", "ci-bot", "flux-system/apps", "./apps"] {
+        assert!(!text.contains(secret), "{secret} named: {text}");
+    }
+    assert!(
+        text.contains("1 object in namespaces you may not list is applied from Git"),
+        "{text}"
+    );
+    assert!(
+        text.contains("1 object in namespaces you may not list was written"),
+        "{text}"
+    );
+    assert!(hidden.removed_api_uses.is_empty());
+    assert_eq!(hidden.hidden_removed_api_uses, 2);
+    // The Kustomization's namespace counts too: its name, source and path are its own.
+    let outside_flux_system = |_: &str, kind: &str, namespace: &str| {
+        !(kind == "Kustomization" && namespace == "flux-system")
+    };
+    let ks_hidden = super::plan(
+        "2.8.x",
+        None,
+        &f,
+        &Releases::embedded(),
+        &outside_flux_system,
+    );
+    assert_eq!(ks_hidden.hidden_removed_api_uses, 1);
+    assert!(!format!("{:?}", ks_hidden.blockers).contains("flux-system/apps"));
 }
 
 #[test]

@@ -59,6 +59,9 @@ pub struct ManagedEntry {
     pub object: ObjectRef,
 }
 
+/// Whether the plan's reader may see objects of a kind (group, kind) in a namespace.
+pub type Sees<'a> = dyn Fn(&str, &str, &str) -> bool + Sync + 'a;
+
 /// What an upgrade to the requested release would do and what stops it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct UpgradePlan {
@@ -83,8 +86,10 @@ pub struct UpgradePlan {
     pub warnings: Vec<Finding>,
     /// CRDs whose status.storedVersions hold versions the target does not serve.
     pub migrations: Vec<CrdMigration>,
-    /// Objects that use an API version the target removes.
+    /// Objects that use an API version the target removes, that the reader may see.
     pub removed_api_uses: Vec<RemovedApiUse>,
+    /// How many more there are, in namespaces the reader may not list.
+    pub hidden_removed_api_uses: u32,
     /// Where the list of known releases comes from.
     pub known_releases: String,
     pub blocked: bool,

@@ -149,6 +149,13 @@ pub(super) fn render_plan_body(view: &PlanView, style: Style) -> String {
             );
         }
     }
+    if view.hidden_removed_api_uses > 0 {
+        let _ = writeln!(
+            out,
+            "\n{} more objects using API versions Flux {} removes are in namespaces you may not list",
+            view.hidden_removed_api_uses, view.target
+        );
+    }
     for (title, list, tone) in [
         ("Blockers", &view.blockers, Tone::Bad),
         ("Warnings", &view.warnings, Tone::Plain),

@@ -26,6 +26,8 @@ pub struct PlanView {
     pub warnings: Vec<FindingView>,
     pub migrations: Vec<MigrationView>,
     pub removed_api_uses: Vec<RemovedUseView>,
+    /// Uses in namespaces the caller may not list: counted by the agent, not named.
+    pub hidden_removed_api_uses: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -127,6 +129,7 @@ impl From<pb::UpgradePlan> for PlanView {
                     blocking: u.blocking,
                 })
                 .collect(),
+            hidden_removed_api_uses: p.hidden_removed_api_uses,
         }
     }
 }
