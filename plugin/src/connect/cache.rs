@@ -102,35 +102,50 @@ impl fmt::Debug for CacheKey {
     }
 }
 
-/// Who the kubeconfig user is, as a digest of every field that authenticates them.
+/// Who the kubeconfig user is: a digest of the whole user entry as kube reads it (exec command,
+/// args, env and apiVersion; the auth provider's name and config; tokens, certificates and keys;
+/// every impersonation field, extras included; whatever kube keeps but does not model) and of
+/// the files it names (certificate, key, token file: their contents, not their paths), so two
+/// users that differ in anything that decides who they are never share a credential.
 fn user_identity(user: &AuthInfo) -> String {
     let mut digest = Sha256::new();
-    let mut add = |field: Option<&str>| {
-        let field = field.unwrap_or("\u{0}none");
+    let mut add = |field: &[u8]| {
         digest.update((field.len() as u64).to_be_bytes());
-        digest.update(field.as_bytes());
+        digest.update(field);
     };
-    add(user.username.as_deref());
-    add(user.password.as_ref().map(|p| p.expose_secret()));
-    add(user.client_certificate.as_deref());
-    add(user.client_certificate_data.as_deref());
-    add(user.client_key.as_deref());
-    add(user.client_key_data.as_ref().map(|k| k.expose_secret()));
-    add(user.impersonate.as_deref());
-    add(user.impersonate_uid.as_deref());
-    add(user
-        .impersonate_groups
-        .as_ref()
-        .map(|g| g.join("\n"))
-        .as_deref());
-    add(user.auth_provider.as_ref().map(|p| p.name.as_str()));
-    let exec = user.exec.as_ref().map(|e| {
-        let mut words = e.command.clone().into_iter().collect::<Vec<_>>();
-        words.extend(e.args.clone().unwrap_or_default());
-        words.join("\n")
-    });
-    add(exec.as_deref());
+    let entry = serde_json::to_value(user).unwrap_or_default();
+    add(canonical(&entry).as_bytes());
+    for path in [&user.client_certificate, &user.client_key, &user.token_file] {
+        // An unreadable file makes a key of its own; kube then fails on it with its own error.
+        match path.as_deref().map(std::fs::read) {
+            Some(Ok(bytes)) => add(&bytes),
+            Some(Err(_)) => add(b"\0unreadable"),
+            None => add(b"\0none"),
+        }
+    }
     hex(&digest.finalize())
+}
+
+/// JSON with every object's keys sorted: kube keeps `env` entries and extras in hash maps,
+/// whose order changes from one process to the next.
+fn canonical(value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            let fields: Vec<String> = entries
+                .into_iter()
+                .map(|(k, v)| format!("{}:{}", Value::String(k.clone()), canonical(v)))
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(canonical).collect();
+            format!("[{}]", items.join(","))
+        }
+        other => other.to_string(),
+    }
 }
 
 /// One cached credential, as stored.
@@ -473,6 +488,81 @@ mod tests {
             "{name}"
         );
         assert!(!name.contains("cert") && !name.contains("ns"), "{name}");
+    }
+
+    /// Two users of one cluster under one OS account (a CI runner; `aws eks update-kubeconfig
+    /// --profile admin|readonly`) must never share a cached credential.
+    #[test]
+    fn users_that_differ_in_anything_that_decides_who_they_are_get_other_keys() {
+        let cluster = ClusterIdentity::new("https://a:6443", Some(&[b"ca".to_vec()]));
+        let key = |user: &AuthInfo| {
+            CacheKey::new(CredentialKind::Token, &cluster, user, "ns", "sa", "aud")
+        };
+        let exec_user = |profile: &str| -> AuthInfo {
+            tenantflux_core::yaml::from_str(&format!(
+                "exec:\n  apiVersion: client.authentication.k8s.io/v1beta1\n  command: aws\n  \
+                 args: [eks, get-token, --cluster-name, c]\n  \
+                 env: [{{name: AWS_PROFILE, value: {profile}}}, {{name: AWS_REGION, value: eu-west-1}}]\n"
+            ))
+            .expect("an exec user")
+        };
+        let admin = exec_user("admin");
+        assert_eq!(
+            key(&admin),
+            key(&exec_user("admin")),
+            "the same user, the same key"
+        );
+        assert_ne!(
+            key(&admin),
+            key(&exec_user("readonly")),
+            "env decides who the user is"
+        );
+        let mut other_api = exec_user("admin");
+        other_api.exec.as_mut().unwrap().api_version =
+            Some("client.authentication.k8s.io/v1".into());
+        assert_ne!(key(&admin), key(&other_api));
+
+        let provider = |tenant: &str| -> AuthInfo {
+            tenantflux_core::yaml::from_str(&format!(
+                "auth-provider: {{name: oidc, config: {{client-id: k, idp-issuer-url: https://{tenant}.example}}}}\n"
+            ))
+            .unwrap()
+        };
+        assert_ne!(
+            key(&provider("a")),
+            key(&provider("b")),
+            "auth-provider config"
+        );
+
+        let extra = |team: &str| -> AuthInfo {
+            tenantflux_core::yaml::from_str(&format!(
+                "token: t\nas: alice\nas-user-extra: {{team: [{team}]}}\n"
+            ))
+            .unwrap()
+        };
+        assert_ne!(key(&extra("a")), key(&extra("b")), "as-user-extra");
+
+        // The same certificate path with other contents is another user.
+        let dir = tempfile::tempdir().unwrap();
+        let cert = dir.path().join("client.crt");
+        let file_user = AuthInfo {
+            client_certificate: Some(cert.display().to_string()),
+            client_key: Some(dir.path().join("client.key").display().to_string()),
+            ..AuthInfo::default()
+        };
+        std::fs::write(&cert, "first").unwrap();
+        let first = key(&file_user);
+        std::fs::write(&cert, "second").unwrap();
+        assert_ne!(first, key(&file_user), "certificate bytes, not the path");
+        let token_file = |text: &str| {
+            let path = dir.path().join("token");
+            std::fs::write(&path, text).unwrap();
+            key(&AuthInfo {
+                token_file: Some(path.display().to_string()),
+                ..AuthInfo::default()
+            })
+        };
+        assert_ne!(token_file("one"), token_file("two"), "token file contents");
     }
 
     #[test]
