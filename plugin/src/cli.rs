@@ -11,7 +11,7 @@ use crate::{
         status, upgrade,
         upgrade::UpgradeCommand,
         version,
-        workloads::{self, GetArgs, ReconcileArgs, TargetArgs},
+        workloads::{self, ControlArgs, GetArgs, ReconcileArgs},
     },
     complete,
     connect::ConnectOptions,
@@ -51,11 +51,11 @@ pub enum Command {
     Get(GetArgs),
     /// Stop Flux from reconciling an object (spec.suspend; the FluxInstance's reconcile
     /// annotation).
-    #[command(after_help = workloads::control_help(&["suspend ks apps -n flux-system", "suspend source git podinfo", "suspend hr podinfo"]))]
-    Suspend(TargetArgs),
+    #[command(after_help = workloads::control_help(&["suspend ks apps -n flux-system", "suspend source git podinfo", "suspend hr podinfo", "suspend ks --all -n apps"]))]
+    Suspend(ControlArgs),
     /// Let Flux reconcile a suspended object again, and ask for a reconciliation now.
-    #[command(after_help = workloads::control_help(&["resume ks apps -n flux-system", "resume source git podinfo"]))]
-    Resume(TargetArgs),
+    #[command(after_help = workloads::control_help(&["resume ks apps -n flux-system", "resume source git podinfo", "resume ks --all -A"]))]
+    Resume(ControlArgs),
     /// Ask Flux to reconcile an object now; --wait follows it until its Ready condition
     /// settles.
     #[command(after_help = workloads::control_help(&["reconcile ks apps -n flux-system", "reconcile ks apps --with-source --wait", "reconcile hr podinfo --force --wait --timeout 10m"]))]

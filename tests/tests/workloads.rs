@@ -519,6 +519,7 @@ async fn exercise(cluster: &TestCluster, minor: &Minor, image_components: bool) 
         reconciles_from_git(cluster, &admin).await;
     }
     tenant_acts_in_its_namespace_only(cluster).await;
+    suspend_and_resume_all(cluster).await;
 }
 
 /// Where the objects of flux-operator's and source-watcher's kinds live.
@@ -1449,6 +1450,177 @@ async fn tenant_acts_in_its_namespace_only(cluster: &TestCluster) {
         "other",
     );
     assert!(other["spec"]["suspend"].is_null(), "untouched: {other}");
+}
+
+/// `suspend|resume ks --all -n NS`: one line per object, each authorized on its own; a caller
+/// who may patch only some Kustomizations (RBAC resourceNames) changes those, sees the others
+/// refused by name, and gets exit 1.
+async fn suspend_and_resume_all(cluster: &TestCluster) {
+    let mut objects = String::new();
+    for name in ["bulk-a", "bulk-b", "bulk-c"] {
+        objects.push_str(&format!(
+            "---\napiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\n\
+             metadata: {{name: {name}, namespace: {NS}}}\n\
+             spec: {{interval: 1h, path: ./, prune: false, sourceRef: {{kind: GitRepository, name: bulk-missing}}}}\n"
+        ));
+    }
+    cluster.apply_yaml(&objects).expect("the Kustomizations");
+    let bulk = cluster
+        .token_kubeconfig(NS, "bulk")
+        .expect("bulk kubeconfig");
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: wl-bulk, namespace: tenantflux-system}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
+             subjects: [{{kind: ServiceAccount, name: bulk, namespace: {NS}}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
+             metadata: {{name: bulk-kustomizations, namespace: {NS}}}\n\
+             rules:\n\
+             - {{apiGroups: [kustomize.toolkit.fluxcd.io], resources: [kustomizations], verbs: [get, list, watch]}}\n\
+             - {{apiGroups: [kustomize.toolkit.fluxcd.io], resources: [kustomizations], verbs: [patch], resourceNames: [bulk-a, bulk-b]}}\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: bulk-kustomizations, namespace: {NS}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: bulk-kustomizations}}\n\
+             subjects: [{{kind: ServiceAccount, name: bulk, namespace: {NS}}}]\n"
+        ))
+        .expect("bulk RBAC");
+    // The agent lists from its cache: wait until it holds all three.
+    wait_for(
+        "the agent's cache to hold bulk-a, bulk-b and bulk-c",
+        Duration::from_secs(30),
+        || async {
+            let listed = plugin(cluster, &bulk, &["get", "ks", "-n", NS]);
+            let text = stdout(&listed);
+            ["bulk-a", "bulk-b", "bulk-c"]
+                .iter()
+                .all(|name| text.contains(name))
+                .then_some(())
+        },
+    )
+    .await
+    .expect("listed");
+    let suspended = |name: &str| {
+        get_json(
+            cluster,
+            "kustomizations.kustomize.toolkit.fluxcd.io",
+            NS,
+            name,
+        )["spec"]["suspend"]
+            == true
+    };
+    let refused = format!(
+        "✗ Kustomization {NS}/bulk-c: user \"system:serviceaccount:{NS}:bulk\" may not patch kustomizations.kustomize.toolkit.fluxcd.io in namespace \"{NS}\""
+    );
+
+    let output = plugin(cluster, &bulk, &["suspend", "ks", "--all", "-n", NS]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let lines = stdout(&output);
+    for done in ["bulk-a", "bulk-b"] {
+        assert!(
+            lines.contains(&format!("✔ Kustomization {NS}/{done} suspended")),
+            "{lines}"
+        );
+        assert!(suspended(done), "{done} is suspended");
+    }
+    assert!(lines.contains(&refused), "{lines}");
+    assert!(
+        stderr(&output).contains("objects were not suspended"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!suspended("bulk-c"), "bulk-c is untouched");
+
+    // The cluster's admin suspends bulk-c too; resuming all of them is refused for it alone.
+    cluster
+        .kubectl_ok(&[
+            "patch",
+            "kustomizations.kustomize.toolkit.fluxcd.io",
+            "bulk-c",
+            "-n",
+            NS,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"suspend":true}}"#,
+        ])
+        .expect("bulk-c suspended");
+    wait_for(
+        "the agent's cache to see bulk-a, bulk-b and bulk-c suspended",
+        Duration::from_secs(30),
+        || async {
+            let list = plugin_json(cluster, &bulk, &["get", "ks", "-n", NS]);
+            let suspended_in_cache = |name: &str| {
+                list["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|o| o["name"] == name && o["suspended"] == true)
+            };
+            ["bulk-a", "bulk-b", "bulk-c"]
+                .iter()
+                .all(|n| suspended_in_cache(n))
+                .then_some(())
+        },
+    )
+    .await
+    .expect("suspended in the cache");
+    let json = plugin(
+        cluster,
+        &bulk,
+        &["resume", "ks", "--all", "-n", NS, "-o", "json"],
+    );
+    assert_eq!(json.status.code(), Some(1), "{}", stderr(&json));
+    let outcomes: Value = serde_json::from_slice(&json.stdout).expect("JSON outcomes");
+    let of = |name: &str| {
+        outcomes["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {outcomes:#}"))
+            .clone()
+    };
+    assert!(of("bulk-a")["error"].is_null() && of("bulk-b")["error"].is_null());
+    assert!(
+        of("bulk-c")["error"]
+            .as_str()
+            .unwrap()
+            .contains("may not patch"),
+        "{outcomes:#}"
+    );
+    assert!(!suspended("bulk-a") && !suspended("bulk-b") && suspended("bulk-c"));
+
+    // --all names one kind, and no object.
+    for (args, says) in [
+        (
+            vec!["suspend", "all", "--all", "-n", NS],
+            "one kind at a time",
+        ),
+        (
+            vec!["suspend", "ks", "bulk-a", "--all", "-n", NS],
+            "drop the name",
+        ),
+    ] {
+        let output = plugin(cluster, &bulk, &args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(
+            stderr(&output).contains(says),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+    cluster
+        .kubectl_ok(&[
+            "delete",
+            "kustomizations.kustomize.toolkit.fluxcd.io",
+            "-n",
+            NS,
+            "bulk-a",
+            "bulk-b",
+            "bulk-c",
+        ])
+        .expect("the Kustomizations deleted");
 }
 
 #[tokio::test]

@@ -12,7 +12,6 @@ use std::{
 };
 
 use kube::config::AuthInfo;
-use secrecy::ExposeSecret as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 

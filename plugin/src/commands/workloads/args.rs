@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use crate::{context::RequestTimeout, grammar};
+use crate::{context::RequestTimeout, exit::Exit, grammar};
 
 #[derive(Debug, Args)]
 #[command(
@@ -57,6 +57,63 @@ pub struct TargetArgs {
     /// KIND NAME, or flux's words, e.g. `source git NAME`.
     #[arg(required = true, num_args = 2..=3, value_names = ["KIND", "NAME"])]
     pub words: Vec<String>,
+}
+
+/// `suspend` and `resume`: one object, or with `--all` every object of one kind.
+#[derive(Debug, Args)]
+#[command(
+    override_usage = "kubectl tenantflux <suspend|resume> KIND NAME [flags]\n       \
+                      kubectl tenantflux <suspend|resume> KIND --all [-n NAMESPACE | -A] [flags]\n       \
+                      kubectl tenantflux <suspend|resume> source git|oci|helm|chart|bucket NAME [flags]\n       \
+                      kubectl tenantflux <suspend|resume> image repository|policy|update NAME [flags]"
+)]
+pub struct ControlArgs {
+    /// KIND NAME, or flux's words, e.g. `source git NAME`; with --all, the kind alone.
+    #[arg(required = true, num_args = 1..=3, value_names = ["KIND", "NAME"])]
+    pub words: Vec<String>,
+    /// Every object of the kind in the namespace (-A: in every namespace), one result line
+    /// each; exits 1 if any of them failed.
+    #[arg(long)]
+    pub all: bool,
+    /// With --all: the objects of every namespace.
+    #[arg(short = 'A', long, requires = "all")]
+    pub all_namespaces: bool,
+}
+
+/// What `suspend` or `resume` acts on.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Control {
+    One { kind: String, name: String },
+    All { kind: String, all_namespaces: bool },
+}
+
+impl ControlArgs {
+    pub fn control(&self) -> anyhow::Result<Control> {
+        if !self.all {
+            let selection = grammar::parse(grammar::Verb::Control, &self.words)?;
+            let name = selection.name.expect("a control selection has a name");
+            return Ok(Control::One {
+                kind: selection.kind,
+                name,
+            });
+        }
+        let selection = grammar::parse(grammar::Verb::Get, &self.words)?;
+        if selection.several {
+            return Err(Exit::Usage.mark(anyhow::anyhow!(
+                "--all acts on one kind at a time: name it, e.g. `ks --all`"
+            )));
+        }
+        if let Some(name) = selection.name {
+            return Err(Exit::Usage.mark(anyhow::anyhow!(
+                "--all acts on every object of the kind: drop the name {}",
+                tenantflux_core::text::quote(&name)
+            )));
+        }
+        Ok(Control::All {
+            kind: selection.kind,
+            all_namespaces: self.all_namespaces,
+        })
+    }
 }
 
 /// The `--help` text after the flags of `suspend`, `resume` or `reconcile`: the kinds, then

@@ -11,13 +11,14 @@ use serde::Serialize;
 use tenantflux_proto::v1::{self as pb, object_event};
 
 mod args;
+mod bulk;
 #[cfg(test)]
 mod tests;
 mod view;
 
-use self::view::ListView;
+use self::{args::Control, bulk::Action, view::ListView};
 pub use self::{
-    args::{GetArgs, ReconcileArgs, TargetArgs, control_help},
+    args::{ControlArgs, GetArgs, ReconcileArgs, TargetArgs, control_help},
     view::{ObjectView, TableOptions, render_tables},
 };
 use crate::{
@@ -238,9 +239,18 @@ fn reference(agent: &Agent, (kind, name): &(String, String)) -> pb::ObjectRef {
 pub async fn suspend(
     options: &ConnectOptions,
     printer: &Printer,
-    target: TargetArgs,
+    args: ControlArgs,
 ) -> anyhow::Result<()> {
-    let target = target.target()?;
+    let target = match args.control()? {
+        Control::One { kind, name } => (kind, name),
+        Control::All {
+            kind,
+            all_namespaces,
+        } => {
+            let agent = Agent::connect(options).await?;
+            return bulk::run(&agent, printer, Action::Suspend, &kind, all_namespaces).await;
+        }
+    };
     let agent = Agent::connect(options).await?;
     let object = agent
         .call(agent.workloads().suspend(pb::SuspendRequest {
@@ -254,9 +264,18 @@ pub async fn suspend(
 pub async fn resume(
     options: &ConnectOptions,
     printer: &Printer,
-    target: TargetArgs,
+    args: ControlArgs,
 ) -> anyhow::Result<()> {
-    let target = target.target()?;
+    let target = match args.control()? {
+        Control::One { kind, name } => (kind, name),
+        Control::All {
+            kind,
+            all_namespaces,
+        } => {
+            let agent = Agent::connect(options).await?;
+            return bulk::run(&agent, printer, Action::Resume, &kind, all_namespaces).await;
+        }
+    };
     let agent = Agent::connect(options).await?;
     let response = agent
         .call(agent.workloads().resume(pb::ResumeRequest {
