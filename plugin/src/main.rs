@@ -13,7 +13,7 @@ fn main() -> ExitCode {
         // `kubectl tenantflux status | head` closing the pipe early is not a failure.
         Err(err) if output::is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", output::printable(&format!("{err:#}")));
             Exit::of(&err).into()
         }
     }

@@ -111,6 +111,49 @@ impl Printer {
     }
 }
 
+/// Text for a terminal: what agents, registries and API servers say (condition messages, error
+/// text, names in other clusters) may carry control characters that move the cursor, retitle
+/// the window or rewrite a line (`\r`, `ESC ]`, `ESC [2J`), so every control character except
+/// newline and tab is shown escaped (`\u{1b}`). The color codes [`Style::paint`] writes
+/// (`ESC [` digits `m`) pass: they change colors only.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if c == '\u{1b}'
+            && let Some(len) = sgr_len(rest)
+        {
+            out.push_str(&rest[..len]);
+            rest = &rest[len..];
+            continue;
+        }
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+        rest = &rest[c.len_utf8()..];
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// The length of a color code (`ESC [` up to 8 digits or `;`, then `m`) at the start of `text`.
+fn sgr_len(text: &str) -> Option<usize> {
+    let params = text.strip_prefix("\u{1b}[")?;
+    let end = params.find('m')?;
+    (end <= 8
+        && params[..end]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b == b';'))
+    .then_some(end + 3)
+}
+
 fn write_flushed(text: &str) -> anyhow::Result<()> {
     let mut stdout = io::stdout().lock();
     stdout.write_all(text.as_bytes())?;
@@ -137,7 +180,7 @@ pub fn render<T: Serialize>(
     table: impl FnOnce(&T, Style) -> String,
 ) -> anyhow::Result<String> {
     Ok(match format {
-        OutputFormat::Table => table(view, style),
+        OutputFormat::Table => printable(&table(view, style)).into_owned(),
         OutputFormat::Json => {
             let mut text = serde_json::to_string_pretty(view)?;
             text.push('\n');
@@ -231,6 +274,25 @@ mod tests {
         assert!(!ColorMode::Auto.enabled(true, true));
         assert!(ColorMode::Always.enabled(false, true));
         assert!(!ColorMode::Never.enabled(true, false));
+    }
+
+    #[test]
+    fn control_characters_from_others_are_shown_escaped_and_colors_pass() {
+        assert_eq!(printable("plain\ttext\n"), "plain\ttext\n");
+        let hostile = "boom\r\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31m\u{8}";
+        let shown = printable(hostile);
+        assert!(!shown.chars().any(|c| c.is_control()), "{shown:?}");
+        assert_eq!(
+            shown,
+            "boom\\u{d}\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\u{9b}31m\\u{8}"
+        );
+        let colored = Style { color: true }.paint("True", Tone::Good);
+        assert_eq!(printable(&colored), colored);
+        let table = render(OutputFormat::Table, Style::PLAIN, &(), |_, _| {
+            hostile.to_owned()
+        })
+        .unwrap();
+        assert!(!table.contains('\u{1b}'), "{table:?}");
     }
 
     #[test]

@@ -520,6 +520,7 @@ async fn exercise(cluster: &TestCluster, minor: &Minor, image_components: bool) 
     }
     tenant_acts_in_its_namespace_only(cluster).await;
     suspend_and_resume_all(cluster).await;
+    control_characters_are_shown_escaped(cluster, &admin).await;
 }
 
 /// Where the objects of flux-operator's and source-watcher's kinds live.
@@ -1450,6 +1451,69 @@ async fn tenant_acts_in_its_namespace_only(cluster: &TestCluster) {
         "other",
     );
     assert!(other["spec"]["suspend"].is_null(), "untouched: {other}");
+}
+
+/// Whoever can write an object's status (a controller, anyone with `patch` on the status
+/// subresource) writes the messages `get` prints: control characters in them must reach the
+/// terminal escaped, or they retitle the window, clear the screen or rewrite a line. Receiver:
+/// notification-controller does not run here, so nothing rewrites the status meanwhile.
+async fn control_characters_are_shown_escaped(cluster: &TestCluster, admin: &Path) {
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: notification.toolkit.fluxcd.io/v1\nkind: Receiver\n\
+             metadata: {{name: hostile, namespace: {NS}}}\nspec: {}\n",
+            spec("Receiver")
+        ))
+        .expect("the Receiver");
+    let hostile = "\u{1b}]0;pwned\u{7}\u{1b}[2Jgone\rspoofed";
+    let status = serde_json::json!({"status": {"conditions": [{
+        "type": "Ready", "status": "False", "reason": "Hostile", "message": hostile,
+        "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1,
+    }]}});
+    cluster
+        .kubectl_ok(&[
+            "patch",
+            "receivers.notification.toolkit.fluxcd.io",
+            "hostile",
+            "-n",
+            NS,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status.to_string(),
+        ])
+        .expect("the hostile status");
+    let shown = wait_for(
+        "get receiver hostile to show its message",
+        Duration::from_secs(30),
+        || async {
+            let out = plugin(cluster, admin, &["get", "receiver", "hostile", "-n", NS]);
+            let text = stdout(&out);
+            text.contains("spoofed").then_some(text)
+        },
+    )
+    .await
+    .expect("shown");
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\r') && !shown.contains('\u{7}'),
+        "{shown:?}"
+    );
+    assert!(
+        shown.contains("\\u{1b}]0;pwned\\u{7}\\u{1b}[2Jgone\\u{d}spoofed"),
+        "{shown:?}"
+    );
+    // -o json carries the message as it is, JSON-escaped.
+    let json = plugin_json(cluster, admin, &["get", "receiver", "hostile", "-n", NS]);
+    assert_eq!(json["ready"]["message"], hostile, "{json:#}");
+    cluster
+        .kubectl_ok(&[
+            "delete",
+            "receivers.notification.toolkit.fluxcd.io",
+            "hostile",
+            "-n",
+            NS,
+        ])
+        .expect("deleted");
 }
 
 /// `suspend|resume ks --all -n NS`: one line per object, each authorized on its own; a caller
