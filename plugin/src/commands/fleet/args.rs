@@ -26,7 +26,7 @@ pub enum FleetCommand {
     /// Ask every tenant cluster's agent for its status: one row per cluster. Exits 1 when
     /// any cluster could not be asked.
     #[command(
-        after_help = "Examples:\n  kubectl tenantflux fleet status\n  kubectl tenantflux fleet status -l tier=gold --concurrency 32\n  kubectl tenantflux fleet status --watch --interval 30s\n  kubectl tenantflux fleet status --channel oci://registry.example/platform/policy:stable"
+        after_help = "Examples:\n  kubectl tenantflux fleet status\n  kubectl tenantflux fleet status -l tier=gold --concurrency 32\n  kubectl tenantflux fleet status --watch --interval 30s\n  kubectl tenantflux fleet status --channel oci://registry.example/platform/policy:stable --public-key ed25519.pub"
     )]
     Status {
         #[command(flatten)]
@@ -44,11 +44,21 @@ pub enum FleetCommand {
         /// holds another generation or a policy signed with another key.
         #[arg(long, value_name = "PATH", value_hint = ValueHint::FilePath)]
         expect_policy: Option<PathBuf>,
-        /// A policy channel (oci://REGISTRY/REPOSITORY:TAG), read once: each cluster is
-        /// marked current, behind (N), ahead (N), stale (expired) or bound elsewhere; exits 1
-        /// when any is behind or stale. Credentials: TENANTFLUX_REGISTRY_USERNAME/_PASSWORD.
-        #[arg(long, value_name = "oci://REGISTRY/REPOSITORY:TAG")]
+        /// A policy channel (oci://REGISTRY/REPOSITORY:TAG), read once and verified with
+        /// --public-key: each cluster is marked current, behind (N), ahead (N), stale
+        /// (expired) or bound elsewhere; exits 1 when any is behind or stale, or when the
+        /// channel holds a policy none of the keys signed. Credentials:
+        /// TENANTFLUX_REGISTRY_USERNAME/_PASSWORD.
+        #[arg(
+            long,
+            value_name = "oci://REGISTRY/REPOSITORY:TAG",
+            requires = "public_key"
+        )]
         channel: Option<tenantflux_core::policy::channel::Channel>,
+        /// The platform's policy public key(s) (PEM, e.g. ed25519.pub): the channel's policy
+        /// counts only if one of them signed it and its claims agree with it.
+        #[arg(long = "public-key", value_name = "PATH", requires = "channel", value_hint = ValueHint::FilePath)]
+        public_key: Vec<PathBuf>,
         /// Read --channel over plain HTTP (local development registries).
         #[arg(long, requires = "channel")]
         plain_http: bool,

@@ -13,7 +13,10 @@ pub mod view;
 
 use anyhow::{Context as _, bail};
 use k8s_openapi::jiff::Timestamp;
-use tenantflux_core::policy::{Policy, signing::SignedPolicy};
+use tenantflux_core::policy::{
+    Policy,
+    signing::{self, SignedPolicy},
+};
 
 pub use self::args::{DiscoveryArgs, FanOutArgs, FleetCommand, FleetPolicyCommand};
 use self::reach::Fleet;
@@ -47,12 +50,13 @@ pub async fn run(
             watch: false,
             expect_policy,
             channel,
+            public_key,
             plain_http,
             ..
         } => {
             let expected = expect_policy.as_deref().map(expected_policy).transpose()?;
             let channel = match &channel {
-                Some(channel) => Some(channel_policy(channel, plain_http).await?),
+                Some(channel) => Some(channel_policy(channel, &public_key, plain_http).await?),
                 None => None,
             };
             let fleet = Fleet::new(&discovery, options).await?;
@@ -91,11 +95,12 @@ pub async fn run(
             interval,
             expect_policy,
             channel,
+            public_key,
             plain_http,
         } => {
             let expected = expect_policy.as_deref().map(expected_policy).transpose()?;
             let channel = match &channel {
-                Some(channel) => Some(channel_policy(channel, plain_http).await?),
+                Some(channel) => Some(channel_policy(channel, &public_key, plain_http).await?),
                 None => None,
             };
             let fleet = Fleet::new(&discovery, options).await?;
@@ -155,16 +160,39 @@ fn render_list(view: &ListView, style: Style) -> String {
 }
 
 /// What the channel holds now: read once (a manifest and one small layer), however large
-/// the fleet.
+/// the fleet, and verified as an agent verifies it: whoever can push to the tag must not be
+/// able to make the fleet look current (or behind) with a policy the platform never signed.
 async fn channel_policy(
     channel: &tenantflux_core::policy::channel::Channel,
+    public_keys: &[std::path::PathBuf],
     plain_http: bool,
 ) -> anyhow::Result<ChannelPolicy> {
+    let mut keys = Vec::with_capacity(public_keys.len());
+    for path in public_keys {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading --public-key {}", path.display()))?;
+        keys.push(
+            signing::read_public_key(&text)
+                .with_context(|| format!("reading the public key {}", path.display()))?,
+        );
+    }
     let (digest, text) = crate::channel::read(channel, plain_http).await?;
     let signed = SignedPolicy::parse(&text)
         .with_context(|| format!("{channel} does not hold a signed policy"))?;
-    let policy =
-        Policy::parse(&signed.policy).with_context(|| format!("the policy in {channel}"))?;
+    let Some(key) = keys.iter().find(|k| signing::key_id(k) == signed.key_id) else {
+        let ids: Vec<String> = keys.iter().map(signing::key_id).collect();
+        bail!(
+            "the policy in {channel} ({digest}) is signed by key {}, which is none of --public-key ({}): a forged or foreign channel; nothing was compared",
+            tenantflux_core::text::quote(&signed.key_id),
+            ids.join(", ")
+        );
+    };
+    let policy = signed
+        .verify_claims(key)
+        .with_context(|| {
+            format!("the policy in {channel} ({digest}) does not verify: a forged channel; nothing was compared")
+        })?
+        .policy;
     Ok(ChannelPolicy {
         channel: channel.to_string(),
         digest,
