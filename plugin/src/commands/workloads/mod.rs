@@ -241,17 +241,9 @@ pub async fn suspend(
     printer: &Printer,
     args: ControlArgs,
 ) -> anyhow::Result<()> {
-    let target = match args.control()? {
-        Control::One { kind, name } => (kind, name),
-        Control::All {
-            kind,
-            all_namespaces,
-        } => {
-            let agent = Agent::connect(options).await?;
-            return bulk::run(&agent, printer, Action::Suspend, &kind, all_namespaces).await;
-        }
+    let Some((agent, target)) = one_object(options, printer, Action::Suspend, &args).await? else {
+        return Ok(());
     };
-    let agent = Agent::connect(options).await?;
     let object = agent
         .call(agent.workloads().suspend(pb::SuspendRequest {
             object: Some(reference(&agent, &target)),
@@ -266,17 +258,9 @@ pub async fn resume(
     printer: &Printer,
     args: ControlArgs,
 ) -> anyhow::Result<()> {
-    let target = match args.control()? {
-        Control::One { kind, name } => (kind, name),
-        Control::All {
-            kind,
-            all_namespaces,
-        } => {
-            let agent = Agent::connect(options).await?;
-            return bulk::run(&agent, printer, Action::Resume, &kind, all_namespaces).await;
-        }
+    let Some((agent, target)) = one_object(options, printer, Action::Resume, &args).await? else {
+        return Ok(());
     };
-    let agent = Agent::connect(options).await?;
     let response = agent
         .call(agent.workloads().resume(pb::ResumeRequest {
             object: Some(reference(&agent, &target)),
@@ -290,6 +274,28 @@ pub async fn resume(
             v.title()
         )
     })
+}
+
+/// The connected agent and the one object `args` names; with `--all`, runs the bulk action
+/// and answers `None` once it is done.
+async fn one_object(
+    options: &ConnectOptions,
+    printer: &Printer,
+    action: Action,
+    args: &ControlArgs,
+) -> anyhow::Result<Option<(Agent, (String, String))>> {
+    let control = args.control()?;
+    let agent = Agent::connect(options).await?;
+    match control {
+        Control::One { kind, name } => Ok(Some((agent, (kind, name)))),
+        Control::All {
+            kind,
+            all_namespaces,
+        } => {
+            bulk::run(&agent, printer, action, &kind, all_namespaces).await?;
+            Ok(None)
+        }
+    }
 }
 
 /// Whether the object has handled the request of `requested_at` and its Ready condition says
