@@ -7,6 +7,10 @@
 //! suite). Otherwise a cluster is started for the test process and torn down by a reaper once
 //! the process exits, however it exits. [`TestCluster::start`] gives a test a cluster of its own
 //! that is stopped when the value is dropped, also when the test panics.
+//!
+//! Every binary must pass alone and after any other on the shared cluster: a binary restores
+//! what it changes there, or takes [`TestCluster::own`] (one cluster for the binary). `tests/run`
+//! runs `policy_pull` first, so that the full run shows the others do not depend on the order.
 
 use std::{
     ffi::OsStr,
@@ -161,6 +165,19 @@ impl TestCluster {
                 }
             };
             cluster.unwrap_or_else(|err| panic!("starting the shared test cluster: {err}"))
+        })
+    }
+
+    /// A cluster of this test binary's own, also when a run shares one
+    /// (`TENANTFLUX_TEST_CLUSTER`): for tests that leave state behind which would change what
+    /// other binaries see. Named `PREFIX-<pid>` by the first call and started once per process;
+    /// a reaper takes it down when the process exits.
+    pub fn own(prefix: &str) -> &'static TestCluster {
+        static OWN: OnceLock<TestCluster> = OnceLock::new();
+        OWN.get_or_init(|| {
+            let pid = std::process::id();
+            Self::up(&format!("{prefix}-{pid}"), Some(pid))
+                .unwrap_or_else(|err| panic!("starting this test binary's cluster: {err}"))
         })
     }
 
