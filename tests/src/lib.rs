@@ -24,6 +24,7 @@ use std::{
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 pub mod flux;
+pub mod supervise;
 pub mod tenant;
 
 /// Names the cluster a whole test run shares instead of starting one per test binary.
@@ -110,6 +111,17 @@ fn run_cluster_script_with(args: &[&str], envs: &[(&str, &OsStr)]) -> Result<Str
         });
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// Runs `tests/env/cluster flux-operator ...` with the controller supervisor cargo built for
+/// these tests (the script must not build it: cargo holds its build lock while tests run).
+fn flux_operator_command(args: &[&str]) -> Result<()> {
+    let supervisor = bin_dir().join("tenantflux-test-supervisor");
+    run_cluster_script_with(
+        args,
+        &[("TENANTFLUX_SUPERVISOR_BIN", supervisor.as_os_str())],
+    )
+    .map(drop)
 }
 
 /// Paths of the binaries `tests/env/cluster build` cached (`tests/env/cluster paths`).
@@ -248,7 +260,7 @@ impl TestCluster {
     pub fn ensure_flux_operator(&self) -> Result<()> {
         static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _serial = LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        run_cluster_script(&["flux-operator", &self.name]).map(drop)
+        flux_operator_command(&["flux-operator", &self.name])
     }
 
     /// Runs tenantflux-agent locally against this cluster as its ServiceAccount, with
@@ -354,14 +366,14 @@ impl TestCluster {
     /// Runs the real flux-operator process against this cluster without installing it: for
     /// when the agent installed flux-operator.
     pub fn run_flux_operator_process(&self) -> Result<()> {
-        run_cluster_script(&["flux-operator", &self.name, "--process-only"]).map(drop)
+        flux_operator_command(&["flux-operator", &self.name, "--process-only"])
     }
 
     /// Runs flux-operator `version` on the install the agent made, replacing a process of
     /// another version, as a kubelet replaces the pod of an upgraded Deployment.
     pub fn run_flux_operator_version(&self, version: &str) -> Result<()> {
         let version = format!("--version={version}");
-        run_cluster_script(&["flux-operator", &self.name, "--process-only", &version]).map(drop)
+        flux_operator_command(&["flux-operator", &self.name, "--process-only", &version])
     }
 
     /// Stops the cluster's etcd and kube-apiserver (SIGSTOP) for `seconds`, then lets them go
