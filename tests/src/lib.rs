@@ -7,6 +7,10 @@
 //! suite). Otherwise a cluster is started for the test process and torn down by a reaper once
 //! the process exits, however it exits. [`TestCluster::start`] gives a test a cluster of its own
 //! that is stopped when the value is dropped, also when the test panics.
+//!
+//! Every binary must pass alone and after any other on the shared cluster: a binary restores
+//! what it changes there, or takes [`TestCluster::own`] (one cluster for the binary). `tests/run`
+//! runs `policy_pull` first, so that the full run shows the others do not depend on the order.
 
 use std::{
     ffi::OsStr,
@@ -20,6 +24,7 @@ use std::{
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 pub mod flux;
+pub mod supervise;
 pub mod tenant;
 
 /// Names the cluster a whole test run shares instead of starting one per test binary.
@@ -108,6 +113,17 @@ fn run_cluster_script_with(args: &[&str], envs: &[(&str, &OsStr)]) -> Result<Str
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
+/// Runs `tests/env/cluster flux-operator ...` with the controller supervisor cargo built for
+/// these tests (the script must not build it: cargo holds its build lock while tests run).
+fn flux_operator_command(args: &[&str]) -> Result<()> {
+    let supervisor = bin_dir().join("tenantflux-test-supervisor");
+    run_cluster_script_with(
+        args,
+        &[("TENANTFLUX_SUPERVISOR_BIN", supervisor.as_os_str())],
+    )
+    .map(drop)
+}
+
 /// Paths of the binaries `tests/env/cluster build` cached (`tests/env/cluster paths`).
 pub fn tool_path(key: &str) -> PathBuf {
     static PATHS: OnceLock<Vec<(String, PathBuf)>> = OnceLock::new();
@@ -161,6 +177,19 @@ impl TestCluster {
                 }
             };
             cluster.unwrap_or_else(|err| panic!("starting the shared test cluster: {err}"))
+        })
+    }
+
+    /// A cluster of this test binary's own, also when a run shares one
+    /// (`TENANTFLUX_TEST_CLUSTER`): for tests that leave state behind which would change what
+    /// other binaries see. Named `PREFIX-<pid>` by the first call and started once per process;
+    /// a reaper takes it down when the process exits.
+    pub fn own(prefix: &str) -> &'static TestCluster {
+        static OWN: OnceLock<TestCluster> = OnceLock::new();
+        OWN.get_or_init(|| {
+            let pid = std::process::id();
+            Self::up(&format!("{prefix}-{pid}"), Some(pid))
+                .unwrap_or_else(|err| panic!("starting this test binary's cluster: {err}"))
         })
     }
 
@@ -231,7 +260,7 @@ impl TestCluster {
     pub fn ensure_flux_operator(&self) -> Result<()> {
         static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _serial = LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        run_cluster_script(&["flux-operator", &self.name]).map(drop)
+        flux_operator_command(&["flux-operator", &self.name])
     }
 
     /// Runs tenantflux-agent locally against this cluster as its ServiceAccount, with
@@ -337,14 +366,14 @@ impl TestCluster {
     /// Runs the real flux-operator process against this cluster without installing it: for
     /// when the agent installed flux-operator.
     pub fn run_flux_operator_process(&self) -> Result<()> {
-        run_cluster_script(&["flux-operator", &self.name, "--process-only"]).map(drop)
+        flux_operator_command(&["flux-operator", &self.name, "--process-only"])
     }
 
     /// Runs flux-operator `version` on the install the agent made, replacing a process of
     /// another version, as a kubelet replaces the pod of an upgraded Deployment.
     pub fn run_flux_operator_version(&self, version: &str) -> Result<()> {
         let version = format!("--version={version}");
-        run_cluster_script(&["flux-operator", &self.name, "--process-only", &version]).map(drop)
+        flux_operator_command(&["flux-operator", &self.name, "--process-only", &version])
     }
 
     /// Stops the cluster's etcd and kube-apiserver (SIGSTOP) for `seconds`, then lets them go

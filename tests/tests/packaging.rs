@@ -1,4 +1,4 @@
-//! What users install: the Helm chart (linted, equal to deploy/manifests with its defaults,
+//! What users install: the Helm chart (linted, the source deploy/manifests is generated from,
 //! accepted by the real API server), the agent image's static binary, the krew release
 //! (checked by krew's own validator and installed by krew), and shell completion through the
 //! real kubectl. helm and krew are built from their Go modules (`tests/env/cluster build-tools`).
@@ -176,26 +176,56 @@ fn chart_rejects_values_outside_its_schema() {
     );
 }
 
+/// The YAML files of `dir` by name, with their text.
+fn yaml_files(dir: &Path) -> BTreeMap<String, String> {
+    std::fs::read_dir(dir)
+        .unwrap_or_else(|err| panic!("reading {}: {err}", dir.display()))
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
+        .map(|path| {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|err| panic!("reading {}: {err}", path.display()));
+            (name, text)
+        })
+        .collect()
+}
+
+/// The chart is the one source of deploy/manifests: generated again into a temporary directory
+/// by deploy/manifests/generate, every file is the committed one and there is no other; and
+/// kustomize takes the directory (`kubectl apply -k deploy/manifests` is what users run).
 #[test]
-fn chart_with_default_values_renders_deploy_manifests() {
+fn deploy_manifests_are_generated_from_the_chart() {
     let manifests = repo_root().join("deploy/manifests");
+    let fresh = tempfile::tempdir().expect("a temporary directory");
+    run(
+        Command::new(manifests.join("generate"))
+            .arg(fresh.path())
+            .env("HELM", tool("HELM")),
+        None,
+    );
+    let committed = yaml_files(&manifests);
+    let generated = yaml_files(fresh.path());
+    assert_eq!(
+        committed.keys().collect::<Vec<_>>(),
+        generated.keys().collect::<Vec<_>>(),
+        "deploy/manifests holds the files the chart renders: run deploy/manifests/generate"
+    );
+    for (name, text) in &generated {
+        assert!(
+            committed[name] == *text,
+            "deploy/manifests/{name} is not what the chart renders: run deploy/manifests/generate"
+        );
+    }
     let kustomized = run(
         Command::new(tool_path("KUBECTL")).args(["kustomize", manifests.to_str().expect("UTF-8")]),
         None,
     );
-    let from_chart = objects(&render(&[]));
-    let from_manifests = objects(&kustomized);
     assert_eq!(
-        from_chart.keys().collect::<Vec<_>>(),
-        from_manifests.keys().collect::<Vec<_>>(),
-        "the chart renders the same objects as deploy/manifests"
+        objects(&kustomized).keys().collect::<Vec<_>>(),
+        objects(&render(&[])).keys().collect::<Vec<_>>(),
+        "kustomize of deploy/manifests gives the chart's objects"
     );
-    for (key, object) in &from_manifests {
-        assert_eq!(
-            &from_chart[key], object,
-            "{key:?} differs between the chart and deploy/manifests"
-        );
-    }
 }
 
 #[test]

@@ -12,21 +12,10 @@ use tenantflux_tests::{
     wait_for,
 };
 
-/// The tests share one cluster (and its one agent): one at a time.
+/// The tests share one cluster (and its one agent): one at a time. It is this binary's own
+/// ([`TestCluster::own`]): what these tests leave in the agent (a stored policy and the admission
+/// policy it enforces, rollback floors, root keys) would refuse other binaries' FluxInstances.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Restarts the shared cluster's agent without this file's flags when a test ends (also when
-/// it fails), so that a later test binary does not inherit an agent pulling a channel or
-/// holding root keys.
-struct PlainAgentAfter<'a>(&'a TestCluster);
-
-impl Drop for PlainAgentAfter<'_> {
-    fn drop(&mut self) {
-        if let Err(err) = self.0.restart_agent() {
-            eprintln!("restarting the agent without the test's flags: {err}");
-        }
-    }
-}
 
 /// Keys, policies and the platform's account for one test.
 struct Platform<'a> {
@@ -156,8 +145,7 @@ fn refuses_non_compliant(cluster: &TestCluster) -> bool {
 #[tokio::test]
 async fn an_expired_policy_is_reported_stale_and_still_enforced() {
     let _serial = ONE_AT_A_TIME.lock().await;
-    let cluster = TestCluster::shared();
-    let _plain = PlainAgentAfter(cluster);
+    let cluster = TestCluster::own("policy-pull");
     let platform = Platform::new(cluster);
     platform.start_agent(&[]);
 
@@ -288,8 +276,7 @@ async fn wait_shown(platform: &Platform<'_>, what: &str, check: impl Fn(&Value) 
 #[tokio::test]
 async fn the_agent_pulls_the_channel_refuses_a_rollback_and_survives_the_registry() {
     let _serial = ONE_AT_A_TIME.lock().await;
-    let cluster = TestCluster::shared();
-    let _plain = PlainAgentAfter(cluster);
+    let cluster = TestCluster::own("policy-pull");
     let registry = cluster.registry().expect("registry");
     let channel = format!("oci://{registry}/pull-{}/policy:stable", std::process::id());
     let platform = Platform::new(cluster);
@@ -475,8 +462,7 @@ async fn the_agent_pulls_the_channel_refuses_a_rollback_and_survives_the_registr
 #[tokio::test]
 async fn keys_rotate_and_revoke_without_restarting_the_agent() {
     let _serial = ONE_AT_A_TIME.lock().await;
-    let cluster = TestCluster::shared();
-    let _plain = PlainAgentAfter(cluster);
+    let cluster = TestCluster::own("policy-pull");
     let registry = cluster.registry().expect("registry");
     let channel = format!("oci://{registry}/keys-{}/policy:stable", std::process::id());
     let platform = Platform::new(cluster);

@@ -1,0 +1,470 @@
+//! The Flux controllers as a kubelet would run them (`tests/env/cluster flux-operator` starts
+//! this, as the `tenantflux-test-supervisor` binary): for every controller Deployment
+//! flux-operator rolled out in the operator namespace, the local build of the component at the
+//! Deployment's image tag runs with the Deployment's args, plus loopback addresses for what it
+//! serves. A changed Deployment (an upgrade's new tag) replaces the process; an exited one is
+//! started again; a deleted or scaled-down one is stopped. Components without a local build
+//! stay pods without a process (noted once in the log).
+//!
+//! Everything about a process is kept in files in the cluster's `controllers/` directory
+//! (`<deployment>.pid`, `.spec`, `.log`, `.storage-port`), so the tests can find a process
+//! (`TestCluster::flux_controller_binary`), `tests/env/cluster down` can stop what a killed
+//! supervisor left, and a supervisor started again adopts the processes still running.
+
+pub mod spec;
+
+use std::{
+    collections::HashSet,
+    fs,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use futures::StreamExt as _;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::{
+    Api,
+    config::{KubeConfigOptions, Kubeconfig},
+    runtime::{WatchStreamExt as _, reflector, watcher},
+};
+use tokio::signal::unix::{SignalKind, signal};
+
+use spec::{Action, Builds, Layout, Ports, Process, Recorded, Wanted};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "FLUX_CONTROLLERS entry {entry:?} is not COMPONENT@VERSION (see tests/env/versions.env)"
+    )]
+    BadControllers { entry: String },
+    #[error(
+        "FLUX_CONTROLLER_SUBSTITUTES entry {entry:?} is not COMPONENT@TAG=VERSION (see tests/env/versions.env)"
+    )]
+    BadSubstitutes { entry: String },
+    #[error("reading kubeconfig {path}: {source}")]
+    Kubeconfig {
+        path: PathBuf,
+        source: kube::config::KubeconfigError,
+    },
+    #[error("connecting to the cluster with {path}: {source}")]
+    Client { path: PathBuf, source: kube::Error },
+    #[error("{doing} {path}: {source}")]
+    File {
+        doing: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("starting {binary} for Deployment {deployment}: {source}")]
+    Spawn {
+        deployment: String,
+        binary: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("finding a free loopback port: {source}")]
+    Port { source: std::io::Error },
+    #[error("installing the {signal} handler: {source}")]
+    Signal {
+        signal: &'static str,
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How often exited processes are noticed (and whether the cluster is still there).
+const TICK: Duration = Duration::from_secs(2);
+/// How long a process has between SIGTERM and SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The cluster's directory (tests/env/cluster's, with kubeconfig.yaml in it).
+    pub cluster_dir: PathBuf,
+    pub cache: PathBuf,
+    pub namespace: String,
+    pub builds: Builds,
+}
+
+fn log(message: impl std::fmt::Display) {
+    println!(
+        "{} {message}",
+        jiff::Timestamp::now()
+            .round(jiff::Unit::Second)
+            .unwrap_or_default()
+    );
+}
+
+/// Runs until SIGTERM/SIGINT or until the cluster is gone (its kubeconfig removed), then stops
+/// every process it supervises.
+pub async fn run(config: Config) -> Result<()> {
+    let layout = Layout {
+        cache: config.cache.clone(),
+        controllers: config.cluster_dir.join("controllers"),
+        kubeconfig: config.cluster_dir.join("kubeconfig.yaml"),
+        namespace: config.namespace.clone(),
+    };
+    fs::create_dir_all(&layout.controllers).map_err(|source| Error::File {
+        doing: "creating",
+        path: layout.controllers.clone(),
+        source,
+    })?;
+    let own_pidfile = config.cluster_dir.join("flux-controllers.pid");
+    let me = std::process::id();
+    if let Some(other) = read_pid(&own_pidfile).filter(|&pid| pid != me && alive(pid)) {
+        log(format_args!(
+            "another supervisor (pid {other}) runs for this cluster"
+        ));
+        return Ok(());
+    }
+    write(&own_pidfile, &format!("{me}\n"))?;
+
+    let mut terminate = signal(SignalKind::terminate()).map_err(|source| Error::Signal {
+        signal: "SIGTERM",
+        source,
+    })?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(|source| Error::Signal {
+        signal: "SIGINT",
+        source,
+    })?;
+    let client = client(&layout.kubeconfig).await?;
+    let deployments: Api<Deployment> = Api::namespaced(client, &config.namespace);
+    let (store, writer) = reflector::store();
+    let mut events = reflector(
+        writer,
+        watcher(deployments, watcher::Config::default()).default_backoff(),
+    )
+    .boxed();
+
+    let mut supervisor = Supervisor {
+        layout,
+        builds: config.builds,
+        noted: HashSet::new(),
+    };
+    log(format_args!(
+        "watching Deployments in {} of cluster {}",
+        config.namespace,
+        config.cluster_dir.display()
+    ));
+    let mut listed = false;
+    let mut failing = false;
+    let mut tick = tokio::time::interval(TICK);
+    loop {
+        tokio::select! {
+            _ = terminate.recv() => break,
+            _ = interrupt.recv() => break,
+            _ = tick.tick() => {
+                if !supervisor.layout.kubeconfig.exists() {
+                    log("the cluster is gone");
+                    break;
+                }
+            }
+            event = events.next() => match event {
+                Some(Ok(event)) => {
+                    failing = false;
+                    listed |= matches!(event, watcher::Event::InitDone);
+                }
+                // A stopped or restarting API server (the fault tests): the processes keep
+                // running, the watcher retries with a backoff.
+                Some(Err(err)) => {
+                    if !failing {
+                        log(format_args!("watching Deployments failed (retrying): {err}"));
+                    }
+                    failing = true;
+                }
+                None => break,
+            },
+        }
+        // Until the first complete listing, a Deployment not seen yet is not a gone one.
+        if listed {
+            let current: Vec<_> = store.state();
+            supervisor
+                .reconcile(current.iter().map(|d| d.as_ref()))
+                .await;
+        }
+    }
+    supervisor.stop_all().await;
+    let _ = fs::remove_file(&own_pidfile);
+    Ok(())
+}
+
+async fn client(path: &Path) -> Result<kube::Client> {
+    let kubeconfig = Kubeconfig::read_from(path).map_err(|source| Error::Kubeconfig {
+        path: path.to_owned(),
+        source,
+    })?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|source| Error::Kubeconfig {
+            path: path.to_owned(),
+            source,
+        })?;
+    kube::Client::try_from(config).map_err(|source| Error::Client {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+struct Supervisor {
+    layout: Layout,
+    builds: Builds,
+    /// Images already logged as having no local build.
+    noted: HashSet<String>,
+}
+
+impl Supervisor {
+    async fn reconcile<'a>(&mut self, deployments: impl Iterator<Item = &'a Deployment>) {
+        let mut wanted = HashSet::new();
+        for deployment in deployments {
+            match spec::wanted(deployment, &self.builds, &self.layout, is_executable) {
+                Wanted::Nothing => {}
+                Wanted::NotBuilt { image } => {
+                    if self.noted.insert(image.clone()) {
+                        let name = deployment.metadata.name.as_deref().unwrap_or_default();
+                        log(format_args!(
+                            "Deployment {name} runs {image}: no local build of it \
+                             (FLUX_CONTROLLERS in versions.env), so it stays a pod without a process"
+                        ));
+                    }
+                }
+                Wanted::Run(process) => {
+                    wanted.insert(process.deployment.clone());
+                    if let Err(err) = self.supervise(&process).await {
+                        log(format_args!("error: {err}"));
+                    }
+                }
+            }
+        }
+        for deployment in self.recorded() {
+            if !wanted.contains(&deployment) {
+                log(format_args!(
+                    "Deployment {deployment} is gone or scaled to 0: stopping its process"
+                ));
+                stop(&self.layout.file(&deployment, ".pid")).await;
+                let _ = fs::remove_file(self.layout.file(&deployment, ".spec"));
+            }
+        }
+    }
+
+    async fn supervise(&self, process: &Process) -> Result<()> {
+        let pidfile = self.layout.file(&process.deployment, ".pid");
+        let specfile = self.layout.file(&process.deployment, ".spec");
+        let fingerprint = fs::read_to_string(&specfile).ok();
+        let recorded = read_pid(&pidfile).map(|pid| Recorded {
+            pid,
+            alive: alive(pid),
+            fingerprint: fingerprint.as_deref().map(str::trim_end),
+        });
+        let component = &process.component;
+        match spec::decide(recorded, &process.fingerprint) {
+            Action::Keep => return Ok(()),
+            Action::Start => {}
+            Action::Replace { pid } => {
+                log(format_args!(
+                    "Deployment {} changed to {}: replacing {component} (pid {pid})",
+                    process.deployment, process.image
+                ));
+                stop(&pidfile).await;
+            }
+            Action::Restart { pid } => {
+                log(format_args!(
+                    "{component} (pid {pid}) exited: starting it again (its log: {})",
+                    self.layout.file(&process.deployment, ".log").display()
+                ));
+                stop(&pidfile).await;
+            }
+        }
+        if process.version != process.tag {
+            log(format_args!(
+                "{component} {} is not built here (refused by the module proxy, or not in \
+                 FLUX_CONTROLLERS): running {}, the nearest built patch of its minor \
+                 (FLUX_CONTROLLER_SUBSTITUTES in versions.env)",
+                process.tag, process.version
+            ));
+        }
+        self.start(process, &pidfile, &specfile)
+    }
+
+    fn start(&self, process: &Process, pidfile: &Path, specfile: &Path) -> Result<()> {
+        let layout = &self.layout;
+        let storage = if spec::serves_artifacts(&process.component) {
+            // The artifact server keeps its port across restarts and upgrades: the URLs in the
+            // sources' status stay valid for kustomize-controller.
+            let portfile = layout.file(&process.deployment, ".storage-port");
+            let recorded = fs::read_to_string(&portfile).ok();
+            let port = match recorded.and_then(|p| p.trim().parse().ok()) {
+                Some(port) => port,
+                None => free_port()?,
+            };
+            write(&portfile, &format!("{port}\n"))?;
+            create_dir(&layout.file(&process.deployment, "-storage"))?;
+            Some(port)
+        } else {
+            None
+        };
+        let ports = Ports {
+            metrics: free_port()?,
+            health: free_port()?,
+            storage,
+        };
+        let args = process.command_line(layout, ports);
+        create_dir(&layout.file(&process.deployment, "-home"))?;
+        let logfile = layout.file(&process.deployment, ".log");
+        let open = || {
+            fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&logfile)
+                .map_err(|source| Error::File {
+                    doing: "opening",
+                    path: logfile.clone(),
+                    source,
+                })
+        };
+        let spawn_error = |source| Error::Spawn {
+            deployment: process.deployment.clone(),
+            binary: process.binary.clone(),
+            source,
+        };
+        let mut child = tokio::process::Command::new(&process.binary)
+            .args(&args)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBERNETES_SERVICE_PORT")
+            .envs(process.env(layout))
+            .stdin(Stdio::null())
+            .stdout(open()?)
+            .stderr(open()?)
+            // Its own process group: a signal to the supervisor's group is not one to it.
+            .process_group(0)
+            .spawn()
+            .map_err(spawn_error)?;
+        let pid = child.id().unwrap_or_default();
+        write(pidfile, &format!("{pid}\n"))?;
+        write(specfile, &format!("{}\n", process.fingerprint))?;
+        log(format_args!(
+            "started {} {} for Deployment {} ({}), pid {pid}: {}",
+            process.component,
+            process.version,
+            process.deployment,
+            process.image,
+            args.join(" ")
+        ));
+        let what = format!("{} (pid {pid})", process.component);
+        tokio::spawn(async move {
+            match child.wait().await {
+                Ok(status) => log(format_args!("{what} exited: {status}")),
+                Err(err) => log(format_args!("waiting for {what}: {err}")),
+            }
+        });
+        Ok(())
+    }
+
+    /// The Deployments with a pidfile.
+    fn recorded(&self) -> Vec<String> {
+        let Ok(entries) = fs::read_dir(&self.layout.controllers) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter_map(|name| name.strip_suffix(".pid").map(str::to_owned))
+            .collect()
+    }
+
+    /// SIGTERM to every process at once, SIGKILL to what is left after the grace period.
+    async fn stop_all(&self) {
+        let pidfiles: Vec<_> = self
+            .recorded()
+            .iter()
+            .map(|d| self.layout.file(d, ".pid"))
+            .collect();
+        futures::future::join_all(pidfiles.iter().map(|p| stop(p))).await;
+    }
+}
+
+/// Stops the process of `pidfile` if it runs (SIGTERM, SIGKILL after [`STOP_GRACE`]) and
+/// removes the pidfile.
+async fn stop(pidfile: &Path) {
+    if let Some(pid) = read_pid(pidfile).filter(|&pid| alive(pid)) {
+        signal_pid(pid, rustix::process::Signal::TERM);
+        let deadline = tokio::time::Instant::now() + STOP_GRACE;
+        while alive(pid) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if alive(pid) {
+            signal_pid(pid, rustix::process::Signal::KILL);
+        }
+    }
+    let _ = fs::remove_file(pidfile);
+}
+
+fn signal_pid(pid: u32, signal: rustix::process::Signal) {
+    if let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process(pid, signal);
+    }
+}
+
+/// The process exists and has not exited: a zombie (exited, not yet reaped) counts as gone.
+fn alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // The state follows the command name, which is in parentheses and may hold any.
+            let (_, rest) = stat.rsplit_once(')')?;
+            rest.split_whitespace()
+                .next()
+                .map(|state| state != "Z" && state != "X")
+        })
+        .unwrap_or(false)
+}
+
+fn read_pid(path: &Path) -> Option<u32> {
+    fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn write(path: &Path, content: &str) -> Result<()> {
+    fs::write(path, content).map_err(|source| Error::File {
+        doing: "writing",
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn create_dir(path: &Path) -> Result<()> {
+    fs::create_dir_all(path).map_err(|source| Error::File {
+        doing: "creating",
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+fn free_port() -> Result<u16> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .map_err(|source| Error::Port { source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_an_absent_pid_is_not() {
+        assert!(alive(std::process::id()));
+        // Above the kernel's pid_max (at most 2^22).
+        assert!(!alive(1 << 23));
+    }
+
+    #[test]
+    fn free_ports_are_real_loopback_ports() {
+        assert_ne!(free_port().unwrap(), 0);
+    }
+}
