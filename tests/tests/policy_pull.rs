@@ -413,8 +413,8 @@ async fn the_agent_pulls_the_channel_refuses_a_rollback_and_survives_the_registr
 
     // The platform's view: the channel read once, the cluster marked against it.
     let fleet_file = platform.fleet_file();
-    let fleet = |channel: &str| {
-        let out = platform.plugin(
+    let fleet_of = |channel: &str| {
+        platform.plugin(
             None,
             &[
                 "fleet",
@@ -423,11 +423,16 @@ async fn the_agent_pulls_the_channel_refuses_a_rollback_and_survives_the_registr
                 path(&fleet_file),
                 "--channel",
                 channel,
+                "--public-key",
+                path(&platform.public_key),
                 "--plain-http",
                 "-o",
                 "json",
             ],
-        );
+        )
+    };
+    let fleet = |channel: &str| {
+        let out = fleet_of(channel);
         (
             out.status.code(),
             json(&out)["clusters"][0]["channel"].clone(),
@@ -449,6 +454,75 @@ async fn the_agent_pulls_the_channel_refuses_a_rollback_and_survives_the_registr
     assert!(out.status.success(), "{out:?}");
     // A channel the agent does not follow: the cluster is behind it, and the exit code says so.
     assert_eq!(fleet(&other), (Some(1), Value::from("behind (5)")));
+    // Whoever can push to a tag can put any envelope there: one the platform's key did not
+    // sign (a key of the attacker's own, then a copy whose signature is mangled) is named as
+    // forged, nothing is compared, exit 1.
+    let forger = platform.dir.path().join("forger");
+    let out = platform.plugin(None, &["policy", "keygen", "--out", path(&forger)]);
+    assert!(out.status.success(), "{out:?}");
+    let unsigned = platform.dir.path().join("policy-forged.yaml");
+    std::fs::write(
+        &unsigned,
+        example_without_defaults().replace("generation: 7", "generation: 99"),
+    )
+    .unwrap();
+    let forged = platform.dir.path().join("forged.yaml");
+    let out = platform.plugin(
+        None,
+        &[
+            "policy",
+            "sign",
+            "-f",
+            path(&unsigned),
+            "--key",
+            path(&forger.join("ed25519.key")),
+            "--out",
+            path(&forged),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let mangled = platform.dir.path().join("mangled.yaml");
+    let genuine = std::fs::read_to_string(platform.sign(98, &[])).unwrap();
+    let signature = genuine
+        .lines()
+        .find_map(|l| l.strip_prefix("signature: "))
+        .expect("a signature line")
+        .to_owned();
+    let flipped: String = signature
+        .chars()
+        .enumerate()
+        .map(|(i, c)| {
+            if i == 5 {
+                if c == 'A' { 'B' } else { 'A' }
+            } else {
+                c
+            }
+        })
+        .collect();
+    std::fs::write(&mangled, genuine.replace(&signature, &flipped)).unwrap();
+    for (file, tag, says) in [
+        (&forged, ":forged", "which is none of --public-key"),
+        (&mangled, ":mangled", "does not verify: a forged channel"),
+    ] {
+        let tagged = channel.replace(":stable", tag);
+        let out = platform.plugin(
+            None,
+            &[
+                "policy",
+                "publish",
+                "-f",
+                path(file),
+                &tagged,
+                "--plain-http",
+            ],
+        );
+        assert!(out.status.success(), "{out:?}");
+        let out = fleet_of(&tagged);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{stderr}");
+        assert!(out.stdout.is_empty(), "nothing compared: {out:?}");
+    }
     publish(&platform.sign(6, &[]));
     wait_shown(&platform, "generation 6 pulled", |s| s["generation"] == 6).await;
     assert_eq!(fleet(&channel), (Some(0), Value::from("current")));
