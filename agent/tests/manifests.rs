@@ -1,6 +1,10 @@
 //! deploy/manifests against the code: every document is a well-formed object of its kind, and
 //! the RBAC grants exactly what the agent asks the API server for (and what it tells callers
 //! to bind). Applying them to a real API server is the integration tests' part.
+//!
+//! Over 600 lines because one test (the agent's ClusterRole) lists, one by one, every request
+//! the agent makes with the rule that allows it: that list is the test, and split it would be
+//! one table in two files.
 
 use std::{fs, path::PathBuf};
 
