@@ -90,7 +90,18 @@ pub enum Control {
 impl ControlArgs {
     pub fn control(&self) -> anyhow::Result<Control> {
         if !self.all {
-            let selection = grammar::parse(grammar::Verb::Control, &self.words)?;
+            let selection = grammar::parse(grammar::Verb::Control, &self.words).map_err(|err| {
+                // Only the name missing (the words name a kind): a usage error, as clap's own.
+                let kind_only = grammar::parse(grammar::Verb::Get, &self.words)
+                    .is_ok_and(|s| s.name.is_none() && !s.several);
+                if kind_only {
+                    Exit::Usage.mark(anyhow::anyhow!(
+                        "{err}, or --all for every object of the kind"
+                    ))
+                } else {
+                    err.into()
+                }
+            })?;
             let name = selection.name.expect("a control selection has a name");
             return Ok(Control::One {
                 kind: selection.kind,

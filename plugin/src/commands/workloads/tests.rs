@@ -114,3 +114,40 @@ fn status_selector_flag_parses() {
     assert!(parse_status_selector("ready").is_err());
     assert!(parse_status_selector("=true").is_err());
 }
+
+#[test]
+fn suspend_and_resume_take_one_object_or_all_of_one_kind() {
+    let args = |words: &[&str], all: bool| ControlArgs {
+        words: words.iter().map(|w| w.to_string()).collect(),
+        all,
+        all_namespaces: false,
+    };
+    assert_eq!(
+        args(&["ks", "apps"], false).control().unwrap(),
+        Control::One {
+            kind: "ks".into(),
+            name: "apps".into()
+        }
+    );
+    assert_eq!(
+        args(&["ks"], true).control().unwrap(),
+        Control::All {
+            kind: "ks".into(),
+            all_namespaces: false
+        }
+    );
+    for (words, all, says) in [
+        (&["ks"][..], false, "or --all"),
+        (&["source", "git"][..], false, "or --all"),
+        (&["all"][..], true, "one kind at a time"),
+        (&["sources", "all"][..], true, "one kind at a time"),
+        (&["ks", "apps"][..], true, "drop the name"),
+    ] {
+        let err = args(words, all).control().unwrap_err();
+        assert_eq!(Exit::of(&err), Exit::Usage, "{words:?}: {err:#}");
+        assert!(format!("{err:#}").contains(says), "{words:?}: {err:#}");
+    }
+    // A kind that does not take a name at all is the grammar's own error, not a usage one.
+    let err = args(&["source", "svn", "x"], false).control().unwrap_err();
+    assert_eq!(Exit::of(&err), Exit::Failure, "{err:#}");
+}
