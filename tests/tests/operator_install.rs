@@ -987,7 +987,10 @@ async fn operator_upgrade_keeps_the_flux_instance_ready() {
         Duration::from_secs(300),
         || async {
             let instance = cluster.object(INSTANCES, "flux-system", "flux")?;
-            (tenantflux_tests::flux::ready_now(&instance) == Some("True")).then_some(instance)
+            // flux-operator may report Ready a status write before lastAppliedRevision.
+            let applied = instance["status"]["lastAppliedRevision"].is_string();
+            (tenantflux_tests::flux::ready_now(&instance) == Some("True") && applied)
+                .then_some(instance)
         },
     )
     .await
