@@ -695,7 +695,7 @@ async fn flux_words_and_operator_kinds(cluster: &TestCluster, admin: &Path) {
     assert_eq!(output.status.code(), Some(1));
     assert!(
         stderr(&output)
-            .contains("unknown source kind \"svn\": expected one of git, oci, helm, chart, bucket"),
+            .contains("unknown source kind \"svn\": expected one of oci, bucket, git, helm, chart"),
         "{}",
         stderr(&output)
     );

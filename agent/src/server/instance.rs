@@ -55,6 +55,7 @@ impl InstanceService {
             resource: INSTANCE_PLURAL.into(),
             subresource: None,
             namespace: Some(self.instances.namespace().to_owned()),
+            name: None,
         }
     }
 }

@@ -31,6 +31,7 @@ impl PolicyService {
             resource: "policies".into(),
             subresource: None,
             namespace: Some(self.store.namespace().to_owned()),
+            name: None,
         }
     }
 }

@@ -62,6 +62,7 @@ fn list_permission(kind: &FluxKind, namespace: &str) -> Permission {
         resource: kind.plural.into(),
         subresource: None,
         namespace: Some(namespace.to_owned()),
+        name: None,
     }
 }
 
@@ -134,6 +135,7 @@ impl UpgradeService {
             resource: INSTANCE_PLURAL.into(),
             subresource: None,
             namespace: Some(self.upgrader.operator_namespace().to_owned()),
+            name: None,
         }
     }
 }
@@ -197,6 +199,7 @@ impl upgrade_server::Upgrade for UpgradeService {
                 resource: plural.into(),
                 subresource: None,
                 namespace: None,
+                name: None,
             };
             self.authorizer
                 .authorize(request.metadata(), &permission)
@@ -209,6 +212,7 @@ impl upgrade_server::Upgrade for UpgradeService {
                 resource: "customresourcedefinitions".into(),
                 subresource: Some("status".into()),
                 namespace: None,
+                name: None,
             };
             self.authorizer
                 .authorize(request.metadata(), &permission)

@@ -86,11 +86,15 @@ pub fn permission(verb: &str, kind: &FluxKind, namespace: Option<&str>) -> Permi
         resource: kind.plural.into(),
         subresource: None,
         namespace: namespace.map(str::to_owned),
+        name: None,
     }
 }
 
 fn need_permission(need: &Need) -> Permission {
-    permission(need.verb, need.kind, need.namespace.as_deref())
+    Permission {
+        name: need.name.clone(),
+        ..permission(need.verb, need.kind, need.namespace.as_deref())
+    }
 }
 
 /// What the caller of one call may do, as the API server says for its credentials.
@@ -459,6 +463,13 @@ mod tests {
         assert_eq!(
             super::permission("list", ks, None).to_string(),
             "list kustomizations.kustomize.toolkit.fluxcd.io cluster-wide"
+        );
+        // A call on one object asks about that object, so RBAC's resourceNames decide.
+        let one = need_permission(&Need::new("patch", ks, Some("apps")).on("podinfo"));
+        assert_eq!(one.name.as_deref(), Some("podinfo"));
+        assert_eq!(
+            need_permission(&Need::new("list", ks, Some("apps"))).name,
+            None
         );
     }
 

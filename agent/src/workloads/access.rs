@@ -23,6 +23,8 @@ pub struct Need {
     pub verb: &'static str,
     pub kind: &'static FluxKind,
     pub namespace: Option<String>,
+    /// One object, so that RBAC's `resourceNames` decide; `None` for every object of the kind.
+    pub name: Option<String>,
 }
 
 impl Need {
@@ -31,7 +33,14 @@ impl Need {
             verb,
             kind,
             namespace: namespace.map(str::to_owned),
+            name: None,
         }
+    }
+
+    /// The permission on one object of the kind.
+    pub fn on(mut self, name: &str) -> Self {
+        self.name = Some(name.to_owned());
+        self
     }
 }
 

@@ -103,7 +103,7 @@ impl Workloads {
         self.wait_discovered().await?;
         let cache = self.served(find_kind(&reference.kind)?)?;
         access
-            .check(&Need::new("get", cache.kind, Some(&reference.namespace)))
+            .check(&Need::new("get", cache.kind, Some(&reference.namespace)).on(&reference.name))
             .await?;
         let cached = self
             .object(&cache, &reference.namespace, &reference.name)
@@ -411,7 +411,7 @@ impl Workloads {
         }
         let cache = self.served(kind)?;
         access
-            .check(&Need::new("patch", cache.kind, Some(&reference.namespace)))
+            .check(&Need::new("patch", cache.kind, Some(&reference.namespace)).on(&reference.name))
             .await?;
         self.object(&cache, &reference.namespace, &reference.name)
             .await?;

@@ -17,6 +17,8 @@ pub struct Permission {
     pub subresource: Option<String>,
     /// Namespace; `None` for a cluster-wide permission.
     pub namespace: Option<String>,
+    /// One object's name, so that RBAC's `resourceNames` decide; `None` for every object.
+    pub name: Option<String>,
 }
 
 impl Permission {
@@ -28,6 +30,7 @@ impl Permission {
             resource: "agents".into(),
             subresource: Some("status".into()),
             namespace: Some(namespace.into()),
+            name: None,
         }
     }
 
@@ -47,6 +50,7 @@ impl Permission {
             resource: Some(self.resource.clone()),
             subresource: self.subresource.clone(),
             namespace: self.namespace.clone(),
+            name: self.name.clone(),
             ..ResourceAttributes::default()
         }
     }
@@ -81,6 +85,7 @@ mod tests {
             resource: "kustomizations".into(),
             subresource: None,
             namespace: Some("apps".into()),
+            name: None,
         };
         assert_eq!(
             patch.to_string(),
@@ -92,6 +97,7 @@ mod tests {
             resource: "nodes".into(),
             subresource: None,
             namespace: None,
+            name: None,
         };
         assert_eq!(core.to_string(), "list nodes cluster-wide");
         let attrs = Permission::agent_status("ns").resource_attributes();
