@@ -6,7 +6,7 @@ use std::{collections::BTreeSet, pin::Pin, sync::Arc};
 use futures::{Stream, StreamExt};
 use tenantflux_core::{
     flux::{INSTANCE_PLURAL, OPERATOR_GROUP},
-    kinds::{FluxKind, KINDS, KUSTOMIZE},
+    kinds::{KINDS, KUSTOMIZE},
     text::chain,
 };
 use tenantflux_proto::v1::{
@@ -55,17 +55,6 @@ fn apply_options(request: ApplyUpgradeRequest) -> ApplyOptions {
     }
 }
 
-fn list_permission(kind: &FluxKind, namespace: &str) -> Permission {
-    Permission {
-        verb: "list".into(),
-        group: kind.group.into(),
-        resource: kind.plural.into(),
-        subresource: None,
-        namespace: Some(namespace.to_owned()),
-        name: None,
-    }
-}
-
 pub struct UpgradeService {
     upgrader: Arc<Upgrader>,
     authorizer: Arc<Authorizer>,
@@ -104,7 +93,10 @@ impl UpgradeService {
             .iter()
             .filter_map(|key @ (group, kind, namespace)| {
                 let flux = KINDS.iter().find(|k| k.group == group && k.kind == kind)?;
-                Some((key, list_permission(flux, namespace)))
+                Some((
+                    key,
+                    super::workloads::permission("list", flux, Some(namespace)),
+                ))
             })
             .collect();
         let permissions: Vec<Permission> = asked.iter().map(|(_, p)| p.clone()).collect();
