@@ -121,6 +121,27 @@ pub struct Args {
     )]
     pub stream_recheck_interval: Duration,
 
+    /// How often the agent denies the identity CSRs (signer tenantflux.io/caller-identity)
+    /// older than --identity-csr-max-age, so kube-controller-manager deletes them an hour
+    /// later and callers need only create on CSRs.
+    #[arg(
+        long,
+        env = "TENANTFLUX_IDENTITY_CSR_SWEEP_INTERVAL",
+        default_value = "1m",
+        value_parser = parse_duration
+    )]
+    pub identity_csr_sweep_interval: Duration,
+
+    /// The age after which the agent denies an identity CSR. A proof is refused with a CSR
+    /// older than 15 minutes, or denied, whatever this says.
+    #[arg(
+        long,
+        env = "TENANTFLUX_IDENTITY_CSR_MAX_AGE",
+        default_value = "15m",
+        value_parser = parse_duration
+    )]
+    pub identity_csr_max_age: Duration,
+
     /// The management side's ed25519 public key (PEM or base64 file) that signed policies
     /// must verify against. Without it the agent accepts no policy.
     #[arg(long, env = "TENANTFLUX_POLICY_PUBLIC_KEY", value_name = "PATH")]
@@ -275,6 +296,16 @@ mod tests {
                 "stream_recheck_interval",
                 "TENANTFLUX_STREAM_RECHECK_INTERVAL",
                 "1m",
+            ),
+            (
+                "identity_csr_sweep_interval",
+                "TENANTFLUX_IDENTITY_CSR_SWEEP_INTERVAL",
+                "1m",
+            ),
+            (
+                "identity_csr_max_age",
+                "TENANTFLUX_IDENTITY_CSR_MAX_AGE",
+                "15m",
             ),
             (
                 "operator_image_registries",

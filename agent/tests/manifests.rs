@@ -142,15 +142,22 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
         "create",
         None
     ));
-    // Reading a caller's identity CSR, and nothing that would approve or sign one.
-    assert!(allows(
-        rules,
-        "certificates.k8s.io",
-        "certificatesigningrequests",
-        "get",
-        None
-    ));
-    for verb in ["create", "update", "patch", "delete", "list"] {
+    // Reading a caller's identity CSR and listing them (to deny the expired ones); nothing
+    // that would create, change or delete one, and approval only for the identity signer,
+    // whom nobody signs for.
+    for verb in ["get", "list"] {
+        assert!(
+            allows(
+                rules,
+                "certificates.k8s.io",
+                "certificatesigningrequests",
+                verb,
+                None
+            ),
+            "{verb} certificatesigningrequests"
+        );
+    }
+    for verb in ["create", "update", "patch", "delete"] {
         assert!(
             !allows(
                 rules,
@@ -165,8 +172,44 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
     assert!(!allows(
         rules,
         "certificates.k8s.io",
+        "certificatesigningrequests/status",
+        "update",
+        None
+    ));
+    assert!(allows(
+        rules,
+        "certificates.k8s.io",
         "certificatesigningrequests/approval",
         "update",
+        None
+    ));
+    assert!(allows(
+        rules,
+        "certificates.k8s.io",
+        "signers",
+        "approve",
+        Some(tenantflux_core::identity::SIGNER_NAME)
+    ));
+    for other in [
+        "kubernetes.io/kube-apiserver-client",
+        "kubernetes.io/kubelet-serving",
+    ] {
+        assert!(
+            !allows(
+                rules,
+                "certificates.k8s.io",
+                "signers",
+                "approve",
+                Some(other)
+            ),
+            "approve {other}"
+        );
+    }
+    assert!(!allows(
+        rules,
+        "certificates.k8s.io",
+        "signers",
+        "sign",
         None
     ));
     for verb in ["get", "list", "watch"] {
@@ -294,11 +337,15 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
             !rule.resources.iter().flatten().any(|r| r == "*"),
             "no wildcard resources"
         );
+        // The one update: denying expired identity CSRs (the approval subresource takes no
+        // apply).
+        let approval = rule.resources.as_deref()
+            == Some(&["certificatesigningrequests/approval".to_owned()][..]);
         assert!(
             !rule
                 .verbs
                 .iter()
-                .any(|v| v == "deletecollection" || v == "update"),
+                .any(|v| v == "deletecollection" || (v == "update" && !approval)),
             "server-side apply needs neither update nor deletecollection"
         );
         // Patches go to Flux objects (local control), to what a bundle holds (the install), or to
@@ -466,16 +513,74 @@ fn user_role_grants_the_permission_the_agent_checks() {
     assert!(allows(rules, "", "events", "list", None));
     assert!(allows(rules, "events.k8s.io", "events", "list", None));
 
+    // A user may mint a token of tenantflux-client (client-certificate users who may not
+    // create CSRs); tenantflux-client itself holds the same rules but may not mint its own.
+    let mint = |rules: &[PolicyRule]| {
+        allows(
+            rules,
+            "",
+            "serviceaccounts/token",
+            "create",
+            Some("tenantflux-client"),
+        )
+    };
+    assert!(mint(rules));
+    let client_role = objects
+        .roles
+        .iter()
+        .find(|r| r.metadata.name.as_deref() == Some("tenantflux-client"))
+        .expect("Role tenantflux-client");
+    let client_rules = client_role.rules.as_deref().unwrap();
+    assert!(
+        !mint(client_rules),
+        "tenantflux-client mints its own tokens"
+    );
+    let without_mint: Vec<_> = rules
+        .iter()
+        .filter(|r| !mint(std::slice::from_ref(r)))
+        .collect();
+    assert_eq!(
+        without_mint,
+        client_rules.iter().collect::<Vec<_>>(),
+        "tenantflux-client holds what a user holds, less minting"
+    );
     let binding = objects
         .role_bindings
         .iter()
-        .find(|b| b.role_ref.name == "tenantflux-user")
-        .expect("RoleBinding of tenantflux-user");
+        .find(|b| b.metadata.name.as_deref() == Some("tenantflux-client"))
+        .expect("RoleBinding tenantflux-client");
+    assert_eq!(binding.role_ref.name, "tenantflux-client");
     let subject = &binding.subjects.as_ref().unwrap()[0];
     assert_eq!(
         (subject.kind.as_str(), subject.name.as_str()),
         ("ServiceAccount", "tenantflux-client")
     );
+    // Users may create identity CSRs, not delete anyone's.
+    let identity = objects
+        .cluster_roles
+        .iter()
+        .find(|r| r.metadata.name.as_deref() == Some("tenantflux-caller-identity"))
+        .expect("ClusterRole tenantflux-caller-identity");
+    let identity_rules = identity.rules.as_deref().unwrap();
+    assert!(allows(
+        identity_rules,
+        "certificates.k8s.io",
+        "certificatesigningrequests",
+        "create",
+        None
+    ));
+    for verb in ["delete", "deletecollection", "update", "patch", "list"] {
+        assert!(
+            !allows(
+                identity_rules,
+                "certificates.k8s.io",
+                "certificatesigningrequests",
+                verb,
+                None
+            ),
+            "{verb} certificatesigningrequests"
+        );
+    }
     let mut names: Vec<_> = objects
         .service_accounts
         .iter()

@@ -150,7 +150,6 @@ impl Cli {
             };
             done.map(|()| Exit::Success)
         });
-        runtime.block_on(crate::connect::delete_identity_csrs());
         crate::timings::print(started);
         result
     }

@@ -326,6 +326,12 @@ async fn run(args: Args) -> Result<(), Error> {
         admin::router(readiness, metrics.clone(), caches.clone()),
         shutdown.clone(),
     ));
+    let csr_sweep = tokio::spawn(crate::server::auth::deny_expired_identity_csrs(
+        client.clone(),
+        args.identity_csr_max_age,
+        args.identity_csr_sweep_interval,
+        shutdown.clone(),
+    ));
     let authorizer = Arc::new(
         Authorizer::new(client.clone(), args.token_audience)
             .with_stream_recheck(args.stream_recheck_interval)
@@ -383,6 +389,7 @@ async fn run(args: Args) -> Result<(), Error> {
     let _ = defaults.await;
     let _ = resumed.await;
     let _ = phase_metric.await;
+    let _ = csr_sweep.await;
     if let Some(install) = install {
         let _ = install.await;
     }

@@ -5,10 +5,7 @@ use std::{fmt, str::FromStr};
 
 use kube::config::AuthInfo;
 use secrecy::ExposeSecret as _;
-use tonic::{
-    metadata::{Ascii, MetadataValue},
-    service::Interceptor,
-};
+use tonic::transport::Channel;
 
 use super::*;
 
@@ -110,9 +107,9 @@ pub struct IdentityCsr {
 /// Adds `authorization: Bearer <token>`, or a fresh caller-identity proof, to every call.
 #[derive(Clone)]
 pub enum BearerAuth {
-    Token(MetadataValue<Ascii>),
+    Token(http::HeaderValue),
     Proof {
-        csr: MetadataValue<Ascii>,
+        csr: http::HeaderValue,
         name: String,
         key: Arc<tenantflux_core::identity::SigningKey>,
         audience: String,
@@ -122,11 +119,48 @@ pub enum BearerAuth {
 
 impl BearerAuth {
     pub fn new(token: &Token) -> Result<Self, ConnectError> {
-        let mut value: MetadataValue<Ascii> = format!("Bearer {}", token.expose())
-            .parse()
+        let mut value = http::HeaderValue::from_str(&format!("Bearer {}", token.expose()))
             .map_err(|_| ConnectError::InvalidToken)?;
         value.set_sensitive(true);
         Ok(Self::Token(value))
+    }
+
+    /// Adds a proof of the caller's identity for the call `parts` with `body`, made at `now`
+    /// (unix seconds). Nothing for a bearer token, which the channel sends as it is.
+    fn prove(
+        &self,
+        parts: &mut http::request::Parts,
+        body: &[u8],
+        now: i64,
+    ) -> Result<(), tonic::codegen::StdError> {
+        use tenantflux_core::identity;
+        let Self::Proof {
+            csr,
+            name,
+            key,
+            audience,
+            namespace,
+        } = self
+        else {
+            return Ok(());
+        };
+        let digest = identity::body_digest(body);
+        let subject = identity::ProofSubject {
+            csr: name,
+            audience,
+            namespace,
+            method: parts.uri.path(),
+            body_sha256: &digest,
+        };
+        let nonce =
+            identity::nonce().map_err(|err| format!("making the identity proof's nonce: {err}"))?;
+        let proof = identity::sign_proof(key, &subject, &nonce, now);
+        let mut proof =
+            http::HeaderValue::from_str(&proof).map_err(|_| "the identity proof is not ASCII")?;
+        proof.set_sensitive(true);
+        parts.headers.insert(identity::CSR_METADATA, csr.clone());
+        parts.headers.insert(identity::PROOF_METADATA, proof);
+        Ok(())
     }
 
     pub(super) fn from_credential(credential: Credential) -> Result<Self, ConnectError> {
@@ -136,7 +170,8 @@ impl BearerAuth {
                 let csr = *csr;
                 Ok(Self::Proof {
                     // CSR names are DNS subdomains: ASCII.
-                    csr: csr.name.parse().map_err(|_| ConnectError::InvalidToken)?,
+                    csr: http::HeaderValue::from_str(&csr.name)
+                        .map_err(|_| ConnectError::InvalidToken)?,
                     name: csr.name,
                     key: Arc::new(csr.key),
                     audience: csr.audience,
@@ -147,45 +182,78 @@ impl BearerAuth {
     }
 }
 
-impl Interceptor for BearerAuth {
-    fn call(
+/// The channel every client of the agent sends through: each call carries the credential. A
+/// bearer token is a header; a caller-identity proof is signed for the call itself — its
+/// method and the SHA-256 of its request body (read whole: every request is one message),
+/// with a fresh nonce — so a proof captured on the way is worth that call, once, for at most
+/// `tenantflux_core::identity::MAX_SKEW_SECONDS`.
+#[derive(Clone)]
+pub struct AuthChannel {
+    channel: Channel,
+    auth: BearerAuth,
+}
+
+impl AuthChannel {
+    pub(super) fn new(channel: Channel, auth: BearerAuth) -> Self {
+        Self { channel, auth }
+    }
+}
+
+type Body = tonic::body::Body;
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+type CallFuture = std::pin::Pin<
+    Box<dyn Future<Output = Result<http::Response<Body>, tonic::codegen::StdError>> + Send>,
+>;
+
+impl tower::Service<http::Request<Body>> for AuthChannel {
+    type Response = http::Response<Body>;
+    type Error = tonic::codegen::StdError;
+    type Future = CallFuture;
+
+    fn poll_ready(
         &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        tower::Service::poll_ready(&mut self.channel, cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
         if crate::timings::enabled() {
-            request.metadata_mut().insert(
+            request.headers_mut().insert(
                 crate::timings::REQUEST_METADATA,
-                MetadataValue::from_static("1"),
+                http::HeaderValue::from_static("1"),
             );
         }
-        match self {
-            Self::Token(value) => {
-                request
-                    .metadata_mut()
-                    .insert("authorization", value.clone());
-            }
-            Self::Proof {
-                csr,
-                name,
-                key,
-                audience,
-                namespace,
-            } => {
-                use tenantflux_core::identity;
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs() as i64);
-                let proof = identity::sign_proof(key, name, audience, namespace, now);
-                let mut proof: MetadataValue<Ascii> = proof
-                    .parse()
-                    .map_err(|_| tonic::Status::internal("the identity proof is not ASCII"))?;
-                proof.set_sensitive(true);
-                let metadata = request.metadata_mut();
-                metadata.insert(identity::CSR_METADATA, csr.clone());
-                metadata.insert(identity::PROOF_METADATA, proof);
-            }
-        }
-        Ok(request)
+        // The ready channel serves this call; a clone takes its place (tower's usual way).
+        let clone = self.channel.clone();
+        let mut channel = std::mem::replace(&mut self.channel, clone);
+        let auth = self.auth.clone();
+        Box::pin(async move {
+            let request = match &auth {
+                BearerAuth::Token(value) => {
+                    let mut request = request;
+                    request
+                        .headers_mut()
+                        .insert(http::header::AUTHORIZATION, value.clone());
+                    request
+                }
+                BearerAuth::Proof { .. } => {
+                    use http_body_util::BodyExt as _;
+                    let (mut parts, body) = request.into_parts();
+                    let bytes = body.collect().await?.to_bytes();
+                    auth.prove(&mut parts, &bytes, unix_now())?;
+                    http::Request::from_parts(parts, Body::new(http_body_util::Full::new(bytes)))
+                }
+            };
+            tower::Service::call(&mut channel, request)
+                .await
+                .map_err(Into::into)
+        })
     }
 }
 
@@ -260,35 +328,60 @@ mod tests {
         use tenantflux_core::identity;
         let key = tenantflux_core::policy::signing::generate().unwrap();
         let public = *key.verifying_key().as_bytes();
-        let mut auth = BearerAuth::from_credential(Credential::Identity(Box::new(IdentityCsr {
+        let auth = BearerAuth::from_credential(Credential::Identity(Box::new(IdentityCsr {
             name: "tenantflux-caller-0011".into(),
             key,
             audience: "tenantflux-agent".into(),
             namespace: "tenantflux-system".into(),
         })))
         .unwrap();
-        let request = auth.call(tonic::Request::new(())).unwrap();
-        let metadata = request.metadata();
-        assert!(metadata.get("authorization").is_none(), "no token is sent");
+        let (mut parts, ()) = http::Request::builder()
+            .uri("http://agent/tenantflux.v1.Workloads/Resume")
+            .body(())
+            .unwrap()
+            .into_parts();
+        let body = b"\0\0\0\0\x04body";
+        let now = unix_now();
+        auth.prove(&mut parts, body, now).unwrap();
+        let headers = &parts.headers;
+        assert!(headers.get("authorization").is_none(), "no token is sent");
         assert_eq!(
-            metadata.get(identity::CSR_METADATA).unwrap(),
+            headers.get(identity::CSR_METADATA).unwrap(),
             "tenantflux-caller-0011"
         );
-        let proof = metadata.get(identity::PROOF_METADATA).unwrap();
+        let proof = headers.get(identity::PROOF_METADATA).unwrap();
         assert!(proof.is_sensitive());
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs() as i64;
-        identity::verify_proof(
-            &public,
-            proof.to_str().unwrap(),
-            "tenantflux-caller-0011",
-            "tenantflux-agent",
-            "tenantflux-system",
-            Some(now),
-        )
-        .unwrap();
+        let digest = identity::body_digest(body);
+        let subject = identity::ProofSubject {
+            csr: "tenantflux-caller-0011",
+            audience: "tenantflux-agent",
+            namespace: "tenantflux-system",
+            method: "/tenantflux.v1.Workloads/Resume",
+            body_sha256: &digest,
+        };
+        let verified =
+            identity::verify_proof(&public, proof.to_str().unwrap(), &subject, Some(now)).unwrap();
+        // Each call its own nonce; and the proof holds for this call's body only.
+        let first = proof.to_str().unwrap().to_owned();
+        auth.prove(&mut parts, body, now).unwrap();
+        let second = parts.headers.get(identity::PROOF_METADATA).unwrap();
+        assert_ne!(
+            identity::proof_nonce(second.to_str().unwrap()),
+            Some(verified.nonce.as_str())
+        );
+        let other = identity::body_digest(b"another body");
+        assert_eq!(
+            identity::verify_proof(
+                &public,
+                &first,
+                &identity::ProofSubject {
+                    body_sha256: &other,
+                    ..subject
+                },
+                Some(now)
+            ),
+            Err(identity::ProofError::Signature)
+        );
     }
 
     #[test]
@@ -318,18 +411,12 @@ mod tests {
     }
 
     #[test]
-    fn interceptor_sets_the_bearer_header() {
-        let mut auth = BearerAuth::new(&Token::new("abc")).unwrap();
-        let request = auth.call(tonic::Request::new(())).unwrap();
-        assert_eq!(
-            request
-                .metadata()
-                .get("authorization")
-                .unwrap()
-                .to_str()
-                .unwrap(),
-            "Bearer abc"
-        );
+    fn a_token_is_the_bearer_header() {
+        let BearerAuth::Token(value) = BearerAuth::new(&Token::new("abc")).unwrap() else {
+            panic!("a token is sent as a bearer token");
+        };
+        assert_eq!(value.to_str().unwrap(), "Bearer abc");
+        assert!(value.is_sensitive());
         assert!(matches!(
             BearerAuth::new(&Token::new("bad\ntoken")),
             Err(ConnectError::InvalidToken)

@@ -2,8 +2,6 @@
 //! tokenFile, or one requested with TokenRequest), or the proof of a caller-identity CSR for
 //! client-certificate users; never printed.
 
-use std::sync::Mutex;
-
 use k8s_openapi::api::{
     authentication::v1::{TokenRequest, TokenRequestSpec},
     certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec},
@@ -12,26 +10,6 @@ use k8s_openapi::api::{
 use kube::{Api, Client, api::PostParams, config::AuthInfo};
 
 use super::*;
-
-/// The identity CSRs this process created, deleted by [`delete_identity_csrs`] when the
-/// command ends.
-static IDENTITY_CSRS: Mutex<Vec<(Client, String)>> = Mutex::new(Vec::new());
-
-/// Deletes the CSRs this process created to prove its user's identity. One left behind (the
-/// process killed) proves nothing without its key, which never left the process; the
-/// controller-manager removes pending CSRs after a day.
-pub async fn delete_identity_csrs() {
-    let created = std::mem::take(&mut *IDENTITY_CSRS.lock().unwrap_or_else(|p| p.into_inner()));
-    for (client, name) in created {
-        let api: Api<CertificateSigningRequest> = Api::all(client);
-        if let Err(err) = api.delete(&name, &Default::default()).await {
-            eprintln!(
-                "warning: could not delete CertificateSigningRequest {name}, which proved who you are to the agent: {}",
-                describe(&err)
-            );
-        }
-    }
-}
 
 /// A credential taken from, or put in, the credential cache: dropped when the agent refuses it.
 pub(super) struct Cached {
@@ -104,7 +82,7 @@ pub(super) async fn resolve_token(
             if account == CLIENT_SERVICE_ACCOUNT {
                 if let Some(cache) = &cache {
                     if let Some(found) =
-                        cached_identity(cache, key(CredentialKind::Identity), &client, options, now)
+                        cached_identity(cache, key(CredentialKind::Identity), options, now)
                     {
                         return Ok(found);
                     }
@@ -117,7 +95,7 @@ pub(super) async fn resolve_token(
                 let identity = bounded(
                     options.timeout,
                     || "creating the CertificateSigningRequest that proves who you are".to_owned(),
-                    create_identity_csr(client.clone(), audience, namespace, cache.is_none()),
+                    create_identity_csr(client.clone(), audience, namespace),
                 )
                 .await??;
                 match identity {
@@ -146,7 +124,7 @@ pub(super) async fn resolve_token(
                         what.push_str(if cached.is_some() {
                             "cached for later commands while the agent accepts it)"
                         } else {
-                            "deleted when the command ends)"
+                            "used by this command only)"
                         });
                         return Ok((Credential::Identity(Box::new(csr)), what, cached));
                     }
@@ -190,12 +168,10 @@ pub(super) async fn resolve_token(
     }
 }
 
-/// The identity CSR cached for `key`, if it may still be used. One too old is forgotten and
-/// its CSR deleted when the command ends.
+/// The identity CSR cached for `key`, if it may still be used. One too old is forgotten.
 fn cached_identity(
     cache: &CredentialCache,
     key: CacheKey,
-    client: &Client,
     options: &ConnectOptions,
     now: i64,
 ) -> Option<(Credential, String, Option<Cached>)> {
@@ -230,25 +206,23 @@ fn cached_identity(
                 }),
             ))
         }
+        // Too old: the agent denies it, and kube-controller-manager deletes it an hour later.
         _ => {
             cache.remove(&key);
-            IDENTITY_CSRS
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((client.clone(), csr));
             None
         }
     }
 }
 
-/// Creates an identity CSR with a fresh key, deleted when the command ends if
-/// `delete_when_done` (else it is cached and lives on). `Ok(Err(message))`: the user may not
-/// create CSRs (the caller falls back to the ServiceAccount).
+/// Creates an identity CSR with a fresh key. Callers may only create CSRs: the agent denies
+/// it once it is too old to prove anything, and kube-controller-manager deletes it an hour
+/// later; without its key, which never leaves this process (or the user's credential cache),
+/// it proves nothing. `Ok(Err(message))`: the user may not create CSRs (the caller falls back
+/// to the ServiceAccount).
 async fn create_identity_csr(
     client: Client,
     audience: &str,
     namespace: &str,
-    delete_when_done: bool,
 ) -> Result<Result<IdentityCsr, String>, ConnectError> {
     use tenantflux_core::identity;
     let key =
@@ -286,20 +260,12 @@ async fn create_identity_csr(
     };
     let api: Api<CertificateSigningRequest> = Api::all(client.clone());
     match api.create(&PostParams::default(), &csr).await {
-        Ok(_) => {
-            if delete_when_done {
-                IDENTITY_CSRS
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push((client, name.clone()));
-            }
-            Ok(Ok(IdentityCsr {
-                name,
-                key,
-                audience: audience.to_owned(),
-                namespace: namespace.to_owned(),
-            }))
-        }
+        Ok(_) => Ok(Ok(IdentityCsr {
+            name,
+            key,
+            audience: audience.to_owned(),
+            namespace: namespace.to_owned(),
+        })),
         Err(kube::Error::Api(status)) if status.is_forbidden() => Ok(Err(status.message)),
         Err(err) => Err(ConnectError::IdentityCsr {
             cause: describe(&err),

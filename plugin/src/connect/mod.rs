@@ -8,13 +8,13 @@ mod errors;
 mod kubeconfig;
 mod pod;
 
+use self::credentials::{Cached, resolve_token};
 pub use self::{
     bearer::*,
     cache::{
         CacheKey, ClusterIdentity, CredentialCache, CredentialKind, Entry, NO_CACHE_ENV,
         default_dir as default_credential_cache_dir,
     },
-    credentials::*,
     errors::*,
     kubeconfig::*,
     pod::*,
@@ -40,7 +40,6 @@ use tenantflux_proto::v1::{
 };
 use tonic::{
     Streaming,
-    service::interceptor::InterceptedService,
     transport::{Channel, Endpoint},
 };
 
@@ -111,11 +110,14 @@ type ForwardError = Arc<Mutex<Option<String>>>;
 
 /// A connected, authenticated client of one tenantflux-agent.
 pub struct Agent {
-    client: AgentClient<InterceptedService<Channel, BearerAuth>>,
-    workloads: WorkloadsClient<InterceptedService<Channel, BearerAuth>>,
-    policy: PolicyClient<InterceptedService<Channel, BearerAuth>>,
-    instance: InstanceClient<InterceptedService<Channel, BearerAuth>>,
-    upgrade: UpgradeClient<InterceptedService<Channel, BearerAuth>>,
+    client: AgentClient<AuthChannel>,
+    workloads: WorkloadsClient<AuthChannel>,
+    policy: PolicyClient<AuthChannel>,
+    instance: InstanceClient<AuthChannel>,
+    upgrade: UpgradeClient<AuthChannel>,
+    /// The API server the agent was reached through (none for `--agent-address` with
+    /// `--token`).
+    kube: Option<Client>,
     target: AgentTarget,
     forward_error: ForwardError,
     namespace: String,
@@ -132,23 +134,27 @@ impl Agent {
             .namespace
             .clone()
             .unwrap_or_else(|| "default".to_owned());
-        let (channel, target, (token, credential, cached)) = match &options.agent_address {
+        let (channel, target, kube, (token, credential, cached)) = match &options.agent_address {
             Some(address) => {
                 let (channel, target) = direct_channel(address, options.timeout).await?;
-                let token = match &options.token {
+                let (kube, token) = match &options.token {
                     // A direct address with an explicit token needs no Kubernetes at all.
                     Some(token) => (
-                        Credential::Bearer(token.clone()),
-                        TokenSource::Flag(token).to_string(),
                         None,
+                        (
+                            Credential::Bearer(token.clone()),
+                            TokenSource::Flag(token).to_string(),
+                            None,
+                        ),
                     ),
                     None => {
                         let (client, user, cluster) = kube_client(options).await?;
                         client.default_namespace().clone_into(&mut namespace);
-                        resolve_token(options, client, &user, &cluster).await?
+                        let token = resolve_token(options, client.clone(), &user, &cluster).await?;
+                        (Some(client), token)
                     }
                 };
-                (channel, target, token)
+                (channel, target, kube, token)
             }
             None => {
                 let (client, user, cluster) = kube_client(options).await?;
@@ -159,10 +165,10 @@ impl Agent {
                     port_forward_channel(client.clone(), options, forward_error.clone()).await?;
                 let token = crate::timings::timed(
                     "credential",
-                    resolve_token(options, client, &user, &cluster),
+                    resolve_token(options, client.clone(), &user, &cluster),
                 )
                 .await?;
-                (channel, target, token)
+                (channel, target, Some(client), token)
             }
         };
         if options.verbose {
@@ -175,12 +181,14 @@ impl Agent {
             eprintln!("sending {credential} to {target}{checked}");
         }
         let auth = BearerAuth::from_credential(token)?;
+        let channel = AuthChannel::new(channel, auth);
         Ok(Self {
-            client: AgentClient::with_interceptor(channel.clone(), auth.clone()),
-            workloads: WorkloadsClient::with_interceptor(channel.clone(), auth.clone()),
-            policy: PolicyClient::with_interceptor(channel.clone(), auth.clone()),
-            instance: InstanceClient::with_interceptor(channel.clone(), auth.clone()),
-            upgrade: UpgradeClient::with_interceptor(channel, auth),
+            client: AgentClient::new(channel.clone()),
+            workloads: WorkloadsClient::new(channel.clone()),
+            policy: PolicyClient::new(channel.clone()),
+            instance: InstanceClient::new(channel.clone()),
+            upgrade: UpgradeClient::new(channel),
+            kube,
             target,
             forward_error,
             namespace,
@@ -234,23 +242,28 @@ impl Agent {
     }
 
     /// A client of the agent's Workloads service on the same connection.
-    pub fn workloads(&self) -> WorkloadsClient<InterceptedService<Channel, BearerAuth>> {
+    pub fn workloads(&self) -> WorkloadsClient<AuthChannel> {
         self.workloads.clone()
     }
 
     /// A client of the agent's Policy service on the same connection.
-    pub fn policy(&self) -> PolicyClient<InterceptedService<Channel, BearerAuth>> {
+    pub fn policy(&self) -> PolicyClient<AuthChannel> {
         self.policy.clone()
     }
 
     /// A client of the agent's Instance service on the same connection.
-    pub fn instance(&self) -> InstanceClient<InterceptedService<Channel, BearerAuth>> {
+    pub fn instance(&self) -> InstanceClient<AuthChannel> {
         self.instance.clone()
     }
 
     /// A client of the agent's Upgrade service on the same connection.
-    pub fn upgrade(&self) -> UpgradeClient<InterceptedService<Channel, BearerAuth>> {
+    pub fn upgrade(&self) -> UpgradeClient<AuthChannel> {
         self.upgrade.clone()
+    }
+
+    /// The Kubernetes client of the API server the agent was reached through, if any.
+    pub fn kube(&self) -> Option<&Client> {
+        self.kube.as_ref()
     }
 
     /// The namespace commands act in: -n, else the kubeconfig context's.

@@ -15,8 +15,10 @@ const GRANT_TTL: Duration = Duration::from_secs(10);
 const CACHE_CAPACITY: u64 = 1024;
 
 pub(super) struct Caches {
-    /// The user each token or caller-identity proof was reviewed as, by its digest.
+    /// The user each token was reviewed as, by its digest.
     pub(super) users: Cache<TokenKey, UserInfo>,
+    /// What each identity CSR says, by name (every proof is still checked against it).
+    pub(super) csrs: Cache<String, std::sync::Arc<super::proof::CsrFacts>>,
     /// The permissions the API server granted. Refusals are not kept: a caller who was just
     /// given a Role must not be turned away for the rest of the TTL.
     pub(super) grants: Cache<(UserInfo, Permission), ()>,
@@ -26,6 +28,7 @@ impl Caches {
     pub(super) fn new(user_ttl: Duration, grant_ttl: Duration, capacity: u64) -> Self {
         Self {
             users: ttl_cache(user_ttl, capacity),
+            csrs: ttl_cache(user_ttl, capacity),
             grants: ttl_cache(grant_ttl, capacity),
         }
     }

@@ -94,14 +94,9 @@ pub fn bearer_token(metadata: &MetadataMap) -> Result<BearerToken, AuthError> {
 pub struct CallerProof {
     pub(super) csr: String,
     pub(super) proof: String,
-}
-
-impl CallerProof {
-    /// The key the proven user is cached under, beside the tokens': a digest, like theirs,
-    /// since the proof is as good as a token while it is fresh.
-    pub(super) fn cache_key(&self) -> TokenKey {
-        TokenKey::digest(&format!("{}\n{}", self.csr, self.proof))
-    }
+    /// The call the server received ([`tenantflux_core::identity::CALL_METADATA`], set by
+    /// the server's call layer, never by the caller); None when the layer did not run.
+    pub(super) call: Option<String>,
 }
 
 /// Reads a caller-identity proof from the call's metadata; None when the call carries none.
@@ -124,7 +119,10 @@ pub fn caller_proof(metadata: &MetadataMap) -> Result<Option<CallerProof>, AuthE
         .ok_or(AuthError::MissingToken {
             reason: "the call names a CertificateSigningRequest (\"x-tenantflux-csr\") but carries no \"x-tenantflux-proof\"",
         })?;
-    Ok(Some(CallerProof { csr, proof }))
+    let call = metadata
+        .get(tenantflux_core::identity::CALL_METADATA)
+        .and_then(text);
+    Ok(Some(CallerProof { csr, proof, call }))
 }
 
 /// What a stream was opened with, for its rechecks.
@@ -144,16 +142,40 @@ impl Credential {
     }
 }
 
-/// When a JWT bearer token expires (its `exp` claim), read without verifying it: the time
-/// only schedules a check by the API server, which decides. None for other tokens.
-pub(super) fn token_expiry(token: &BearerToken) -> Option<Timestamp> {
+/// The longest a service-account token may be valid (from issue to expiry) for the agent to
+/// accept it. A token minted for tenantflux-client by a user who may no longer mint one would
+/// otherwise outlive that user's revocation by as long as they asked for.
+pub const MAX_SERVICE_ACCOUNT_TOKEN_SECONDS: i64 = 3600;
+
+/// The claims of a JWT bearer token, read without verifying them. Only trusted once the API
+/// server accepted the token (TokenReview), or to schedule a check it makes.
+fn jwt_claims(token: &BearerToken) -> Option<serde_json::Value> {
     use base64::Engine as _;
     let payload = token.expose().split('.').nth(1)?;
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(payload.trim_end_matches('='))
         .ok()?;
-    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    Timestamp::from_second(claims.get("exp")?.as_i64()?).ok()
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// When a JWT bearer token expires (its `exp` claim), read without verifying it: the time
+/// only schedules a check by the API server, which decides. None for other tokens.
+pub(super) fn token_expiry(token: &BearerToken) -> Option<Timestamp> {
+    Timestamp::from_second(jwt_claims(token)?.get("exp")?.as_i64()?).ok()
+}
+
+/// How long a service-account token was issued for, in seconds: from `iat` to
+/// `kubernetes.io.warnafter` when the API server extended a pod's token past what was asked
+/// (the warning time is the lifetime asked for), else to `exp`. None when the token is no
+/// JWT with those claims (a legacy Secret token has no `exp`).
+pub(super) fn token_lifetime(token: &BearerToken) -> Option<i64> {
+    let claims = jwt_claims(token)?;
+    let issued = claims.get("iat")?.as_i64()?;
+    let end = claims
+        .pointer("/kubernetes.io/warnafter")
+        .and_then(serde_json::Value::as_i64)
+        .or_else(|| claims.get("exp")?.as_i64())?;
+    Some(end - issued)
 }
 
 #[cfg(test)]
@@ -231,6 +253,31 @@ mod tests {
             format!("{:?}", BearerToken::new("abc").cache_key()),
             "TokenKey(ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad)"
         );
+    }
+
+    fn jwt(claims: &str) -> BearerToken {
+        use base64::Engine as _;
+        let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(claims);
+        BearerToken::new(format!("eyJhbGciOiJSUzI1NiJ9.{claims}.c2lnbmF0dXJl"))
+    }
+
+    #[test]
+    fn a_token_lifetime_is_from_issue_to_expiry_or_to_the_warning_of_an_extended_one() {
+        assert_eq!(
+            token_lifetime(&jwt(r#"{"iat":1000,"exp":4600}"#)),
+            Some(3600)
+        );
+        assert_eq!(
+            token_lifetime(&jwt(r#"{"iat":1000,"exp":87401000}"#)),
+            Some(87_400_000)
+        );
+        // A pod's token the API server extended to a year: what was asked is the warning.
+        let extended = r#"{"iat":1000,"exp":31537000,"kubernetes.io":{"warnafter":4607}}"#;
+        assert_eq!(token_lifetime(&jwt(extended)), Some(3607));
+        for none in [r#"{"exp":4600}"#, r#"{"iat":1000}"#, r#"{"sub":"x"}"#] {
+            assert_eq!(token_lifetime(&jwt(none)), None, "{none}");
+        }
+        assert_eq!(token_lifetime(&BearerToken::new("opaque")), None);
     }
 
     #[test]

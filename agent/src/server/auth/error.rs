@@ -20,6 +20,14 @@ pub enum AuthError {
     },
 
     #[error(
+        "the token of {user} is valid for {seconds} s; the agent accepts service-account tokens \
+         valid for at most {max} s, so that one outlives neither a revocation nor its minter: \
+         request a shorter one (kubectl create token ... --duration=1h)",
+        max = super::credential::MAX_SERVICE_ACCOUNT_TOKEN_SECONDS
+    )]
+    TokenTooLong { user: String, seconds: i64 },
+
+    #[error(
         "the caller-identity proof with CertificateSigningRequest {} does not hold: {reason}",
         tenantflux_core::text::quote(csr)
     )]
@@ -58,6 +66,7 @@ impl From<AuthError> for tonic::Status {
         match err {
             AuthError::MissingToken { .. }
             | AuthError::Unauthenticated { .. }
+            | AuthError::TokenTooLong { .. }
             | AuthError::Identity { .. } => tonic::Status::unauthenticated(message),
             AuthError::CsrRead {
                 source: kube::Error::Api(ref status),

@@ -56,9 +56,16 @@ impl Authorizer {
                 };
                 tokio::time::sleep(sleep).await;
                 match this.recheck(&credential, &permissions).await {
-                    Ok(()) => wait = this.stream_recheck,
+                    Ok(ends) => {
+                        wait = this.stream_recheck;
+                        // A proof's CSR stops proving anything at its age limit: check then.
+                        if let Some(ends) = ends.filter(|at| *at > Timestamp::now()) {
+                            expiry = Some(expiry.map_or(ends, |at| at.min(ends)));
+                        }
+                    }
                     Err(
                         err @ (AuthError::Unauthenticated { .. }
+                        | AuthError::TokenTooLong { .. }
                         | AuthError::Identity { .. }
                         | AuthError::Denied { .. }),
                     ) => {
@@ -78,23 +85,28 @@ impl Authorizer {
         end_when(stream, watchdog)
     }
 
-    /// The token and each permission asked again of the API server, bypassing the caches.
+    /// The token and each permission asked again of the API server, bypassing the caches;
+    /// for a proof, also when its CSR becomes too old.
     async fn recheck(
         &self,
         credential: &Credential,
         permissions: &[Permission],
-    ) -> Result<(), AuthError> {
-        let user = match credential {
-            Credential::Token(token) => self.review_user(token).await?,
-            // The proof was fresh when the stream opened; now the CSR must still be there.
-            Credential::Proof(proof) => self.proven_user(proof, false).await?,
+    ) -> Result<Option<Timestamp>, AuthError> {
+        let (user, ends) = match credential {
+            Credential::Token(token) => (self.review_user(token).await?, None),
+            // The proof was fresh when the stream opened; now the CSR must still be there,
+            // undenied and young enough.
+            Credential::Proof(proof) => {
+                let (user, ends) = self.proven_user(proof, false).await?;
+                (user, Some(ends))
+            }
         };
         for permission in permissions {
             self.access_review(&user, permission)
                 .await?
                 .into_result(&user, permission)?;
         }
-        Ok(())
+        Ok(ends)
     }
 }
 

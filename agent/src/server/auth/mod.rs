@@ -5,12 +5,14 @@
 //! later RPCs derive the [`Permission`] from the request body).
 
 mod cache;
+mod call;
 mod credential;
 mod error;
 mod guard;
 mod permission;
 mod proof;
 mod review;
+mod sweep;
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -19,10 +21,12 @@ use tonic::metadata::MetadataMap;
 
 use self::cache::Caches;
 pub use self::{
+    call::CallLayer,
     credential::{BearerToken, CallerProof, TokenKey, bearer_token, caller_proof},
     error::AuthError,
     guard::GuardedStream,
     permission::Permission,
+    sweep::deny_expired_identity_csrs,
 };
 
 /// Who the API server says the caller is.
@@ -100,15 +104,10 @@ impl Authorizer {
         }
     }
 
-    /// The user a caller-identity proof stands for, cached like a token.
+    /// The user a caller-identity proof stands for: checked on every call (a proof is made
+    /// for one call), its CSR read from a short cache.
     async fn prove(&self, proof: &CallerProof) -> Result<UserInfo, AuthError> {
-        let key = proof.cache_key();
-        if let Some(user) = self.caches.users.get(&key) {
-            return Ok(user);
-        }
-        let user = self.proven_user(proof, true).await?;
-        self.caches.users.insert(key, user.clone());
-        Ok(user)
+        Ok(self.proven_user(proof, true).await?.0)
     }
 
     pub async fn authenticate(&self, token: &BearerToken) -> Result<UserInfo, AuthError> {

@@ -69,6 +69,15 @@ impl Authorizer {
                 extra: u.extra.unwrap_or_default(),
             })
             .unwrap_or_default();
+        if user.username.starts_with("system:serviceaccount:")
+            && let Some(seconds) = super::credential::token_lifetime(token)
+            && seconds > super::credential::MAX_SERVICE_ACCOUNT_TOKEN_SECONDS
+        {
+            return Err(AuthError::TokenTooLong {
+                user: user.username,
+                seconds,
+            });
+        }
         Ok(user)
     }
 
