@@ -459,7 +459,7 @@ async fn an_older_or_another_clusters_policy_is_refused() {
     let platform = cluster
         .policy_pusher_kubeconfig()
         .expect("platform account");
-    let sign = |generation: u64, clusters: &str| {
+    let sign_noting = |generation: u64, clusters: &str| {
         let unsigned = dir.path().join(format!("policy-{generation}.yaml"));
         std::fs::write(
             &unsigned,
@@ -484,8 +484,9 @@ async fn an_older_or_another_clusters_policy_is_refused() {
             ],
         );
         assert!(out.status.success(), "{out:?}");
-        signed
+        (signed, String::from_utf8_lossy(&out.stderr).into_owned())
     };
+    let sign = |generation: u64, clusters: &str| sign_noting(generation, clusters).0;
     let push = |signed: &Path| run(Some(&platform), &["policy", "push", "-f", path(signed)]);
     let uid = cluster
         .kubectl_ok(&[
@@ -540,7 +541,7 @@ async fn an_older_or_another_clusters_policy_is_refused() {
     std::fs::write(
         &fleet_file,
         format!(
-            "- {{name: blue, kubeconfig: {}}}\n",
+            "- {{name: secpol-blue, uid: \"{uid}\", kubeconfig: {}}}\n",
             cluster.kubeconfig().display()
         ),
     )
@@ -567,6 +568,7 @@ async fn an_older_or_another_clusters_policy_is_refused() {
     assert_eq!(row["policyGeneration"], 2, "{row:#}");
     assert_eq!(row["policyKeyId"], key_id.as_str(), "{row:#}");
     assert!(row.get("policyMismatch").is_none(), "{row:#}");
+    assert!(row.get("identityMismatch").is_none(), "{row:#}");
     let (code, row) = fleet_status(&signed_1);
     assert_eq!(code, Some(1), "{row:#}");
     assert_eq!(
@@ -578,8 +580,42 @@ async fn an_older_or_another_clusters_policy_is_refused() {
         "{row:#}"
     );
 
-    // 2. A policy for another cluster is refused and changes nothing.
-    let out = push(&sign(3, "  clusters: [{name: secpol-green}]\n"));
+    // The platform knows the cluster by another name, or recorded another uid for it: the
+    // agent's account (its name is the tenant's to set) is flagged, exit 1.
+    for (entry, expected) in [
+        (
+            format!("{{name: blue, uid: \"{uid}\""),
+            "the agent calls its cluster \"secpol-blue\" (TENANTFLUX_CLUSTER_NAME, the tenant's to set), the platform knows it as \"blue\"".to_owned(),
+        ),
+        (
+            "{name: secpol-blue, uid: not-this-uid".to_owned(),
+            format!("the platform recorded uid \"not-this-uid\" for secpol-blue, but this cluster has uid \"{uid}\""),
+        ),
+    ] {
+        let file = dir.path().join("fleet-elsewhere.yaml");
+        std::fs::write(
+            &file,
+            format!("- {entry}, kubeconfig: {}}}\n", cluster.kubeconfig().display()),
+        )
+        .unwrap();
+        let out = run(
+            None,
+            &["fleet", "status", "--fleet-file", path(&file), "-o", "json"],
+        );
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let row = json(&out)["clusters"][0].clone();
+        let mismatch = row["identityMismatch"].as_str().unwrap_or_default();
+        assert!(mismatch.starts_with(&expected), "{row:#}");
+    }
+
+    // 2. A policy for another cluster is refused and changes nothing; signing it said that a
+    // name binds nothing.
+    let (green, noted) = sign_noting(3, "  clusters: [{name: secpol-green}]\n");
+    assert!(
+        noted.contains("warning: spec.clusters selects [name \"secpol-green\"] by name only"),
+        "{noted}"
+    );
+    let out = push(&green);
     // 4: refused by the agent's policy rules.
     assert_eq!(out.status.code(), Some(4), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);

@@ -120,6 +120,19 @@ impl Policy {
         })
     }
 
+    /// The entries of `spec.clusters` that select by name alone. The name is the agent's
+    /// `--cluster-name`, which whoever runs the agent (the tenant) sets: only a `uid` binds
+    /// a policy to one cluster.
+    pub fn name_only_clusters(&self) -> Vec<&ClusterSelector> {
+        self.document
+            .spec
+            .clusters
+            .iter()
+            .flatten()
+            .filter(|s| s.uid.is_none())
+            .collect()
+    }
+
     /// Whether this policy may be held by a cluster that has held `highest` (the highest
     /// generation it ever accepted, `None` before the first): not if it is lower.
     pub fn is_not_rollback(&self, highest: Option<u64>) -> Result<(), Refusal> {
@@ -174,6 +187,20 @@ mod tests {
         assert!(p.is_for(&cluster("u1", None)).is_ok());
         assert!(p.is_for(&cluster("u2", Some("kubernetes-acme"))).is_ok());
         assert!(!p.to_yaml().contains("clusters"), "{}", p.to_yaml());
+    }
+
+    #[test]
+    fn selectors_by_name_alone_are_named_as_not_binding() {
+        let p = policy(
+            "  clusters:\n    - {uid: u1}\n    - {name: kubernetes-acme-*}\n    - {name: blue, uid: u9}\n",
+        );
+        let shown: Vec<String> = p
+            .name_only_clusters()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(shown, ["name \"kubernetes-acme-*\""]);
+        assert!(policy("").name_only_clusters().is_empty());
     }
 
     #[test]

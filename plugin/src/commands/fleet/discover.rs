@@ -42,6 +42,9 @@ pub const EXTERNAL_KEY: &str = "admin.conf";
 /// Labels every cluster carries for `--selector`, besides its Secret's or fleet file's labels.
 pub const TENANT_LABEL: &str = "tenantflux.io/tenant";
 pub const CLUSTER_LABEL: &str = "tenantflux.io/cluster";
+/// The annotation on a kubeconfig Secret recording the UID of the cluster's kube-system
+/// namespace, which `fleet status` checks the cluster against.
+pub const CLUSTER_UID_ANNOTATION: &str = "tenantflux.io/cluster-uid";
 
 /// The Secret key a kubeconfig is read from unless `--secret-key` says: the in-cluster
 /// endpoint when the plugin runs in a pod (KUBERNETES_SERVICE_HOST set), else the external one.
@@ -112,6 +115,10 @@ pub struct Member {
     /// The agent's namespace in this cluster, when not `--agent-namespace`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_namespace: Option<String>,
+    /// The UID of the cluster's kube-system namespace as the platform recorded it (the fleet
+    /// file's `uid`, or the Secret's annotation [`CLUSTER_UID_ANNOTATION`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
 }
 
 impl Member {
@@ -209,6 +216,12 @@ fn member_of_secret(meta: &ObjectMeta, key: &str, cozystack: bool) -> Option<Mem
             key: key.to_owned(),
         },
         agent_namespace: None,
+        uid: meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CLUSTER_UID_ANNOTATION))
+            .filter(|uid| !uid.trim().is_empty())
+            .cloned(),
     })
 }
 
@@ -226,6 +239,9 @@ struct FileEntry {
     agent_namespace: Option<String>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
+    /// The UID of the cluster's kube-system namespace, as the platform knows it.
+    #[serde(default)]
+    uid: Option<String>,
 }
 
 /// The members a fleet file lists; kubeconfig paths are relative to the file's directory.
@@ -257,6 +273,7 @@ pub fn parse_fleet_file(path: &Path, text: &str) -> Result<Vec<Member>, Discover
                 context: entry.context,
             },
             agent_namespace: entry.agent_namespace,
+            uid: entry.uid,
         });
     }
     Ok(members)

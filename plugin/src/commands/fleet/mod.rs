@@ -72,7 +72,16 @@ pub async fn run(
                 .filter(|c| c.policy_mismatch.is_some())
                 .count();
             let lagging = view.clusters.iter().filter(|c| c.lags()).count();
+            let impostors = view
+                .clusters
+                .iter()
+                .filter(|c| c.identity_mismatch.is_some())
+                .count();
             match (view.failed(), mismatched) {
+                (0, 0) if impostors > 0 => bail!(
+                    "{impostors} of {} tenant clusters report an identity the platform does not know them by (see the table)",
+                    view.clusters.len()
+                ),
                 (0, 0) if lagging > 0 => bail!(
                     "{lagging} of {} tenant clusters are behind the channel or hold an expired policy (see the table)",
                     view.clusters.len()

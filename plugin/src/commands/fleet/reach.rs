@@ -20,8 +20,8 @@ use super::{
     discover::{self, Discovery, Member, Source},
     render,
     view::{
-        ChannelPolicy, ExpectedPolicy, Failure, FleetPush, FleetStatus, PushResult, PushRow, Reach,
-        StatusRow,
+        ChannelPolicy, ExpectedPolicy, Failure, FleetPush, FleetStatus, KnownIdentity, PushResult,
+        PushRow, Reach, StatusRow,
     },
 };
 use crate::{
@@ -119,10 +119,25 @@ impl Fleet {
         let clusters = fan(members, fan_out, |member| async move {
             let result = async {
                 let agent = self.connect(&member).await?;
-                agent.get_status().await.map_err(call_failure)
+                let status = agent.get_status().await.map_err(call_failure)?;
+                // The cluster's identity as the platform's own kubeconfig reads it, to check
+                // the agent's account against.
+                let api_uid = match agent.kube() {
+                    Some(client) => kube_system_uid(client).await,
+                    None => None,
+                };
+                Ok((status, api_uid))
             };
             let mut row = match bounded(fan_out.cluster_timeout.get(), result).await {
-                Ok(status) => StatusRow::answered(&member, StatusView::from(status), today),
+                Ok((status, api_uid)) => {
+                    let mut row = StatusRow::answered(&member, StatusView::from(status), today);
+                    row.check_identity(&KnownIdentity {
+                        name: member.cluster.clone(),
+                        recorded_uid: member.uid.clone(),
+                        api_uid,
+                    });
+                    row
+                }
                 Err(failure) => StatusRow::failed(&member, failure),
             };
             if let Some(expected) = expected {
@@ -329,4 +344,12 @@ impl Progress {
             let _ = write!(io::stderr(), "\r\x1b[K");
         }
     }
+}
+
+/// The UID of namespace kube-system, read with the platform's kubeconfig (None when it may
+/// not read it: the agent's account then stands unchecked, and the row says nothing of it).
+async fn kube_system_uid(client: &Client) -> Option<String> {
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(client.clone());
+    namespaces.get("kube-system").await.ok()?.metadata.uid
 }

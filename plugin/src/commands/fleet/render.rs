@@ -55,11 +55,16 @@ pub fn render_status(view: &FleetStatus, style: Style, now: Timestamp) -> String
                 (None, []) => String::new(),
                 (None, violations) => violations.join("; "),
             };
-            let message = match &row.policy_mismatch {
-                Some(mismatch) if message.is_empty() => mismatch.clone(),
-                Some(mismatch) => format!("{mismatch}; {message}"),
-                None => message,
-            };
+            let message = [
+                row.identity_mismatch.as_deref(),
+                row.policy_mismatch.as_deref(),
+                Some(message.as_str()),
+            ]
+            .into_iter()
+            .flatten()
+            .filter(|m| !m.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
             let message = match (row.policy_stale, &row.policy_expires_at) {
                 (true, at) => {
                     let stale = format!(

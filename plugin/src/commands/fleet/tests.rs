@@ -135,6 +135,7 @@ fn member(tenant: &str, cluster: &str) -> Member {
             context: None,
         },
         agent_namespace: None,
+        uid: None,
     }
 }
 
@@ -457,4 +458,57 @@ fn push_results_say_what_happened_per_cluster() {
         "{text}"
     );
     assert!(text.contains("no agent    no agent pod"), "{text}");
+}
+
+#[test]
+fn a_cluster_whose_agent_tells_another_identity_is_flagged() {
+    let row = |uid: &str, name: &str, known: KnownIdentity| {
+        let mut status = status("v2.8.0", None);
+        status.agent.cluster_uid = uid.into();
+        status.agent.cluster_name = name.into();
+        let mut row = StatusRow::answered(&member("t", "green"), status, 0);
+        row.check_identity(&known);
+        row.identity_mismatch
+    };
+    let known = |recorded: Option<&str>, api: Option<&str>| KnownIdentity {
+        name: "green".into(),
+        recorded_uid: recorded.map(Into::into),
+        api_uid: api.map(Into::into),
+    };
+    // All agree (the name unset, or the platform's).
+    assert_eq!(row("u-1", "", known(Some("u-1"), Some("u-1"))), None);
+    assert_eq!(row("u-1", "green", known(None, Some("u-1"))), None);
+    assert_eq!(row("u-1", "", known(None, None)), None);
+    // The agent says another uid than the API server it is reached through.
+    assert_eq!(
+        row("u-forged", "", known(None, Some("u-1"))).as_deref(),
+        Some(
+            "the agent reports cluster uid \"u-forged\", but kube-system of the API server it was reached through has uid \"u-1\""
+        )
+    );
+    // The kubeconfig reaches another cluster than the platform recorded.
+    assert_eq!(
+        row("u-2", "", known(Some("u-1"), Some("u-2"))).as_deref(),
+        Some(
+            "the platform recorded uid \"u-1\" for green, but this cluster has uid \"u-2\": its kubeconfig reaches another cluster"
+        )
+    );
+    // Without the API server's answer, the recorded uid is checked against the agent's.
+    assert!(row("u-2", "", known(Some("u-1"), None)).is_some());
+    // The tenant renamed its cluster (name-bound policies would follow).
+    let renamed = row("u-1", "blue", known(None, Some("u-1"))).unwrap();
+    assert!(
+        renamed.starts_with("the agent calls its cluster \"blue\" (TENANTFLUX_CLUSTER_NAME"),
+        "{renamed}"
+    );
+    // No answer, no verdict.
+    let mut unreachable = StatusRow::failed(
+        &member("t", "green"),
+        Failure {
+            reach: Reach::Unreachable,
+            reason: "down".into(),
+        },
+    );
+    unreachable.check_identity(&known(Some("u-1"), None));
+    assert_eq!(unreachable.identity_mismatch, None);
 }

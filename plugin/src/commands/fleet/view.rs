@@ -89,6 +89,10 @@ pub struct StatusRow {
     pub cluster_uid: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster_name: Option<String>,
+    /// How the cluster's identity as its agent reports it differs from what the platform
+    /// knows of it (see [`StatusRow::check_identity`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity_mismatch: Option<String>,
     /// How the policy the cluster holds differs from the one `--expect-policy` names.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy_mismatch: Option<String>,
@@ -128,6 +132,7 @@ impl StatusRow {
             channel: None,
             cluster_uid: None,
             cluster_name: None,
+            identity_mismatch: None,
             policy_mismatch: None,
             compliant: None,
             violations: Vec::new(),
@@ -195,6 +200,56 @@ impl StatusRow {
         }
         row.compliant = Some(compliant);
         row
+    }
+}
+
+/// What the management side knows of a cluster, independently of its agent.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct KnownIdentity {
+    /// The name the platform gives it (the Secret's cluster, the fleet file's name).
+    pub name: String,
+    /// The kube-system UID the platform recorded for it, if any.
+    pub recorded_uid: Option<String>,
+    /// The kube-system UID read through the API server the agent was reached through, with
+    /// the platform's own kubeconfig.
+    pub api_uid: Option<String>,
+}
+
+impl StatusRow {
+    /// Flags this row when the agent's account of its cluster does not agree with what the
+    /// platform knows: the tenant runs the agent and sets its name, so only a UID the
+    /// platform itself read or recorded binds.
+    pub fn check_identity(&mut self, known: &KnownIdentity) {
+        if self.state != Reach::Ok {
+            return;
+        }
+        let reported = self.cluster_uid.as_deref().unwrap_or("");
+        let mut problems = Vec::new();
+        if let Some(api) = known.api_uid.as_deref()
+            && api != reported
+        {
+            problems.push(format!(
+                "the agent reports cluster uid {reported:?}, but kube-system of the API server it was reached through has uid {api:?}"
+            ));
+        }
+        if let Some(recorded) = known.recorded_uid.as_deref() {
+            let actual = known.api_uid.as_deref().unwrap_or(reported);
+            if recorded != actual {
+                problems.push(format!(
+                    "the platform recorded uid {recorded:?} for {}, but this cluster has uid {actual:?}: its kubeconfig reaches another cluster",
+                    known.name
+                ));
+            }
+        }
+        if let Some(name) = self.cluster_name.as_deref()
+            && name != known.name
+        {
+            problems.push(format!(
+                "the agent calls its cluster {name:?} (TENANTFLUX_CLUSTER_NAME, the tenant's to set), the platform knows it as {:?}: policies bound by name follow the tenant's choice",
+                known.name
+            ));
+        }
+        self.identity_mismatch = (!problems.is_empty()).then(|| problems.join("; "));
     }
 }
 

@@ -182,6 +182,13 @@ fn sign(
             }
         })?
     };
+    for selector in policy.name_only_clusters() {
+        eprintln!(
+            "warning: spec.clusters selects [{selector}] by name only: the name is the agent's \
+             --cluster-name (TENANTFLUX_CLUSTER_NAME), which whoever runs the agent can change; add \
+             uid (the UID of the cluster's kube-system namespace) to bind the policy to one cluster"
+        );
+    }
     write_signed(out, &signed.to_yaml(), |out| {
         format!(
             "signed {policy} with key {} into {}",
