@@ -296,7 +296,7 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
         &operator_chart_documents(&previous),
     );
     helm(
-        &cluster,
+        cluster,
         &[
             "install",
             "fluxcd-operator",
@@ -315,7 +315,7 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
         "v0.1.0",
         &[cozystack_instance()],
     );
-    helm(&cluster, &["install", "fluxcd", path(&flux), "-n", NS]);
+    helm(cluster, &["install", "fluxcd", path(&flux), "-n", NS]);
     for name in RUNNING {
         cluster
             .flux_controller_runs(name, &format!("{name}-v1.9.4"))
@@ -348,8 +348,8 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
         .kustomization_applied("apps", "app", &revision(&rev1), timeout)
         .await
         .expect("Flux applies the app before adoption");
-    let before = controllers_now(&cluster);
-    assert!(helm_owned(&instance(&cluster)));
+    let before = controllers_now(cluster);
+    assert!(helm_owned(&instance(cluster)));
 
     // The platform grants what the chart's `adopt: true` grants: listing Secrets in cozy-fluxcd.
     let rendered = Command::new(tool_path("HELM"))
@@ -373,7 +373,7 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
     assert_eq!(adopt_rbac.len(), 2, "the adopt Role and RoleBinding");
     cluster.apply_yaml(&adopt_rbac.join("\n---\n")).unwrap();
 
-    let (plan_json, output) = plan(&cluster);
+    let (plan_json, output) = plan(cluster);
     assert!(output.status.success(), "{output:?}");
     assert_eq!(plan_json["case"], "operator", "{plan_json:#}");
     assert_eq!(plan_json["namespace"], NS);
@@ -417,14 +417,14 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
     let platform = cluster.policy_pusher_kubeconfig().unwrap();
     let key = keys.join("ed25519.key");
     sign_and_push(
-        &cluster,
+        cluster,
         work.path(),
         &key,
         &platform,
         &example_without_defaults(),
         "strict",
     );
-    let (strict, _) = plan(&cluster);
+    let (strict, _) = plan(cluster);
     let fields: Vec<&str> = strict["violations"]
         .as_array()
         .unwrap()
@@ -440,15 +440,15 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
     );
     let lenient = "apiVersion: tenantflux.io/v1alpha1\nkind: Policy\nmetadata: {name: platform}\n\
                    spec:\n  generation: 8\n  distribution:\n    versions: \">=2.7.0 <2.10.0\"\n    registries: [ghcr.io/fluxcd]\n";
-    sign_and_push(&cluster, work.path(), &key, &platform, lenient, "lenient");
-    let (lenient, _) = plan(&cluster);
+    sign_and_push(cluster, work.path(), &key, &platform, lenient, "lenient");
+    let (lenient, _) = plan(cluster);
     assert_eq!(lenient["violations"], json!([]), "{lenient:#}");
     assert!(lenient["policy"].as_str().unwrap().contains("generation 8"));
     // (wait_enforced probes with a FluxInstance in flux-system)
     cluster
         .apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: flux-system}\n")
         .unwrap();
-    wait_enforced(&cluster, 8)
+    wait_enforced(cluster, 8)
         .await
         .expect("the API server enforces generation 8");
 
@@ -460,7 +460,7 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
              spec: {distribution: {version: 2.9.x, registry: ghcr.io/fluxcd}}\n",
         )
         .unwrap();
-    let (refused, output) = plan(&cluster);
+    let (refused, output) = plan(cluster);
     assert_eq!(output.status.code(), Some(5), "{output:?}");
     assert!(
         refused["refusals"][0]
@@ -479,7 +479,7 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
         stderr(&output)
     );
     assert!(
-        helm_owned(&instance(&cluster)),
+        helm_owned(&instance(cluster)),
         "a refused adoption changes nothing"
     );
     cluster
@@ -502,7 +502,7 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
         .object("configmaps", AGENT_NAMESPACE, "tenantflux-adoption")
         .expect("the adoption's record");
     assert_eq!(record["data"]["outcome"], "adopting");
-    assert!(helm_owned(&instance(&cluster)));
+    assert!(helm_owned(&instance(cluster)));
     let from = cluster.agent_log_len();
     cluster.restart_agent_with(&env).unwrap();
     cluster
@@ -512,24 +512,24 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
 
     // The same state as an uninterrupted adoption: Helm's ownership gone, recorded, nothing of
     // Flux restarted or re-rendered, the app Ready at its revision.
-    let adopted = instance(&cluster);
+    let adopted = instance(cluster);
     assert!(!helm_owned(&adopted), "{:#}", adopted["metadata"]);
     let record = cluster
         .object("configmaps", AGENT_NAMESPACE, "tenantflux-adoption")
         .unwrap();
     assert_eq!(record["data"]["outcome"], "adopted");
-    assert_eq!(controllers_now(&cluster), before);
+    assert_eq!(controllers_now(cluster), before);
     cluster
         .kustomization_applied("apps", "app", &revision(&rev1), timeout)
         .await
         .unwrap();
-    let (after, _) = plan(&cluster);
+    let (after, _) = plan(cluster);
     assert_eq!(after["adopted"], true);
     assert!(
         !after["changes"].to_string().contains("Helm's ownership"),
         "{after:#}"
     );
-    assert_no_agent_hold(&cluster);
+    assert_no_agent_hold(cluster);
 
     // Flux works under its new owner.
     let rev2 = repo
@@ -585,10 +585,10 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
         pod["containers"][0]["resources"]["requests"]["memory"],
         "350Mi"
     );
-    assert_eq!(controllers_now(&cluster), before);
+    assert_eq!(controllers_now(cluster), before);
     // The agent's install state follows its record at once; the plan reads it.
     let taken = wait_for("the plan to see the agent's bundle", timeout, || async {
-        let (taken, _) = plan(&cluster);
+        let (taken, _) = plan(cluster);
         taken["changes"][0]
             .as_str()
             .is_some_and(|c| c.contains("becomes the agent's install"))
@@ -615,7 +615,7 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
         "{result:#}"
     );
     assert_eq!(result["kustomizations"][0]["revision"], revision(&rev2));
-    assert_eq!(controllers_now(&cluster), before);
+    assert_eq!(controllers_now(cluster), before);
 
     // The agent uninstalled: Flux keeps running and applying.
     cluster.stop_agent().unwrap();
@@ -653,8 +653,8 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
     })
     .await
     .unwrap();
-    assert_no_agent_hold(&cluster);
-    assert_eq!(controllers_now(&cluster), before);
+    assert_no_agent_hold(cluster);
+    assert_eq!(controllers_now(cluster), before);
     let rev3 = repo
         .commit(&[("app/configmap.yaml", &config("three"))], &[], "three")
         .unwrap();

@@ -671,6 +671,32 @@ mod tests {
     }
 
     #[test]
+    fn controllers_without_a_version_label_are_refused_with_what_to_do() {
+        let facts = Facts {
+            controllers: vec![deployment(
+                "flux-system",
+                "source-controller",
+                "ghcr.io/fluxcd/source-controller:v1.9.4",
+            )],
+            ..Facts::default()
+        };
+        let plan = plan(
+            &facts,
+            &Agent {
+                operator_namespace: "flux-system",
+                bundle_version: Some("v0.58.1"),
+                policy: None,
+            },
+        );
+        assert_eq!(plan.case, Case::Refused);
+        assert!(
+            plan.refusals[0].contains("no app.kubernetes.io/version label"),
+            "{:?}",
+            plan.refusals
+        );
+    }
+
+    #[test]
     fn a_cluster_domain_is_read_from_a_service_address() {
         assert_eq!(
             cluster_domain("http://notification-controller.flux-system.svc.cluster.local./"),
