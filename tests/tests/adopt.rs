@@ -540,16 +540,71 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
         .await
         .expect("a new commit is applied after adoption");
 
+    // A bundle of another version (the environment's pinned release) would re-render the
+    // controllers: with --adopt the agent holds it back, the plan says why, and `adopt apply`
+    // refuses without --allow-rollout; nothing of Flux changes.
+    let write_bundle = |version: &str| {
+        let mut documents =
+            vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})];
+        documents.extend(operator_chart_documents(version));
+        let bundle = work.path().join(format!("install-{version}.yaml"));
+        let text: Vec<String> = documents.iter().map(Value::to_string).collect();
+        std::fs::write(&bundle, text.join("\n---\n")).unwrap();
+        format!("file:{}", bundle.display())
+    };
+    let pinned = tool_path("FLUX_OPERATOR_VERSION")
+        .to_string_lossy()
+        .into_owned();
+    let newer = write_bundle(&pinned);
+    let mut with_newer = env.clone();
+    with_newer.extend([
+        ("TENANTFLUX_OPERATOR_BUNDLE", newer.as_str()),
+        ("TENANTFLUX_OPERATOR_VERSION", pinned.as_str()),
+        (
+            "TENANTFLUX_OPERATOR_ALLOW_POD_FIELDS",
+            "hostNetwork,tolerations,resources",
+        ),
+    ]);
+    cluster.restart_agent_with(&with_newer).unwrap();
+    let held = wait_for("the plan to see the bundle held back", timeout, || async {
+        let (held, _) = plan(cluster);
+        (held["rollout"] == true).then_some(held)
+    })
+    .await
+    .unwrap();
+    assert!(
+        held["rolloutReason"].as_str().unwrap().contains(&pinned),
+        "{held:#}"
+    );
+    let output = cluster
+        .kubectl_tenantflux(None, &["adopt", "apply"])
+        .unwrap();
+    assert_eq!(output.status.code(), Some(5), "{output:?}");
+    assert!(
+        stderr(&output).contains("--allow-rollout"),
+        "{}",
+        stderr(&output)
+    );
+    let status = json(
+        &cluster
+            .kubectl_tenantflux(None, &["status", "-o", "json"])
+            .unwrap(),
+    );
+    assert!(
+        status.to_string().contains("adopt apply --allow-rollout"),
+        "the install says why it holds back: {status:#}"
+    );
+    let operator = cluster.object("deployments", NS, "flux-operator").unwrap();
+    assert_ne!(
+        operator["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "tenantflux-agent"
+    );
+    assert_eq!(controllers_now(cluster), before);
+
     // The agent takes the operator's install over with its own bundle at the same version,
     // Cozystack's pod settings kept because the platform allows them
     // (--operator-allow-pod-fields); no controller is re-rendered.
-    let mut bundle_documents =
-        vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})];
-    bundle_documents.extend(operator_chart_documents(&previous));
-    let bundle = work.path().join("install.yaml");
-    let text: Vec<String> = bundle_documents.iter().map(Value::to_string).collect();
-    std::fs::write(&bundle, text.join("\n---\n")).unwrap();
-    let source = format!("file:{}", bundle.display());
+    let source = write_bundle(&previous);
     let mut with_bundle = env.clone();
     with_bundle.extend([
         ("TENANTFLUX_OPERATOR_BUNDLE", source.as_str()),

@@ -42,7 +42,7 @@ use crate::{
 use plan::{AdoptionPlan, Agent, Case, Facts, Found, HelmRecord};
 
 /// The ConfigMap in the agent's namespace that records an adoption.
-pub const RECORD_NAME: &str = "tenantflux-adoption";
+pub const RECORD_NAME: &str = crate::operator::ADOPTION_RECORD;
 /// How long the apply waits for the Kustomizations by default.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -252,8 +252,16 @@ impl Adopter {
             .map(|a| a.policy.clone())
     }
 
+    /// The version of the agent's bundle: the one applied, else the one read and held back.
     fn bundle_version(&self) -> Option<String> {
-        self.install.as_ref().map(|rx| rx.borrow().version.clone())
+        self.install.as_ref().map(|rx| {
+            let state = rx.borrow();
+            if state.version.is_empty() {
+                state.offered.clone()
+            } else {
+                state.version.clone()
+            }
+        })
     }
 
     /// The plan of `facts`.
@@ -270,7 +278,12 @@ impl Adopter {
         )
     }
 
-    async fn record(&self, outcome: &str, plan: &AdoptionPlan) -> Result<(), AdoptError> {
+    async fn record(
+        &self,
+        outcome: &str,
+        plan: &AdoptionPlan,
+        allow_rollout: bool,
+    ) -> Result<(), AdoptError> {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.agent_namespace);
         let map = json!({
             "apiVersion": "v1",
@@ -284,6 +297,8 @@ impl Adopter {
                 "case": plan.case.name(),
                 "namespace": plan.namespace,
                 "summary": plan.summary,
+                // Read by the install loop (`--adopt`): it may replace the operator now.
+                "allowRollout": allow_rollout.to_string(),
             },
         });
         api.patch(
@@ -328,7 +343,8 @@ impl Adopter {
             .await
             .map_err(|e| AdoptError::NotReady(chain(&e)))?;
         let mut healthy = health::snapshot(&kustomizations);
-        self.record("adopting", &plan).await?;
+        self.record("adopting", &plan, options.allow_rollout)
+            .await?;
         crate::failpoint("adopt-recorded-adopting").await;
         let mut done = Vec::new();
         if let Some(instance) = facts.instances.first().filter(|i| i.helm_owned()) {
@@ -366,7 +382,7 @@ impl Adopter {
                 healthy.len()
             ));
         }
-        self.record("adopted", &plan).await?;
+        self.record("adopted", &plan, options.allow_rollout).await?;
         done.push(format!(
             "recorded the adoption in ConfigMap {}/{RECORD_NAME}",
             self.agent_namespace

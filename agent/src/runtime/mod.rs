@@ -256,6 +256,7 @@ async fn run(args: Args) -> Result<(), Error> {
                     require_digest: args.operator_require_image_digest,
                     pod_fields: args.operator_allow_pod_fields.clone(),
                 },
+                adopt: args.adopt,
             };
             let fetcher = Fetcher::new(
                 client.clone(),
