@@ -35,7 +35,7 @@ use tenantflux_tests::{
     TestCluster, ensure_packaging_tools,
     flux::{GitRepo, revision},
     json, operator_bundle, path, repo_root, stderr, stdout,
-    tenant::{AGENT_NAMESPACE, example_without_defaults, wait_enforced},
+    tenant::{AGENT_NAMESPACE, defaults_record, wait_enforced},
     tool_path, wait_for,
 };
 
@@ -413,16 +413,25 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
     assert!(table.contains("Policy: none held"), "{table}");
 
     // The policy's verdict: the add-on's instance is outside the example policy (image
-    // controllers, patches, multitenant), inside one that only bounds the version.
+    // controllers, patches, multitenant), inside one that only bounds the version. The
+    // example's create-once defaults never touch the instance that exists: it is recorded as
+    // existing, its spec and generation stay.
     let platform = cluster.policy_pusher_kubeconfig().unwrap();
     let key = keys.join("ed25519.key");
-    sign_and_push(
-        cluster,
-        work.path(),
-        &key,
-        &platform,
-        &example_without_defaults(),
-        "strict",
+    let helm_instance = instance(cluster);
+    let example = std::fs::read_to_string(repo_root().join("deploy/policy/example.yaml")).unwrap();
+    assert!(example.contains("  defaults:\n"));
+    sign_and_push(cluster, work.path(), &key, &platform, &example, "strict");
+    wait_for("the defaults recorded as not needed", timeout, || async {
+        (defaults_record(cluster) == "existed/7").then_some(())
+    })
+    .await
+    .unwrap();
+    let kept = instance(cluster);
+    assert_eq!(kept["spec"], helm_instance["spec"]);
+    assert_eq!(
+        kept["metadata"]["generation"],
+        helm_instance["metadata"]["generation"]
     );
     let (strict, _) = plan(cluster);
     let fields: Vec<&str> = strict["violations"]
