@@ -46,6 +46,13 @@ pub struct Args {
     )]
     pub operator_namespace: String,
 
+    /// Adopt the Flux that runs in --operator-namespace when the agent starts (an orphaned Helm
+    /// install of flux-operator, e.g. Cozystack's add-on in `cozy-fluxcd`), as `kubectl
+    /// tenantflux adopt apply` without --allow-rollout does; recorded in ConfigMap
+    /// `tenantflux-adoption`, so it is done once.
+    #[arg(long, env = "TENANTFLUX_ADOPT")]
+    pub adopt: bool,
+
     /// Audience that callers' tokens are bound to (TokenRequest `audiences`).
     #[arg(
         long,
@@ -82,6 +89,19 @@ pub struct Args {
         value_name = "GLOB"
     )]
     pub operator_image_registries: Vec<String>,
+
+    /// Pod settings of flux-operator's Deployment a bundle may set beyond what its releases
+    /// ship (comma-separated): hostNetwork, tolerations, resources, nodeSelector. Any other is
+    /// refused before anything is applied, naming the field. Cozystack runs the operator with
+    /// hostNetwork, a not-ready toleration and its own resources.
+    #[arg(
+        long = "operator-allow-pod-fields",
+        env = "TENANTFLUX_OPERATOR_ALLOW_POD_FIELDS",
+        value_delimiter = ',',
+        value_parser = clap::builder::PossibleValuesParser::new(crate::operator::bundle::POD_FIELDS),
+        value_name = "FIELD"
+    )]
+    pub operator_allow_pod_fields: Vec<String>,
 
     /// Refuse a bundle whose Deployment runs an image not pinned by digest
     /// (`NAME:TAG@sha256:DIGEST`): then whoever can move the image's tag in its registry cannot
@@ -315,6 +335,11 @@ mod tests {
         ];
         let without_default = [
             ("operator_bundle", "TENANTFLUX_OPERATOR_BUNDLE"),
+            ("adopt", "TENANTFLUX_ADOPT"),
+            (
+                "operator_allow_pod_fields",
+                "TENANTFLUX_OPERATOR_ALLOW_POD_FIELDS",
+            ),
             ("operator_version", "TENANTFLUX_OPERATOR_VERSION"),
             (
                 "operator_bundle_pull_secret",

@@ -11,6 +11,7 @@
 //! helper) is the little in this file.
 #![forbid(unsafe_code)]
 
+pub mod adopt;
 pub mod cli;
 pub mod instance;
 pub mod operator;

@@ -235,6 +235,23 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
         }
     }
     assert!(!allows(rules, "apps", "deployments", "get", Some("other")));
+    // Adoption finds Flux's controllers by name in any namespace, and only reads them.
+    for name in tenantflux_agent::adopt::plan::controller_names() {
+        for verb in ["get", "list"] {
+            assert!(
+                allows(rules, "apps", "deployments", verb, Some(name)),
+                "{verb} {name}"
+            );
+        }
+        assert!(
+            !allows(rules, "apps", "deployments", "patch", Some(name)),
+            "patch {name}"
+        );
+    }
+    assert!(!allows(rules, "apps", "deployments", "list", None));
+    // Helm's release records are listed only where the chart's `adopt: true` grants it, never
+    // by the agent's ClusterRole.
+    assert!(!allows(rules, "", "secrets", "list", None));
     // Every Flux kind of the catalog: cached (list/watch), read (get) and controlled (patch),
     // except read-only kinds, which the agent never patches.
     for kind in catalog::KINDS {
@@ -456,6 +473,14 @@ fn agent_role_in_its_namespace_covers_sources_record_and_events() {
         "configmaps",
         "patch",
         Some(RECORD_CONFIGMAP)
+    ));
+    // The adoption's record.
+    assert!(allows(
+        rules,
+        "",
+        "configmaps",
+        "patch",
+        Some(tenantflux_agent::adopt::RECORD_NAME)
     ));
     assert!(!allows(rules, "", "configmaps", "patch", Some("bundle")));
     assert!(!allows(rules, "", "secrets", "patch", Some("bundle")));

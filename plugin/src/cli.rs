@@ -5,6 +5,7 @@ use clap::{CommandFactory as _, Parser, Subcommand};
 
 use crate::{
     commands::{
+        adopt::{self, AdoptCommand},
         fleet::{self, FleetCommand},
         instance::{self, InstanceCommand},
         policy::{self, PolicyCommand},
@@ -87,6 +88,13 @@ pub enum Command {
         after_help = "Examples:\n  kubectl tenantflux upgrade plan --to 2.9.x\n  kubectl tenantflux upgrade apply --to 2.9.x\n  kubectl tenantflux upgrade status --wait"
     )]
     Upgrade(UpgradeCommand),
+    /// Take over the Flux that runs already (an orphaned Helm install of flux-operator, or
+    /// `flux install`): plan (what runs, what changes), apply (without restarting Flux).
+    #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux adopt plan\n  kubectl tenantflux adopt apply"
+    )]
+    Adopt(AdoptCommand),
     /// Show the plugin, agent and Flux versions, and whether the flux CLI on PATH matches.
     #[command(
         after_help = "Examples:\n  kubectl tenantflux version\n  kubectl tenantflux version --client\n  kubectl tenantflux version -o json"
@@ -146,6 +154,7 @@ impl Cli {
                 }
                 Command::Fleet(command) => fleet::run(command, &options, &printer).await,
                 Command::Upgrade(command) => upgrade::run(command, &options, &printer).await,
+                Command::Adopt(command) => adopt::run(command, &options, &printer).await,
                 Command::Completion { .. } => unreachable!("answered before connecting"),
             };
             done.map(|()| Exit::Success)

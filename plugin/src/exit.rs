@@ -21,7 +21,8 @@ pub enum Exit {
     /// The agent refused the change under the policy it holds (a FluxInstance the policy does
     /// not allow, a policy it does not accept).
     Refused = 4,
-    /// The upgrade plan has blockers, or the agent would not start the upgrade.
+    /// The upgrade plan has blockers, or the agent would not start the upgrade; or adoption is
+    /// refused (two installs, another namespace, a rollout without --allow-rollout).
     UpgradeBlocked = 5,
     /// The credentials were rejected, or the caller lacks a permission (RBAC).
     Forbidden = 6,
@@ -54,7 +55,7 @@ impl Exit {
             }
             Self::Refused => "refused by policy: the agent does not allow the change",
             Self::UpgradeBlocked => {
-                "the upgrade is blocked (the plan has blockers, or another upgrade runs)"
+                "blocked: the upgrade plan has blockers or another upgrade runs, or adoption is refused"
             }
             Self::Forbidden => {
                 "unauthenticated or forbidden: credentials rejected, or a permission missing"

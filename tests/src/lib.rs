@@ -376,6 +376,21 @@ impl TestCluster {
         flux_operator_command(&["flux-operator", &self.name, "--process-only", &version])
     }
 
+    /// Runs flux-operator `version` as a local process in `namespace` (its RUNTIME_NAMESPACE,
+    /// and where its controllers are supervised) on an install made by someone else, e.g. a
+    /// Helm release: only the process the fake pod stands for is started.
+    pub fn run_flux_operator_in(&self, namespace: &str, version: &str) -> Result<()> {
+        let version = format!("--version={version}");
+        let namespace = format!("--namespace={namespace}");
+        flux_operator_command(&[
+            "flux-operator",
+            &self.name,
+            "--process-only",
+            &version,
+            &namespace,
+        ])
+    }
+
     /// Stops the cluster's etcd and kube-apiserver (SIGSTOP) for `seconds`, then lets them go
     /// on; returns once the API server answers again.
     pub fn apiserver_outage(&self, seconds: u64) -> Result<()> {

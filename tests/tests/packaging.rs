@@ -105,6 +105,7 @@ operatorBundle: oci://registry.example/flux-operator-manifests:v0.58.1
 operatorVersion: ">=0.58.0 <0.60.0"
 operatorBundlePullSecret: registry-credentials
 operatorRequireImageDigest: true
+operatorAllowPodFields: [hostNetwork, tolerations]
 clusterName: kubernetes-acme
 policy:
   publicKey: MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=
@@ -271,6 +272,37 @@ fn chart_values_reach_the_objects() {
     );
     assert_eq!(env["TENANTFLUX_CLUSTER_NAME"], "kubernetes-acme");
     assert_eq!(env["TENANTFLUX_OPERATOR_REQUIRE_IMAGE_DIGEST"], "true");
+    assert_eq!(
+        env["TENANTFLUX_OPERATOR_ALLOW_POD_FIELDS"],
+        "hostNetwork,tolerations"
+    );
+    assert!(!env.contains_key("TENANTFLUX_ADOPT"));
+    // adopt: true (rendered apart: its Role lives in the operator namespace, which exists only
+    // where Flux runs already) turns adoption on and lets the agent list Helm's release
+    // records in the operator namespace, only there.
+    let adopting = self::objects(&render(&[
+        "--set",
+        "adopt=true",
+        "--set",
+        "operatorNamespace=cozy-fluxcd",
+    ]));
+    let adopt_env = adopting[&key("Deployment", "tenantflux-system", "tenantflux-agent")]["spec"]
+        ["template"]["spec"]["containers"][0]["env"]
+        .to_string();
+    assert!(
+        adopt_env.contains(r#"{"name":"TENANTFLUX_ADOPT","value":"true"}"#),
+        "{adopt_env}"
+    );
+    let adopt_role = &adopting[&key("Role", "cozy-fluxcd", "tenantflux-agent-adopt")];
+    assert_eq!(
+        adopt_role["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}])
+    );
+    assert!(!objects.contains_key(&key(
+        "Role",
+        "flux-operator-system",
+        "tenantflux-agent-adopt"
+    )));
     assert_eq!(
         env["TENANTFLUX_POLICY_ROOT_KEYS"],
         "/etc/tenantflux/policy/root-0.pub,/etc/tenantflux/policy/root-1.pub"

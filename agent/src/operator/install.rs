@@ -18,6 +18,7 @@ impl Installer {
                 || state.reason != reason
                 || state.version != version
                 || state.digest != digest
+                || state.offered != self.offered
                 || state.notices != self.notices;
             if changed_phase {
                 tracing::info!(phase = ?phase, %reason, "flux-operator install phase");
@@ -27,6 +28,7 @@ impl Installer {
             state.reason = reason.clone();
             state.version = version.clone();
             state.digest = digest.clone();
+            state.offered.clone_from(&self.offered);
             state.notices.clone_from(&self.notices);
             changed
         });
@@ -157,6 +159,10 @@ impl Installer {
             source_name: source_name.clone(),
             error,
         })?;
+        self.offered.clone_from(&bundle.version);
+        if self.config.adopt {
+            self.check_adoption(&bundle).await?;
+        }
         let previous = self.read_record().await?;
         if previous.as_ref().is_none_or(|p| p.digest != bundle.digest) {
             self.notices.clear();
@@ -245,6 +251,59 @@ impl Installer {
         self.applied = Some((bundle, generation));
         self.deployment = as_deployment(deployment);
         self.update_rollout_phase();
+        Ok(())
+    }
+
+    /// With `--adopt`, refuses to replace someone else's operator by another version until an
+    /// adoption allowed the rollout (ConfigMap `tenantflux-adoption`, `allowRollout: "true"`).
+    async fn check_adoption(&self, bundle: &Bundle) -> Result<(), InstallError> {
+        let namespace = &self.config.operator_namespace;
+        let kube = |what: String| {
+            move |err: kube::Error| InstallError::Kube {
+                what,
+                message: kube_message(&err),
+            }
+        };
+        let live = Api::<Deployment>::namespaced(self.client.clone(), namespace)
+            .get_opt(OPERATOR_DEPLOYMENT)
+            .await
+            .map_err(kube(format!(
+                "reading Deployment {namespace}/{OPERATOR_DEPLOYMENT}"
+            )))?;
+        let running = live.as_ref().map(|d| {
+            let ours = d
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(MANAGED_BY_LABEL))
+                .is_some_and(|v| v == FIELD_MANAGER);
+            let image = d
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .and_then(|p| p.containers.first())
+                .and_then(|c| c.image.clone())
+                .unwrap_or_default();
+            let version = tenantflux_core::flux::image_tag(&image)
+                .unwrap_or_default()
+                .to_owned();
+            (version, ours)
+        });
+        let allowed =
+            Api::<ConfigMap>::namespaced(self.client.clone(), &self.config.agent_namespace)
+                .get_opt(ADOPTION_RECORD)
+                .await
+                .map_err(kube(format!("reading ConfigMap {}", ADOPTION_RECORD)))?
+                .and_then(|m| m.data?.get("allowRollout").cloned())
+                .is_some_and(|v| v == "true");
+        let running_ref = running.as_ref().map(|(v, ours)| (v.as_str(), *ours));
+        if adoption_holds(true, running_ref, &bundle.version, allowed) {
+            return Err(InstallError::AdoptionRollout {
+                running: running.map(|(v, _)| v).unwrap_or_default(),
+                bundle: bundle.version.clone(),
+                namespace: namespace.clone(),
+            });
+        }
         Ok(())
     }
 

@@ -61,6 +61,10 @@ mod triggers;
 
 use bundle::{Bundle, BundleError, BundleObject, ImageRules, ObjectRef, Stage, kind_of, to_prune};
 pub use record::RECORD_CONFIGMAP;
+
+/// The ConfigMap in the agent's namespace that records an adoption (`crate::adopt` writes it;
+/// the install loop reads whether it allowed a rollout).
+pub const ADOPTION_RECORD: &str = "tenantflux-adoption";
 use record::Record;
 pub use rollout::rollout;
 use source::{BundleSource, Fetcher, SourceError};
@@ -91,6 +95,9 @@ pub struct InstallConfig {
     /// What the operator Deployment's images must be (`--operator-image-registry`,
     /// `--operator-require-image-digest`).
     pub images: ImageRules,
+    /// `--adopt`: an operator someone else installed is replaced by a bundle of another
+    /// version only once the adoption allowed a rollout (`adopt apply --allow-rollout`).
+    pub adopt: bool,
 }
 
 /// Where the flux-operator install stands. Without a configured bundle the agent only observes
@@ -141,6 +148,8 @@ pub struct InstallState {
     pub version: String,
     /// The digest of the bundle last applied.
     pub digest: String,
+    /// The flux-operator version of the bundle last read, applied or not ("" before).
+    pub offered: String,
     /// What the install did that its owner should know: objects taken over from another
     /// field manager. Kept until a bundle of another digest is applied.
     pub notices: Vec<String>,
@@ -155,6 +164,7 @@ impl InstallState {
             source: source.to_string(),
             version: String::new(),
             digest: String::new(),
+            offered: String::new(),
             notices: Vec::new(),
             last_transition: SystemTime::now(),
         }
@@ -228,6 +238,29 @@ enum InstallError {
 
     #[error("CustomResourceDefinition {name} is not Established after {}s: {detail}", CRD_TIMEOUT.as_secs())]
     CrdNotEstablished { name: String, detail: String },
+
+    #[error(
+        "flux-operator {running} runs in {namespace}, installed by someone else; the bundle's {bundle} may re-render Flux's controllers, so nothing was applied: adopt it with `kubectl tenantflux adopt apply --allow-rollout`, or give the agent a bundle of {running}"
+    )]
+    AdoptionRollout {
+        running: String,
+        bundle: String,
+        namespace: String,
+    },
+}
+
+/// Whether adopting (`--adopt`) holds the bundle back: the operator running is someone
+/// else's, of another version than the bundle's, and no adoption allowed a rollout.
+pub fn adoption_holds(
+    adopt: bool,
+    running: Option<(&str, bool)>,
+    bundle: &str,
+    rollout_allowed: bool,
+) -> bool {
+    match running {
+        Some((version, ours)) => adopt && !ours && version != bundle && !rollout_allowed,
+        None => false,
+    }
 }
 
 impl InstallError {
@@ -239,6 +272,7 @@ impl InstallError {
             Self::Apply { .. } | Self::Kube { .. } | Self::CrdNotEstablished { .. } => {
                 "InstallFailed"
             }
+            Self::AdoptionRollout { .. } => "AdoptionHeldBack",
         }
     }
 }
@@ -270,6 +304,8 @@ struct Installer {
     releases: watch::Sender<Option<Arc<Releases>>>,
     /// See [`InstallState::notices`].
     notices: Vec<String>,
+    /// See [`InstallState::offered`].
+    offered: String,
 }
 
 /// At most this many notices are kept (the newest).
@@ -313,6 +349,7 @@ pub async fn run(
         failure: None,
         releases,
         notices: Vec::new(),
+        offered: String::new(),
     };
     let deployments = watcher::watcher(
         Api::<Deployment>::namespaced(client.clone(), &installer.config.operator_namespace),
@@ -371,6 +408,48 @@ pub async fn run(
             }
         };
         tracing::info!(?trigger, "reconciling the flux-operator install");
+    }
+}
+
+#[cfg(test)]
+mod adoption {
+    use super::adoption_holds;
+
+    #[test]
+    fn adopting_holds_back_only_another_version_over_someone_elses_operator() {
+        // Someone else's v0.58.1 and a v0.59.0 bundle: held back until a rollout is allowed.
+        assert!(adoption_holds(
+            true,
+            Some(("v0.58.1", false)),
+            "v0.59.0",
+            false
+        ));
+        assert!(!adoption_holds(
+            true,
+            Some(("v0.58.1", false)),
+            "v0.59.0",
+            true
+        ));
+        // The same version, the agent's own operator, no operator, or not adopting: applied.
+        assert!(!adoption_holds(
+            true,
+            Some(("v0.59.0", false)),
+            "v0.59.0",
+            false
+        ));
+        assert!(!adoption_holds(
+            true,
+            Some(("v0.58.1", true)),
+            "v0.59.0",
+            false
+        ));
+        assert!(!adoption_holds(true, None, "v0.59.0", false));
+        assert!(!adoption_holds(
+            false,
+            Some(("v0.58.1", false)),
+            "v0.59.0",
+            false
+        ));
     }
 }
 

@@ -254,7 +254,9 @@ async fn run(args: Args) -> Result<(), Error> {
                 images: ImageRules {
                     registries: args.operator_image_registries.clone(),
                     require_digest: args.operator_require_image_digest,
+                    pod_fields: args.operator_allow_pod_fields.clone(),
                 },
+                adopt: args.adopt,
             };
             let fetcher = Fetcher::new(
                 client.clone(),
@@ -302,13 +304,14 @@ async fn run(args: Args) -> Result<(), Error> {
         shutdown.clone(),
     ));
 
+    let adopt_install_rx = install_rx.clone();
     let (status_tx, status_rx) = watch::channel(status::initial(&facts));
     let watchers = tokio::spawn(status::run(
         client.clone(),
         facts,
         status_tx,
         readiness.clone(),
-        install_rx,
+        install_rx.clone(),
         policy_store.subscribe(),
         shutdown.clone(),
     ));
@@ -338,6 +341,7 @@ async fn run(args: Args) -> Result<(), Error> {
             .with_namespace(args.namespace.clone()),
     );
     let agent_namespace = args.namespace.clone();
+    let agent_namespace_for_adopt = args.namespace.clone();
     let service = AgentService::new(
         args.namespace,
         status_rx,
@@ -366,6 +370,20 @@ async fn run(args: Args) -> Result<(), Error> {
     // An upgrade an earlier agent left unfinished goes on from its record.
     let resumed = tokio::spawn(upgrader.clone().resume());
     let upgrade = UpgradeService::new(upgrader, authorizer.clone());
+    let adopter = crate::adopt::Adopter::new(
+        client.clone(),
+        &agent_namespace_for_adopt,
+        &args.operator_namespace,
+        policy_store.subscribe(),
+        adopt_install_rx,
+    );
+    let adoption = args.adopt.then(|| {
+        tokio::spawn(crate::adopt::run_at_start(
+            adopter.clone(),
+            shutdown.clone(),
+        ))
+    });
+    let adopt = crate::server::AdoptService::new(adopter, authorizer.clone());
     let policy = PolicyService::new(policy_store, authorizer.clone());
     let workloads = WorkloadsService::new(caches, client, authorizer, shutdown.clone());
     let services = server::Services {
@@ -374,6 +392,7 @@ async fn run(args: Args) -> Result<(), Error> {
         policy,
         instance,
         upgrade,
+        adopt,
     };
     let grpc = server::serve(grpc_listener, services, metrics, shutdown.clone()).await;
     // However gRPC ended, stop the rest too.
@@ -388,6 +407,9 @@ async fn run(args: Args) -> Result<(), Error> {
     let _ = enforcement.await;
     let _ = defaults.await;
     let _ = resumed.await;
+    if let Some(adoption) = adoption {
+        let _ = adoption.await;
+    }
     let _ = phase_metric.await;
     let _ = csr_sweep.await;
     if let Some(install) = install {

@@ -15,11 +15,12 @@ use tokio_stream::wrappers::WatchStream;
 use tonic::{Code, Request, Response};
 
 use tenantflux_proto::v1::{
-    instance_server::InstanceServer, policy_server::PolicyServer, upgrade_server::UpgradeServer,
-    workloads_server::WorkloadsServer,
+    adopt_server::AdoptServer, instance_server::InstanceServer, policy_server::PolicyServer,
+    upgrade_server::UpgradeServer, workloads_server::WorkloadsServer,
 };
 use tokio_util::sync::CancellationToken;
 
+pub mod adopt;
 pub mod auth;
 mod convert;
 pub mod instance;
@@ -30,7 +31,7 @@ pub mod upgrade;
 pub mod workloads;
 
 pub use self::{
-    instance::InstanceService, policy::PolicyService, upgrade::UpgradeService,
+    adopt::AdoptService, instance::InstanceService, policy::PolicyService, upgrade::UpgradeService,
     workloads::WorkloadsService,
 };
 use crate::status::Status;
@@ -174,6 +175,7 @@ pub struct Services {
     pub policy: PolicyService,
     pub instance: InstanceService,
     pub upgrade: UpgradeService,
+    pub adopt: AdoptService,
 }
 
 /// Serves gRPC on `listener` until the shutdown, then drains: open WatchStatus streams end and
@@ -190,6 +192,7 @@ pub async fn serve(
         policy,
         instance,
         upgrade,
+        adopt,
     } = services;
     let address = listener
         .local_addr()
@@ -204,6 +207,7 @@ pub async fn serve(
         .set_serving::<InstanceServer<InstanceService>>()
         .await;
     health.set_serving::<UpgradeServer<UpgradeService>>().await;
+    health.set_serving::<AdoptServer<AdoptService>>().await;
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(tenantflux_proto::FILE_DESCRIPTOR_SET)
@@ -225,6 +229,7 @@ pub async fn serve(
         .add_service(PolicyServer::new(policy).max_decoding_message_size(MAX_REQUEST_BYTES))
         .add_service(InstanceServer::new(instance).max_decoding_message_size(MAX_REQUEST_BYTES))
         .add_service(UpgradeServer::new(upgrade).max_decoding_message_size(MAX_REQUEST_BYTES))
+        .add_service(AdoptServer::new(adopt).max_decoding_message_size(MAX_REQUEST_BYTES))
         // Without TCP_NODELAY each answer's second write waited for the peer's delayed ACK
         // (40 ms on Linux, twice per call through a port-forward); tonic sets it only on
         // listeners it binds itself.
@@ -245,6 +250,7 @@ pub async fn serve(
                 health
                     .set_not_serving::<UpgradeServer<UpgradeService>>()
                     .await;
+                health.set_not_serving::<AdoptServer<AdoptService>>().await;
             },
         )
         .await
@@ -341,6 +347,16 @@ mod tests {
             ),
             authorizer.clone(),
         );
+        let adopt = AdoptService::new(
+            crate::adopt::Adopter::new(
+                offline_client(),
+                "tenantflux-system",
+                "flux-system",
+                store.subscribe(),
+                None,
+            ),
+            authorizer.clone(),
+        );
         let policy = PolicyService::new(store, authorizer);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -350,6 +366,7 @@ mod tests {
             policy,
             instance,
             upgrade,
+            adopt,
         };
         let server = tokio::spawn(serve(listener, services, metrics.clone(), shutdown.clone()));
 

@@ -4,6 +4,7 @@
 //! arrow between groups is deliberate: `fleet status` shows each agent's status as
 //! [`status::StatusView`].
 
+pub mod adopt;
 pub mod fleet;
 pub mod instance;
 pub mod policy;

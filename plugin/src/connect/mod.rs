@@ -34,9 +34,9 @@ use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client, api::ListParams, config::Kubeconfig};
 use tenantflux_proto::v1::{
-    GetStatusRequest, Status, WatchStatusRequest, agent_client::AgentClient,
-    instance_client::InstanceClient, policy_client::PolicyClient, upgrade_client::UpgradeClient,
-    workloads_client::WorkloadsClient,
+    GetStatusRequest, Status, WatchStatusRequest, adopt_client::AdoptClient,
+    agent_client::AgentClient, instance_client::InstanceClient, policy_client::PolicyClient,
+    upgrade_client::UpgradeClient, workloads_client::WorkloadsClient,
 };
 use tonic::{
     Streaming,
@@ -115,6 +115,7 @@ pub struct Agent {
     policy: PolicyClient<AuthChannel>,
     instance: InstanceClient<AuthChannel>,
     upgrade: UpgradeClient<AuthChannel>,
+    adopt: AdoptClient<AuthChannel>,
     /// The API server the agent was reached through (none for `--agent-address` with
     /// `--token`).
     kube: Option<Client>,
@@ -187,7 +188,8 @@ impl Agent {
             workloads: WorkloadsClient::new(channel.clone()),
             policy: PolicyClient::new(channel.clone()),
             instance: InstanceClient::new(channel.clone()),
-            upgrade: UpgradeClient::new(channel),
+            upgrade: UpgradeClient::new(channel.clone()),
+            adopt: AdoptClient::new(channel),
             kube,
             target,
             forward_error,
@@ -259,6 +261,11 @@ impl Agent {
     /// A client of the agent's Upgrade service on the same connection.
     pub fn upgrade(&self) -> UpgradeClient<AuthChannel> {
         self.upgrade.clone()
+    }
+
+    /// A client of the agent's Adopt service on the same connection.
+    pub fn adopt(&self) -> AdoptClient<AuthChannel> {
+        self.adopt.clone()
     }
 
     /// The Kubernetes client of the API server the agent was reached through, if any.

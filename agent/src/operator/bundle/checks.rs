@@ -87,13 +87,92 @@ pub(super) fn check_subjects(objects: &[BundleObject]) -> Result<(), BundleError
     Ok(())
 }
 
-/// What the operator Deployment's images must be.
-#[derive(Clone, Debug)]
+/// What the operator Deployment's images and pod settings must be.
+#[derive(Clone, Debug, Default)]
 pub struct ImageRules {
     /// Globs over the image reference (`--operator-image-registry`).
     pub registries: Vec<String>,
     /// Every image pinned by digest (`--operator-require-image-digest`).
     pub require_digest: bool,
+    /// The pod settings of [`POD_FIELDS`] the platform lets a bundle set
+    /// (`--operator-allow-pod-fields`).
+    pub pod_fields: Vec<String>,
+}
+
+/// Pod settings a platform may give flux-operator beyond what its releases ship, each refused
+/// unless `--operator-allow-pod-fields` names it: Cozystack runs the operator with
+/// `hostNetwork: true` and a not-ready toleration (it starts before the CNI) and its own
+/// resources.
+pub const POD_FIELDS: &[&str] = &["hostNetwork", "tolerations", "resources", "nodeSelector"];
+
+/// The `manager` container's resources in flux-operator's releases (v0.58.0 to v0.59.0).
+fn release_resources() -> Value {
+    serde_json::json!({
+        "limits": {"cpu": "2000m", "memory": "1Gi"},
+        "requests": {"cpu": "10m", "memory": "64Mi"},
+    })
+}
+
+/// Every pod setting of [`POD_FIELDS`] the Deployment sets beyond the releases' is one the
+/// platform allows: `hostNetwork` true, any toleration or node selector, the manager's
+/// resources other than the releases'.
+pub(super) fn check_pod_fields(deployment: &Value, rules: &ImageRules) -> Result<(), BundleError> {
+    let pod = deployment.pointer("/spec/template/spec");
+    let get = |name: &str| pod.and_then(|p| p.get(name));
+    let non_empty = |v: Option<&Value>| match v {
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+        Some(Value::Null) | None => false,
+        Some(_) => true,
+    };
+    let containers = get("containers").and_then(Value::as_array);
+    let manager = containers.and_then(|c| {
+        c.iter()
+            .position(|c| c.get("name").and_then(Value::as_str) == Some("manager"))
+            .or((!c.is_empty()).then_some(0))
+    });
+    let resources = manager
+        .and_then(|i| containers.and_then(|c| c[i].get("resources")))
+        .filter(|r| non_empty(Some(r)) && **r != release_resources());
+    let set = [
+        (
+            "hostNetwork",
+            get("hostNetwork").is_some_and(|v| v == &Value::Bool(true)),
+            "spec.template.spec.hostNetwork".to_owned(),
+        ),
+        (
+            "tolerations",
+            non_empty(get("tolerations")),
+            "spec.template.spec.tolerations".to_owned(),
+        ),
+        (
+            "nodeSelector",
+            non_empty(get("nodeSelector")),
+            "spec.template.spec.nodeSelector".to_owned(),
+        ),
+        (
+            "resources",
+            resources.is_some(),
+            format!(
+                "spec.template.spec.containers[{}].resources",
+                manager.unwrap_or_default()
+            ),
+        ),
+    ];
+    for (name, present, field) in set {
+        if present && !rules.pod_fields.iter().any(|f| f == name) {
+            return Err(BundleError::PodFieldNotAllowed {
+                field,
+                name,
+                allowed: if rules.pod_fields.is_empty() {
+                    "none".to_owned()
+                } else {
+                    rules.pod_fields.join(", ")
+                },
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Whether `image` ends in `@sha256:` and 64 lowercase hex digits.

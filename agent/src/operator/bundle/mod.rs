@@ -18,8 +18,8 @@ mod checks;
 #[cfg(test)]
 mod tests;
 
-pub use checks::ImageRules;
-use checks::{check_contents, check_images, check_subjects, deployment_version};
+pub use checks::{ImageRules, POD_FIELDS};
+use checks::{check_contents, check_images, check_pod_fields, check_subjects, deployment_version};
 use tenantflux_core::{
     FIELD_MANAGER, MANAGED_BY_LABEL,
     flux::{OPERATOR_CRDS, OPERATOR_DEPLOYMENT, OPERATOR_GROUP, image_tag},
@@ -328,6 +328,16 @@ pub enum BundleError {
     )]
     VersionMismatch { label: String, tag: String },
 
+    #[error(
+        "Deployment {OPERATOR_DEPLOYMENT} sets {field}, a pod setting beyond flux-operator's \
+         releases; the platform allows {allowed} (--operator-allow-pod-fields {name} allows it)"
+    )]
+    PodFieldNotAllowed {
+        field: String,
+        name: &'static str,
+        allowed: String,
+    },
+
     #[error("flux-operator {version} is outside {allowed}")]
     VersionNotAllowed {
         version: String,
@@ -395,6 +405,7 @@ impl Bundle {
         }
         check_subjects(&objects)?;
         check_images(&deployment.manifest, images)?;
+        check_pod_fields(&deployment.manifest, images)?;
         let version = deployment_version(&deployment.manifest)?.ok_or(BundleError::NoVersion)?;
         let semver = semver::Version::parse(range::strip_v(&version)).map_err(|source| {
             BundleError::BadVersion {

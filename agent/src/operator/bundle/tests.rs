@@ -44,8 +44,57 @@ fn parse_with(yaml: &str, require_digest: bool) -> Result<Bundle, BundleError> {
             "registry.local:5000/*".to_owned(),
         ],
         require_digest,
+        pod_fields: Vec::new(),
     };
     Bundle::parse(yaml, digest_of(yaml.as_bytes()), NS, &images)
+}
+
+#[test]
+fn platform_pod_settings_are_refused_unless_allowed() {
+    let image = "ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1";
+    let cozystack = install(image).replace(
+        "    spec:\n      containers:\n      - name: manager\n",
+        "    spec:\n      hostNetwork: true\n      tolerations:\n      - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoSchedule}\n      containers:\n      - name: manager\n        resources: {requests: {cpu: 100m, memory: 350Mi}}\n",
+    );
+    assert_ne!(cozystack, install(image));
+    let rules = |fields: &[&str]| ImageRules {
+        registries: vec!["ghcr.io/controlplaneio-fluxcd/*".to_owned()],
+        require_digest: false,
+        pod_fields: fields.iter().map(|f| (*f).to_owned()).collect(),
+    };
+    let parse = |fields: &[&str]| {
+        Bundle::parse(
+            &cozystack,
+            digest_of(cozystack.as_bytes()),
+            NS,
+            &rules(fields),
+        )
+    };
+    assert_eq!(
+        parse(&[]).unwrap_err().to_string(),
+        "Deployment flux-operator sets spec.template.spec.hostNetwork, a pod setting beyond \
+         flux-operator's releases; the platform allows none (--operator-allow-pod-fields \
+         hostNetwork allows it)"
+    );
+    assert!(
+        parse(&["hostNetwork"])
+            .unwrap_err()
+            .to_string()
+            .contains("spec.template.spec.tolerations")
+    );
+    assert!(
+        parse(&["hostNetwork", "tolerations"])
+            .unwrap_err()
+            .to_string()
+            .contains("spec.template.spec.containers[0].resources, a pod setting")
+    );
+    parse(&["hostNetwork", "tolerations", "resources"]).expect("all allowed");
+    // The releases' own resources need no allowance.
+    let release = install(image).replace(
+        "      - name: manager\n",
+        "      - name: manager\n        resources: {limits: {cpu: 2000m, memory: 1Gi}, requests: {cpu: 10m, memory: 64Mi}}\n",
+    );
+    Bundle::parse(&release, digest_of(release.as_bytes()), NS, &rules(&[])).unwrap();
 }
 
 #[test]

@@ -1,0 +1,729 @@
+//! Adopting the Flux that runs already, against the real control plane, the real flux-operator
+//! and the real source-controller and kustomize-controller: the install Cozystack's removed
+//! tenant add-on leaves behind, made with the real `helm` binary — release `fluxcd-operator`
+//! (a chart the test builds from flux-operator's release manifests, with `hostNetwork`, the
+//! not-ready toleration and 100m/350Mi) and release `fluxcd` (FluxInstance `flux` with the
+//! add-on's components, cluster settings and kustomize patches), both in `cozy-fluxcd`.
+//!
+//! The old operator is flux-operator v0.58.1 (FLUX_OPERATOR_PREVIOUS_VERSION, already built for
+//! the other tests): the add-on's v0.50.0 is not served by the Go module proxy, and building
+//! the oldest one served (v0.53.0) would add minutes of cold CI for no other difference the
+//! adoption sees (it never reads the operator's version beyond its image tag). The distribution
+//! is `2.9.x`, not the add-on's `2.8.x`: kustomize-controller v1.8.x is not served here either,
+//! so 2.8 could not reconcile anything. Components the environment cannot run
+//! (helm-controller, notification-controller, the image controllers, source-watcher) stay
+//! Deployments without a process, as elsewhere.
+//!
+//! One test, one cluster of its own (adoption moves the operator namespace): nothing to adopt
+//! says so (exit 0); the plan names what runs, Helm's releases and their records; two
+//! FluxInstances are refused naming both, with nothing changed; the policy's verdict for a
+//! non-compliant and a compliant policy; the agent started with `--adopt` is killed (SIGKILL)
+//! inside the adoption and, restarted, ends as an uninterrupted adoption does; the controllers'
+//! Deployments are unchanged and their processes keep their PIDs; the app is Ready at its
+//! revision and a new commit is applied; `adopt apply` again changes nothing; and with the agent
+//! uninstalled, flux-operator, the FluxInstance and the controllers still run and a new commit
+//! is still applied.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use serde_json::{Value, json};
+use tenantflux_tests::{
+    TestCluster, ensure_packaging_tools,
+    flux::{GitRepo, revision},
+    json, operator_bundle, path, repo_root, stderr, stdout,
+    tenant::{AGENT_NAMESPACE, defaults_record, wait_enforced},
+    tool_path, wait_for,
+};
+
+const NS: &str = "cozy-fluxcd";
+const CONTROLLERS: [&str; 7] = [
+    "source-controller",
+    "source-watcher",
+    "kustomize-controller",
+    "helm-controller",
+    "notification-controller",
+    "image-reflector-controller",
+    "image-automation-controller",
+];
+/// The controllers that run as processes here.
+const RUNNING: [&str; 2] = ["source-controller", "kustomize-controller"];
+
+fn helm(cluster: &TestCluster, args: &[&str]) -> String {
+    let output = Command::new(tool_path("HELM"))
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig())
+        .output()
+        .expect("helm");
+    assert!(output.status.success(), "helm {args:?}: {output:?}");
+    stdout(&output)
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// A chart made of `documents` (as JSON, which is YAML Helm does not template), CRDs in `crds/`.
+fn chart(dir: &Path, name: &str, version: &str, documents: &[Value]) -> PathBuf {
+    let root = dir.join(name);
+    write(
+        &root.join("Chart.yaml"),
+        &format!(
+            "apiVersion: v2\nname: {name}\nversion: {}\nappVersion: {version}\n",
+            version.trim_start_matches('v')
+        ),
+    );
+    for (index, document) in documents.iter().enumerate() {
+        let text = document.to_string();
+        assert!(!text.contains("{{"), "a document Helm would template");
+        let folder = if document["kind"] == "CustomResourceDefinition" {
+            "crds"
+        } else {
+            "templates"
+        };
+        write(&root.join(format!("{folder}/{index:02}.yaml")), &text);
+    }
+    root
+}
+
+/// flux-operator's release manifests as Cozystack's chart installs them: in `cozy-fluxcd`
+/// (the release creates no namespace of its own), `hostNetwork`, the not-ready toleration,
+/// 100m/350Mi.
+fn operator_chart_documents(version: &str) -> Vec<Value> {
+    let install = std::fs::read_to_string(operator_bundle(version).unwrap()).unwrap();
+    let mut documents = Vec::new();
+    for mut document in tenantflux_core::yaml::documents::<Value>(&install).unwrap() {
+        if document["kind"] == "Namespace" {
+            continue;
+        }
+        if document["metadata"]["namespace"].is_string() {
+            document["metadata"]["namespace"] = json!(NS);
+        }
+        let subjects = document.get_mut("subjects").and_then(Value::as_array_mut);
+        for subject in subjects.into_iter().flatten() {
+            subject["namespace"] = json!(NS);
+        }
+        if document["kind"] == "Deployment" {
+            let pod = &mut document["spec"]["template"]["spec"];
+            pod["hostNetwork"] = json!(true);
+            pod["tolerations"] = json!([{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"}]);
+            pod["containers"][0]["resources"] = json!({
+                "requests": {"cpu": "100m", "memory": "350Mi"},
+                "limits": {"cpu": "100m", "memory": "350Mi"},
+            });
+        }
+        documents.push(document);
+    }
+    documents
+}
+
+fn add_args(target: &str, args: &[&str]) -> Value {
+    let patch: String = args
+        .iter()
+        .map(|a| {
+            format!("- op: add\n  path: /spec/template/spec/containers/0/args/-\n  value: {a}\n")
+        })
+        .collect();
+    json!({"target": {"kind": "Deployment", "name": target}, "patch": patch})
+}
+
+/// FluxInstance `flux` as the add-on's `fluxcd` release holds it (2.9.x here, see the module
+/// docs).
+fn cozystack_instance() -> Value {
+    json!({
+        "apiVersion": "fluxcd.controlplane.io/v1",
+        "kind": "FluxInstance",
+        "metadata": {"name": "flux", "namespace": NS},
+        "spec": {
+            "distribution": {"version": "2.9.x", "registry": "ghcr.io/fluxcd"},
+            "components": CONTROLLERS,
+            "cluster": {"networkPolicy": true, "domain": "cozy.local"},
+            "kustomize": {"patches": [
+                add_args("(kustomize-controller|helm-controller)", &["--concurrent=20", "--requeue-dependency=5s"]),
+                {
+                    "target": {"kind": "Deployment", "name": "(kustomize-controller|helm-controller|source-controller|source-watcher)"},
+                    "patch": "- op: add\n  path: /spec/template/spec/containers/0/resources/limits\n  value: {cpu: 2000m, memory: 2Gi}\n",
+                },
+                add_args("source-controller", &["--storage-adv-addr=source-controller.cozy-fluxcd.svc"]),
+                add_args("source-watcher", &["--storage-adv-addr=source-watcher.cozy-fluxcd.svc"]),
+                add_args(
+                    "(kustomize-controller|helm-controller|source-controller|source-watcher|image-reflector-controller|image-automation-controller)",
+                    &["--events-addr=http://notification-controller.cozy-fluxcd.svc/"],
+                ),
+            ]},
+        },
+    })
+}
+
+/// Each controller Deployment's generation and pod template, and each running process's pid.
+fn controllers_now(cluster: &TestCluster) -> Value {
+    let mut out = serde_json::Map::new();
+    for name in CONTROLLERS {
+        let deployment = cluster
+            .object("deployments", NS, name)
+            .unwrap_or_else(|| panic!("Deployment {NS}/{name}"));
+        out.insert(
+            name.into(),
+            json!({
+                "generation": deployment["metadata"]["generation"],
+                "template": deployment["spec"]["template"],
+            }),
+        );
+    }
+    for name in RUNNING {
+        let pid = std::fs::read_to_string(cluster.dir().join(format!("controllers/{name}.pid")))
+            .unwrap_or_else(|err| panic!("{name}'s pidfile: {err}"));
+        out.insert(format!("{name} pid"), json!(pid.trim()));
+    }
+    let operator = std::fs::read_to_string(cluster.dir().join("flux-operator.pid")).unwrap();
+    out.insert("flux-operator pid".into(), json!(operator.trim()));
+    Value::Object(out)
+}
+
+fn instance(cluster: &TestCluster) -> Value {
+    cluster
+        .object("fluxinstances.fluxcd.controlplane.io", NS, "flux")
+        .expect("FluxInstance cozy-fluxcd/flux")
+}
+
+fn helm_owned(instance: &Value) -> bool {
+    instance["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        || instance["metadata"]["annotations"]["meta.helm.sh/release-name"].is_string()
+        || instance["metadata"]["annotations"]["meta.helm.sh/release-namespace"].is_string()
+}
+
+fn plan(cluster: &TestCluster) -> (Value, std::process::Output) {
+    let output = cluster
+        .kubectl_tenantflux(None, &["adopt", "plan", "-o", "json"])
+        .expect("adopt plan");
+    (json(&output), output)
+}
+
+/// Nothing of the agent's may garbage-collect or hold what it adopted.
+fn assert_no_agent_hold(cluster: &TestCluster) {
+    let mut objects = vec![
+        cluster.object("deployments", NS, "flux-operator").unwrap(),
+        instance(cluster),
+    ];
+    objects.extend(
+        CONTROLLERS
+            .iter()
+            .map(|c| cluster.object("deployments", NS, c).unwrap()),
+    );
+    for object in objects {
+        let name = &object["metadata"]["name"];
+        let owners = object["metadata"]["ownerReferences"].to_string();
+        assert!(!owners.contains("tenantflux"), "{name}: {owners}");
+        let finalizers = object["metadata"]["finalizers"].to_string();
+        assert!(!finalizers.contains("tenantflux"), "{name}: {finalizers}");
+    }
+}
+
+fn sign_and_push(
+    cluster: &TestCluster,
+    dir: &Path,
+    key: &Path,
+    platform: &Path,
+    text: &str,
+    name: &str,
+) {
+    let unsigned = dir.join(format!("{name}.yaml"));
+    std::fs::write(&unsigned, text).unwrap();
+    let signed = dir.join(format!("{name}.signed.yaml"));
+    let output = cluster
+        .kubectl_tenantflux(
+            None,
+            &[
+                "policy",
+                "sign",
+                "-f",
+                path(&unsigned),
+                "--key",
+                path(key),
+                "--out",
+                path(&signed),
+            ],
+        )
+        .unwrap();
+    assert!(output.status.success(), "policy sign: {output:?}");
+    let output = cluster
+        .kubectl_tenantflux(Some(platform), &["policy", "push", "-f", path(&signed)])
+        .unwrap();
+    assert!(output.status.success(), "policy push: {output:?}");
+}
+
+#[tokio::test]
+async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
+    let cluster = TestCluster::own("tf-adopt");
+    ensure_packaging_tools().expect("helm");
+    let previous = tool_path("FLUX_OPERATOR_PREVIOUS_VERSION")
+        .to_string_lossy()
+        .into_owned();
+    let work = tempfile::tempdir().unwrap();
+    let keys = work.path().join("keys");
+    let output = cluster
+        .kubectl_tenantflux(None, &["policy", "keygen", "--out", path(&keys)])
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let public_key = keys.join("ed25519.pub");
+    let agent_env = [
+        ("TENANTFLUX_OPERATOR_NAMESPACE", NS),
+        ("TENANTFLUX_POLICY_PUBLIC_KEY", path(&public_key)),
+    ];
+
+    // Nothing runs yet: nothing to adopt, exit 0.
+    cluster.restart_agent_with(&agent_env).expect("agent");
+    let output = cluster
+        .kubectl_tenantflux(None, &["adopt", "plan"])
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        stdout(&output).starts_with("nothing to adopt"),
+        "{}",
+        stdout(&output)
+    );
+
+    // The add-on's two Helm releases, and the real operator and controllers running them.
+    let operator = chart(
+        work.path(),
+        "flux-operator",
+        &previous,
+        &operator_chart_documents(&previous),
+    );
+    helm(
+        cluster,
+        &[
+            "install",
+            "fluxcd-operator",
+            path(&operator),
+            "-n",
+            NS,
+            "--create-namespace",
+        ],
+    );
+    cluster
+        .run_flux_operator_in(NS, &previous)
+        .expect("flux-operator process");
+    let flux = chart(
+        work.path(),
+        "flux-instance",
+        "v0.1.0",
+        &[cozystack_instance()],
+    );
+    helm(cluster, &["install", "fluxcd", path(&flux), "-n", NS]);
+    for name in RUNNING {
+        cluster
+            .flux_controller_runs(name, &format!("{name}-v1.9.4"))
+            .await
+            .unwrap_or_else(|err| panic!("{name}: {err}"));
+    }
+    let repo = GitRepo::new("cozy-app").unwrap();
+    let config = |value: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: app, namespace: apps}}\ndata: {{value: {value}}}\n"
+        )
+    };
+    let rev1 = repo
+        .commit(&[("app/configmap.yaml", &config("one"))], &[], "one")
+        .unwrap();
+    let url = cluster.git_server(&repo).unwrap();
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: apps}}\n---\n\
+             apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\n\
+             metadata: {{name: app, namespace: apps}}\n\
+             spec: {{interval: 5s, url: \"{url}\", ref: {{branch: main}}}}\n---\n\
+             apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\n\
+             metadata: {{name: app, namespace: apps}}\n\
+             spec: {{interval: 1m, path: ./app, prune: true, sourceRef: {{kind: GitRepository, name: app}}}}\n"
+        ))
+        .expect("the app");
+    let timeout = Duration::from_secs(180);
+    cluster
+        .kustomization_applied("apps", "app", &revision(&rev1), timeout)
+        .await
+        .expect("Flux applies the app before adoption");
+    let before = controllers_now(cluster);
+    assert!(helm_owned(&instance(cluster)));
+
+    // The platform grants what the chart's `adopt: true` grants: listing Secrets in cozy-fluxcd.
+    let rendered = Command::new(tool_path("HELM"))
+        .args(["template", "tenantflux-agent"])
+        .arg(repo_root().join("deploy/helm/tenantflux-agent"))
+        .args([
+            "--set",
+            "adopt=true",
+            "--set",
+            &format!("operatorNamespace={NS}"),
+        ])
+        .args(["--show-only", "templates/agent-rbac.yaml"])
+        .output()
+        .unwrap();
+    assert!(rendered.status.success(), "{rendered:?}");
+    let rendered = stdout(&rendered);
+    let adopt_rbac: Vec<&str> = rendered
+        .split("\n---")
+        .filter(|d| d.contains("name: tenantflux-agent-adopt"))
+        .collect();
+    assert_eq!(adopt_rbac.len(), 2, "the adopt Role and RoleBinding");
+    cluster.apply_yaml(&adopt_rbac.join("\n---\n")).unwrap();
+
+    let (plan_json, output) = plan(cluster);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(plan_json["case"], "operator", "{plan_json:#}");
+    assert_eq!(plan_json["namespace"], NS);
+    assert_eq!(plan_json["rollout"], false);
+    assert_eq!(
+        plan_json["operators"][0]["helmRelease"],
+        "cozy-fluxcd/fluxcd-operator"
+    );
+    assert_eq!(plan_json["operators"][0]["version"], previous.as_str());
+    assert_eq!(
+        plan_json["instances"][0]["helmRelease"],
+        "cozy-fluxcd/fluxcd"
+    );
+    assert_eq!(plan_json["instances"][0]["version"], "2.9.x");
+    assert_eq!(plan_json["controllers"].as_array().unwrap().len(), 7);
+    let cleanup: Vec<&str> = plan_json["cleanup"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert!(
+        cleanup.contains(
+            &"kubectl delete secret -n cozy-fluxcd sh.helm.release.v1.fluxcd-operator.v1"
+        ) && cleanup.contains(&"kubectl delete secret -n cozy-fluxcd sh.helm.release.v1.fluxcd.v1"),
+        "{cleanup:?}"
+    );
+    let changes = plan_json["changes"].to_string();
+    assert!(changes.contains("Helm's ownership"), "{changes}");
+    assert!(changes.contains("spec.kustomize"), "{changes}");
+    let table = cluster
+        .kubectl_tenantflux(None, &["adopt", "plan"])
+        .unwrap();
+    let table = stdout(&table);
+    eprintln!("adopt plan:\n{table}");
+    assert!(table.contains("Rollout: no"), "{table}");
+    assert!(table.contains("Policy: none held"), "{table}");
+
+    // The policy's verdict: the add-on's instance is outside the example policy (image
+    // controllers, patches, multitenant), inside one that only bounds the version. The
+    // example's create-once defaults never touch the instance that exists: it is recorded as
+    // existing, its spec and generation stay.
+    let platform = cluster.policy_pusher_kubeconfig().unwrap();
+    let key = keys.join("ed25519.key");
+    let helm_instance = instance(cluster);
+    let example = std::fs::read_to_string(repo_root().join("deploy/policy/example.yaml")).unwrap();
+    assert!(example.contains("  defaults:\n"));
+    sign_and_push(cluster, work.path(), &key, &platform, &example, "strict");
+    wait_for("the defaults recorded as not needed", timeout, || async {
+        (defaults_record(cluster) == "existed/7").then_some(())
+    })
+    .await
+    .unwrap();
+    let kept = instance(cluster);
+    assert_eq!(kept["spec"], helm_instance["spec"]);
+    assert_eq!(
+        kept["metadata"]["generation"],
+        helm_instance["metadata"]["generation"]
+    );
+    let (strict, _) = plan(cluster);
+    let fields: Vec<&str> = strict["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["field"].as_str().unwrap())
+        .collect();
+    assert!(fields.contains(&"spec.components"), "{strict:#}");
+    assert!(
+        strict["keeps"]
+            .to_string()
+            .contains("keeps running as it is"),
+        "{strict:#}"
+    );
+    let lenient = "apiVersion: tenantflux.io/v1alpha1\nkind: Policy\nmetadata: {name: platform}\n\
+                   spec:\n  generation: 8\n  distribution:\n    versions: \">=2.7.0 <2.10.0\"\n    registries: [ghcr.io/fluxcd]\n";
+    sign_and_push(cluster, work.path(), &key, &platform, lenient, "lenient");
+    let (lenient, _) = plan(cluster);
+    assert_eq!(lenient["violations"], json!([]), "{lenient:#}");
+    assert!(lenient["policy"].as_str().unwrap().contains("generation 8"));
+    // (wait_enforced probes with a FluxInstance in flux-system)
+    cluster
+        .apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: flux-system}\n")
+        .unwrap();
+    wait_enforced(cluster, 8)
+        .await
+        .expect("the API server enforces generation 8");
+
+    // Two FluxInstances: refused naming both, nothing changed.
+    cluster
+        .apply_yaml(
+            "apiVersion: fluxcd.controlplane.io/v1\nkind: FluxInstance\n\
+             metadata: {name: flux, namespace: flux-system}\n\
+             spec: {distribution: {version: 2.9.x, registry: ghcr.io/fluxcd}}\n",
+        )
+        .unwrap();
+    let (refused, output) = plan(cluster);
+    assert_eq!(output.status.code(), Some(5), "{output:?}");
+    assert!(
+        refused["refusals"][0]
+            .as_str()
+            .unwrap()
+            .contains("FluxInstance cozy-fluxcd/flux and FluxInstance flux-system/flux"),
+        "{refused:#}"
+    );
+    let output = cluster
+        .kubectl_tenantflux(None, &["adopt", "apply"])
+        .unwrap();
+    assert_eq!(output.status.code(), Some(5), "{output:?}");
+    assert!(
+        stderr(&output).contains("flux-system/flux"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
+        helm_owned(&instance(cluster)),
+        "a refused adoption changes nothing"
+    );
+    cluster
+        .kubectl_ok(&["-n", "flux-system", "delete", "fluxinstance", "flux"])
+        .unwrap();
+
+    // `adopt: true`, killed (SIGKILL) after recording that it adopts and before it did.
+    let mut env = agent_env.to_vec();
+    env.push(("TENANTFLUX_ADOPT", "true"));
+    let mut with_failpoint = env.clone();
+    with_failpoint.push(("TENANTFLUX_FAILPOINTS", "adopt-recorded-adopting"));
+    let from = cluster.agent_log_len();
+    cluster.restart_agent_with(&with_failpoint).unwrap();
+    cluster
+        .wait_agent_log(from, "failpoint adopt-recorded-adopting reached", timeout)
+        .await
+        .unwrap();
+    cluster.kill_agent().unwrap();
+    let record = cluster
+        .object("configmaps", AGENT_NAMESPACE, "tenantflux-adoption")
+        .expect("the adoption's record");
+    assert_eq!(record["data"]["outcome"], "adopting");
+    assert!(helm_owned(&instance(cluster)));
+    let from = cluster.agent_log_len();
+    cluster.restart_agent_with(&env).unwrap();
+    cluster
+        .wait_agent_log(from, "adoption at start:", timeout)
+        .await
+        .unwrap();
+
+    // The same state as an uninterrupted adoption: Helm's ownership gone, recorded, nothing of
+    // Flux restarted or re-rendered, the app Ready at its revision.
+    let adopted = instance(cluster);
+    assert!(!helm_owned(&adopted), "{:#}", adopted["metadata"]);
+    let record = cluster
+        .object("configmaps", AGENT_NAMESPACE, "tenantflux-adoption")
+        .unwrap();
+    assert_eq!(record["data"]["outcome"], "adopted");
+    assert_eq!(controllers_now(cluster), before);
+    cluster
+        .kustomization_applied("apps", "app", &revision(&rev1), timeout)
+        .await
+        .unwrap();
+    let (after, _) = plan(cluster);
+    assert_eq!(after["adopted"], true);
+    assert!(
+        !after["changes"].to_string().contains("Helm's ownership"),
+        "{after:#}"
+    );
+    assert_no_agent_hold(cluster);
+
+    // Flux works under its new owner.
+    let rev2 = repo
+        .commit(&[("app/configmap.yaml", &config("two"))], &[], "two")
+        .unwrap();
+    cluster
+        .kustomization_applied("apps", "app", &revision(&rev2), timeout)
+        .await
+        .expect("a new commit is applied after adoption");
+
+    // A bundle of another version (the environment's pinned release) would re-render the
+    // controllers: with --adopt the agent holds it back, the plan says why, and `adopt apply`
+    // refuses without --allow-rollout; nothing of Flux changes.
+    let write_bundle = |version: &str| {
+        let mut documents =
+            vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})];
+        documents.extend(operator_chart_documents(version));
+        let bundle = work.path().join(format!("install-{version}.yaml"));
+        let text: Vec<String> = documents.iter().map(Value::to_string).collect();
+        std::fs::write(&bundle, text.join("\n---\n")).unwrap();
+        format!("file:{}", bundle.display())
+    };
+    let pinned = tool_path("FLUX_OPERATOR_VERSION")
+        .to_string_lossy()
+        .into_owned();
+    let newer = write_bundle(&pinned);
+    let mut with_newer = env.clone();
+    with_newer.extend([
+        ("TENANTFLUX_OPERATOR_BUNDLE", newer.as_str()),
+        ("TENANTFLUX_OPERATOR_VERSION", pinned.as_str()),
+        (
+            "TENANTFLUX_OPERATOR_ALLOW_POD_FIELDS",
+            "hostNetwork,tolerations,resources",
+        ),
+    ]);
+    cluster.restart_agent_with(&with_newer).unwrap();
+    let held = wait_for("the plan to see the bundle held back", timeout, || async {
+        let (held, _) = plan(cluster);
+        (held["rollout"] == true).then_some(held)
+    })
+    .await
+    .unwrap();
+    assert!(
+        held["rolloutReason"].as_str().unwrap().contains(&pinned),
+        "{held:#}"
+    );
+    let output = cluster
+        .kubectl_tenantflux(None, &["adopt", "apply"])
+        .unwrap();
+    assert_eq!(output.status.code(), Some(5), "{output:?}");
+    assert!(
+        stderr(&output).contains("--allow-rollout"),
+        "{}",
+        stderr(&output)
+    );
+    let status = json(
+        &cluster
+            .kubectl_tenantflux(None, &["status", "-o", "json"])
+            .unwrap(),
+    );
+    assert!(
+        status.to_string().contains("adopt apply --allow-rollout"),
+        "the install says why it holds back: {status:#}"
+    );
+    let operator = cluster.object("deployments", NS, "flux-operator").unwrap();
+    assert_ne!(
+        operator["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "tenantflux-agent"
+    );
+    assert_eq!(controllers_now(cluster), before);
+
+    // The agent takes the operator's install over with its own bundle at the same version,
+    // Cozystack's pod settings kept because the platform allows them
+    // (--operator-allow-pod-fields); no controller is re-rendered.
+    let source = write_bundle(&previous);
+    let mut with_bundle = env.clone();
+    with_bundle.extend([
+        ("TENANTFLUX_OPERATOR_BUNDLE", source.as_str()),
+        ("TENANTFLUX_OPERATOR_VERSION", previous.as_str()),
+        (
+            "TENANTFLUX_OPERATOR_ALLOW_POD_FIELDS",
+            "hostNetwork,tolerations,resources",
+        ),
+    ]);
+    cluster.restart_agent_with(&with_bundle).unwrap();
+    let operator = wait_for(
+        "the agent to apply its bundle over Helm's",
+        timeout,
+        || async {
+            cluster
+                .object("deployments", NS, "flux-operator")
+                .filter(|d| {
+                    d["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tenantflux-agent"
+                })
+                .filter(|_| {
+                    cluster
+                        .object("configmaps", AGENT_NAMESPACE, "tenantflux-operator-install")
+                        .is_some()
+                })
+        },
+    )
+    .await
+    .unwrap();
+    let pod = &operator["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true, "{pod:#}");
+    assert_eq!(pod["tolerations"][0]["key"], "node.kubernetes.io/not-ready");
+    assert_eq!(
+        pod["containers"][0]["resources"]["requests"]["memory"],
+        "350Mi"
+    );
+    assert_eq!(controllers_now(cluster), before);
+    // The agent's install state follows its record at once; the plan reads it.
+    let taken = wait_for("the plan to see the agent's bundle", timeout, || async {
+        let (taken, _) = plan(cluster);
+        taken["changes"][0]
+            .as_str()
+            .is_some_and(|c| c.contains("becomes the agent's install"))
+            .then_some(taken)
+    })
+    .await
+    .unwrap();
+    assert!(
+        taken["operators"][0]["managers"]
+            .to_string()
+            .contains("tenantflux-agent"),
+        "{taken:#}"
+    );
+    assert_eq!(taken["rollout"], false);
+
+    // Applying again changes nothing of Flux; the Kustomization is Ready again at its revision.
+    let output = cluster
+        .kubectl_tenantflux(None, &["adopt", "apply", "-o", "json"])
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let result = json(&output);
+    assert_eq!(
+        result["kustomizations"][0]["readyAgain"], true,
+        "{result:#}"
+    );
+    assert_eq!(result["kustomizations"][0]["revision"], revision(&rev2));
+    assert_eq!(controllers_now(cluster), before);
+
+    // The agent uninstalled: Flux keeps running and applying.
+    cluster.stop_agent().unwrap();
+    cluster
+        .kubectl_ok(&[
+            "-n",
+            NS,
+            "delete",
+            "role,rolebinding",
+            "tenantflux-agent-adopt",
+        ])
+        .unwrap();
+    let manifests = repo_root().join("deploy/manifests");
+    cluster
+        .kubectl_ok(&[
+            "delete",
+            "-k",
+            path(&manifests),
+            "--wait=true",
+            "--timeout=120s",
+        ])
+        .unwrap();
+    wait_for("namespace tenantflux-system to go", timeout, || async {
+        cluster
+            .kubectl_ok(&[
+                "get",
+                "namespace",
+                AGENT_NAMESPACE,
+                "--ignore-not-found",
+                "-o",
+                "name",
+            ])
+            .is_ok_and(|out| out.trim().is_empty())
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    assert_no_agent_hold(cluster);
+    assert_eq!(controllers_now(cluster), before);
+    let rev3 = repo
+        .commit(&[("app/configmap.yaml", &config("three"))], &[], "three")
+        .unwrap();
+    cluster
+        .kustomization_applied("apps", "app", &revision(&rev3), timeout)
+        .await
+        .expect("a new commit is applied with the agent gone");
+}
