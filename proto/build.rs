@@ -11,6 +11,7 @@ const PROTOS: &[&str] = &[
     "tenantflux/v1/policy.proto",
     "tenantflux/v1/instance.proto",
     "tenantflux/v1/upgrade.proto",
+    "tenantflux/v1/inspect.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

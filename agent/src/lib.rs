@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod inspect;
 pub mod instance;
 pub mod operator;
 mod policy;

@@ -361,6 +361,12 @@ async fn run(args: Args) -> Result<(), Error> {
     let resumed = tokio::spawn(upgrader.clone().resume());
     let upgrade = UpgradeService::new(upgrader, authorizer.clone());
     let policy = PolicyService::new(policy_store, authorizer.clone());
+    let inspect = server::InspectService::new(
+        caches.clone(),
+        client.clone(),
+        authorizer.clone(),
+        shutdown.clone(),
+    );
     let workloads = WorkloadsService::new(caches, client, authorizer, shutdown.clone());
     let services = server::Services {
         agent: service,
@@ -368,6 +374,7 @@ async fn run(args: Args) -> Result<(), Error> {
         policy,
         instance,
         upgrade,
+        inspect,
     };
     let grpc = server::serve(grpc_listener, services, metrics, shutdown.clone()).await;
     // However gRPC ended, stop the rest too.

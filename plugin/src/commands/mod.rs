@@ -5,6 +5,7 @@
 //! [`status::StatusView`].
 
 pub mod fleet;
+pub mod inspect;
 pub mod instance;
 pub mod policy;
 pub mod status;

@@ -35,8 +35,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client, api::ListParams, config::Kubeconfig};
 use tenantflux_proto::v1::{
     GetStatusRequest, Status, WatchStatusRequest, agent_client::AgentClient,
-    instance_client::InstanceClient, policy_client::PolicyClient, upgrade_client::UpgradeClient,
-    workloads_client::WorkloadsClient,
+    inspect_client::InspectClient, instance_client::InstanceClient, policy_client::PolicyClient,
+    upgrade_client::UpgradeClient, workloads_client::WorkloadsClient,
 };
 use tonic::{
     Streaming,
@@ -116,6 +116,7 @@ pub struct Agent {
     policy: PolicyClient<InterceptedService<Channel, BearerAuth>>,
     instance: InstanceClient<InterceptedService<Channel, BearerAuth>>,
     upgrade: UpgradeClient<InterceptedService<Channel, BearerAuth>>,
+    inspect: InspectClient<InterceptedService<Channel, BearerAuth>>,
     target: AgentTarget,
     forward_error: ForwardError,
     namespace: String,
@@ -180,7 +181,8 @@ impl Agent {
             workloads: WorkloadsClient::with_interceptor(channel.clone(), auth.clone()),
             policy: PolicyClient::with_interceptor(channel.clone(), auth.clone()),
             instance: InstanceClient::with_interceptor(channel.clone(), auth.clone()),
-            upgrade: UpgradeClient::with_interceptor(channel, auth),
+            upgrade: UpgradeClient::with_interceptor(channel.clone(), auth.clone()),
+            inspect: InspectClient::with_interceptor(channel, auth),
             target,
             forward_error,
             namespace,
@@ -251,6 +253,11 @@ impl Agent {
     /// A client of the agent's Upgrade service on the same connection.
     pub fn upgrade(&self) -> UpgradeClient<InterceptedService<Channel, BearerAuth>> {
         self.upgrade.clone()
+    }
+
+    /// A client of the agent's Inspect service on the same connection.
+    pub fn inspect(&self) -> InspectClient<InterceptedService<Channel, BearerAuth>> {
+        self.inspect.clone()
     }
 
     /// The namespace commands act in: -n, else the kubeconfig context's.
