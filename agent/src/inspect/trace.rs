@@ -110,8 +110,31 @@ struct Resolved {
     namespaced: bool,
 }
 
-/// Finds `name` (a kind, plural or singular, case-insensitive; `group/Kind` or `Kind.group`
-/// for one group) among the resources discovery lists, preferring the core group, then `apps`.
+/// The short names kubectl accepts for built-in kinds (kube's discovery does not carry them):
+/// (short name, plural).
+const SHORT_NAMES: &[(&str, &str)] = &[
+    ("cm", "configmaps"),
+    ("cj", "cronjobs"),
+    ("crd", "customresourcedefinitions"),
+    ("deploy", "deployments"),
+    ("ds", "daemonsets"),
+    ("hpa", "horizontalpodautoscalers"),
+    ("ing", "ingresses"),
+    ("netpol", "networkpolicies"),
+    ("ns", "namespaces"),
+    ("pdb", "poddisruptionbudgets"),
+    ("po", "pods"),
+    ("pv", "persistentvolumes"),
+    ("pvc", "persistentvolumeclaims"),
+    ("rs", "replicasets"),
+    ("sa", "serviceaccounts"),
+    ("sts", "statefulsets"),
+    ("svc", "services"),
+];
+
+/// Finds `name` (a kind, plural, singular or kubectl's short name, case-insensitive;
+/// `group/Kind` or `Kind.group` for one group) among the resources discovery lists,
+/// preferring the core group, then `apps`.
 fn resolve(discovery: &Discovery, name: &str) -> Option<Resolved> {
     let (group, name) = match name.split_once('/') {
         Some((group, kind)) => (Some(group.to_ascii_lowercase()), kind),
@@ -121,6 +144,10 @@ fn resolve(discovery: &Discovery, name: &str) -> Option<Resolved> {
         },
     };
     let wanted = name.to_ascii_lowercase();
+    let wanted = SHORT_NAMES
+        .iter()
+        .find(|(short, _)| *short == wanted)
+        .map_or(wanted.clone(), |(_, plural)| (*plural).to_owned());
     let mut found: Vec<Resolved> = Vec::new();
     for api_group in discovery.groups() {
         if group.as_deref().is_some_and(|g| g != api_group.name()) {

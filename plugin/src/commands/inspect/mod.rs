@@ -156,7 +156,7 @@ pub async fn tree(
         }))
         .await?;
     let root = NodeView::from(response.root.unwrap_or_default());
-    printer.print(&root, |v, style| render_tree(v, style))
+    printer.print(&root, render_tree)
 }
 
 pub async fn trace(
@@ -176,7 +176,7 @@ pub async fn trace(
         }))
         .await?;
     let view = TraceView::from(response);
-    printer.print(&view, |v, style| render_trace(v, style))
+    printer.print(&view, render_trace)
 }
 
 pub async fn stats(
@@ -209,5 +209,5 @@ pub async fn stats(
             })
             .collect(),
     };
-    printer.print(&view, |v, style| render_stats(v, style))
+    printer.print(&view, render_stats)
 }
