@@ -2,7 +2,7 @@
 //! with Flux 2.9 and the real source-controller and kustomize-controller: a GitRepository served
 //! from a local repository, a Kustomization that applies a ConfigMap, a Deployment and a nested
 //! Kustomization (which applies another Deployment), one pointing at a path Git does not hold
-//! and one suspended. Every status and Event shown is the controllers' own; `events`, `tree` and
+//! and one suspended; and a ResourceSet the real flux-operator applies. Every status and Event shown is the controllers' own; `events`, `tree` and
 //! `stats` are compared with the flux CLI v2.9.5 (built by `tests/env/cluster build-flux-cli`)
 //! on the same objects.
 
@@ -574,25 +574,28 @@ async fn events(cluster: &TestCluster, admin: &Path) {
     )
     .await
     .expect("existing Events");
+    // A name of this run's: Events outlive their object, so an earlier run's stay a while.
+    let late = format!("insp-late-{}", std::process::id());
+    let object = format!("Kustomization/{late}");
     assert!(
-        !lines
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|l| l.contains("insp-late")),
-        "no Event of insp-late before it exists"
+        !lines.lock().unwrap().iter().any(|l| l.contains(&object)),
+        "no Event of {late} before it exists"
     );
     cluster
-        .apply_yaml(&kustomization("insp-late", "./late", false))
+        .apply_yaml(&kustomization(&late, "./late", false))
         .expect("a new failing Kustomization");
-    let shown = wait_for("the watch to show insp-late's Event", RECONCILE, || async {
-        lines
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|l| l.contains("Kustomization/insp-late"))
-            .cloned()
-    })
+    let shown = wait_for(
+        "the watch to show the new Kustomization's Event",
+        RECONCILE,
+        || async {
+            lines
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.contains(&object))
+                .cloned()
+        },
+    )
     .await;
     watch.kill().expect("stop the watch");
     let _ = watch.wait();
@@ -600,8 +603,8 @@ async fn events(cluster: &TestCluster, admin: &Path) {
     let shown = shown.unwrap_or_else(|err| panic!("{err}: {:#?}", lines.lock().unwrap()));
     assert!(shown.contains("Warning"), "{shown}");
     cluster
-        .kubectl_ok(&["-n", NS, "delete", KUSTOMIZATIONS, "insp-late", "--wait"])
-        .expect("insp-late deleted");
+        .kubectl_ok(&["-n", NS, "delete", KUSTOMIZATIONS, &late, "--wait"])
+        .expect("the new Kustomization deleted");
 }
 
 async fn stats(cluster: &TestCluster, admin: &Path) {
@@ -717,11 +720,68 @@ async fn reconcile_waits(cluster: &TestCluster, admin: &Path, repo: &GitRepo) {
     assert!(asked.contains("reconciliation of"), "{asked}");
 }
 
+/// What a ResourceSet applied (flux-operator reconciles it for real): in its tree, and traced
+/// back to it, which `flux trace` cannot.
+async fn resource_sets(cluster: &TestCluster, admin: &Path) {
+    const RS_NS: &str = "insp-rs";
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {RS_NS}}}\n---\n\
+             apiVersion: fluxcd.controlplane.io/v1\nkind: ResourceSet\n\
+             metadata: {{name: insp-set, namespace: {RS_NS}}}\n\
+             spec:\n  resources:\n  - apiVersion: v1\n    kind: ConfigMap\n    \
+             metadata: {{name: set-config, namespace: {RS_NS}}}\n    data: {{a: b}}\n"
+        ))
+        .expect("a ResourceSet");
+    let set = cluster
+        .settled(
+            "resourcesets.fluxcd.controlplane.io",
+            RS_NS,
+            "insp-set",
+            RECONCILE,
+        )
+        .await
+        .expect("flux-operator reconciled it");
+    assert_eq!(ready_now(&set), Some("True"), "{set:#}");
+    let tree = wait_for(
+        "the agent's cache to show insp-set Ready",
+        Duration::from_secs(30),
+        || async {
+            let tree = plugin(
+                cluster,
+                admin,
+                &["tree", "rset", "insp-set", "-n", RS_NS, "-o", "json"],
+            );
+            let tree: Value = serde_json::from_slice(&tree.stdout).ok()?;
+            (tree["ready"] == "True").then_some(tree)
+        },
+    )
+    .await
+    .expect("cached");
+    let mut shown = BTreeSet::new();
+    paths(&tree, "", &mut shown);
+    assert!(
+        shown.contains(&format!(
+            "ResourceSet/{RS_NS}/insp-set > ConfigMap/{RS_NS}/set-config"
+        )),
+        "{shown:#?}"
+    );
+    let trace = plugin_json(cluster, admin, &["trace", "cm", "set-config", "-n", RS_NS]);
+    assert_eq!(trace["steps"][1]["role"], "applied by", "{trace:#}");
+    assert_eq!(trace["steps"][1]["kind"], "ResourceSet", "{trace:#}");
+    assert_eq!(trace["steps"][1]["name"], "insp-set", "{trace:#}");
+    assert_eq!(trace["steps"][1]["ready"], "True", "{trace:#}");
+    cluster
+        .kubectl_ok(&["delete", "namespace", RS_NS, "--wait"])
+        .expect("the ResourceSet's namespace deleted");
+}
+
 #[tokio::test]
 async fn events_tree_trace_stats_and_reconcile_on_the_real_controllers() {
     let cluster = TestCluster::shared();
     let (admin, repo, rev1) = prepare(cluster).await;
     tree_and_trace(cluster, &admin, &rev1).await;
+    resource_sets(cluster, &admin).await;
     events(cluster, &admin).await;
     stats(cluster, &admin).await;
     reconcile_waits(cluster, &admin, &repo).await;
