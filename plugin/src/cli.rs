@@ -255,6 +255,44 @@ mod tests {
     }
 
     #[test]
+    fn reconcile_waits_unless_told_not_to() {
+        let wait = |args: &[&str]| match parse(args).command {
+            Command::Reconcile(args) => args.wait,
+            other => panic!("{other:?}"),
+        };
+        assert!(wait(&["reconcile", "ks", "apps"]));
+        assert!(wait(&["reconcile", "ks", "apps", "--wait"]));
+        assert!(wait(&["reconcile", "--wait", "ks", "apps"]));
+        assert!(!wait(&["reconcile", "ks", "apps", "--wait=false"]));
+    }
+
+    #[test]
+    fn the_inspect_commands_parse_their_words() {
+        match parse(&["events", "ks", "apps", "--types", "Warning,Normal", "-w"]).command {
+            Command::Events(args) => {
+                assert_eq!(args.words, ["ks", "apps"]);
+                assert_eq!(args.types, ["Warning", "Normal"]);
+                assert!(args.watch);
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse(&["trace", "apps/Deployment/podinfo"]).command {
+            Command::Trace(args) => assert_eq!(
+                args.target().unwrap(),
+                ("apps/Deployment".to_owned(), "podinfo".to_owned())
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(Cli::try_parse_from(["kubectl-tenantflux", "tree", "ks"]).is_err());
+        assert!(matches!(
+            parse(&["stats", "-A"]).command,
+            Command::Stats(StatsArgs {
+                all_namespaces: true
+            })
+        ));
+    }
+
+    #[test]
     fn global_flags_work_after_the_subcommand() {
         let cli = parse(&[
             "version",
