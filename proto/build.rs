@@ -12,6 +12,7 @@ const PROTOS: &[&str] = &[
     "tenantflux/v1/instance.proto",
     "tenantflux/v1/upgrade.proto",
     "tenantflux/v1/adopt.proto",
+    "tenantflux/v1/inspect.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

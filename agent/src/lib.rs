@@ -13,6 +13,7 @@
 
 pub mod adopt;
 pub mod cli;
+pub mod inspect;
 pub mod instance;
 pub mod operator;
 mod policy;

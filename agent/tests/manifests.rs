@@ -281,6 +281,12 @@ fn agent_cluster_role_grants_what_the_agent_uses_and_nothing_broad() {
         "patch",
         Some("other")
     ));
+    // `events` lists and follows the Events of Flux objects (inspect::events), in one namespace
+    // or cluster-wide; it never writes them there.
+    for verb in ["list", "watch"] {
+        assert!(allows(rules, "", "events", verb, None), "{verb} events");
+    }
+    assert!(!allows(rules, "", "events", "create", None));
     // Upgrades trim status.storedVersions of the CRDs whose objects they migrated.
     assert!(allows(
         rules,

@@ -7,6 +7,7 @@ use crate::{
     commands::{
         adopt::{self, AdoptCommand},
         fleet::{self, FleetCommand},
+        inspect::{self, EventsArgs, StatsArgs, TraceArgs, TreeArgs},
         instance::{self, InstanceCommand},
         policy::{self, PolicyCommand},
         status, upgrade,
@@ -57,10 +58,20 @@ pub enum Command {
     /// Let Flux reconcile a suspended object again, and ask for a reconciliation now.
     #[command(after_help = workloads::control_help(&["resume ks apps -n flux-system", "resume source git podinfo", "resume ks --all -A"]))]
     Resume(ControlArgs),
-    /// Ask Flux to reconcile an object now; --wait follows it until its Ready condition
-    /// settles.
-    #[command(after_help = workloads::control_help(&["reconcile ks apps -n flux-system", "reconcile ks apps --with-source --wait", "reconcile hr podinfo --force --wait --timeout 10m"]))]
+    /// Ask Flux to reconcile an object now and wait until its Ready condition settles for
+    /// that request (--wait=false only asks).
+    #[command(after_help = workloads::control_help(&["reconcile ks apps -n flux-system", "reconcile ks apps --with-source", "reconcile hr podinfo --force --timeout 10m", "reconcile ks apps --wait=false"]))]
     Reconcile(ReconcileArgs),
+    /// The Kubernetes Events of Flux objects, oldest first, as `flux events` shows them.
+    Events(EventsArgs),
+    /// The inventory of a Kustomization, HelmRelease or ResourceSet as a tree, recursing into
+    /// the ones it applied, with Ready for Flux objects.
+    Tree(TreeArgs),
+    /// Which Kustomization, HelmRelease or ResourceSet applied an object, up to its source,
+    /// with each one's revision and Ready.
+    Trace(TraceArgs),
+    /// Per kind: how many Flux objects run, fail and are suspended, and sources' storage.
+    Stats(StatsArgs),
     /// The platform's policy: keygen, sign and verify (local), push and show (the agent).
     #[command(subcommand)]
     #[command(
@@ -148,6 +159,10 @@ impl Cli {
                 Command::Suspend(target) => workloads::suspend(&options, &printer, target).await,
                 Command::Resume(target) => workloads::resume(&options, &printer, target).await,
                 Command::Reconcile(args) => workloads::reconcile(&options, &printer, args).await,
+                Command::Events(args) => inspect::events(&options, &printer, args).await,
+                Command::Tree(args) => inspect::tree(&options, &printer, args).await,
+                Command::Trace(args) => inspect::trace(&options, &printer, args).await,
+                Command::Stats(args) => inspect::stats(&options, &printer, args).await,
                 Command::Policy(command) => policy::run_remote(command, &options, &printer).await,
                 Command::Instance(command) => {
                     return instance::run(command, &options, &printer).await;
@@ -169,7 +184,7 @@ fn top_level_help() -> String {
         "Examples:\n  \
          kubectl tenantflux status\n  \
          kubectl tenantflux get ks -A\n  \
-         kubectl tenantflux reconcile ks apps -n flux-system --with-source --wait\n  \
+         kubectl tenantflux reconcile ks apps -n flux-system --with-source\n  \
          kubectl tenantflux upgrade plan --to 2.9.x\n\n{}",
         Exit::help()
     )
@@ -245,6 +260,44 @@ mod tests {
             .find(|a| a.get_id() == "token")
             .expect("token flag");
         assert!(token.is_hide_env_values_set());
+    }
+
+    #[test]
+    fn reconcile_waits_unless_told_not_to() {
+        let wait = |args: &[&str]| match parse(args).command {
+            Command::Reconcile(args) => args.wait,
+            other => panic!("{other:?}"),
+        };
+        assert!(wait(&["reconcile", "ks", "apps"]));
+        assert!(wait(&["reconcile", "ks", "apps", "--wait"]));
+        assert!(wait(&["reconcile", "--wait", "ks", "apps"]));
+        assert!(!wait(&["reconcile", "ks", "apps", "--wait=false"]));
+    }
+
+    #[test]
+    fn the_inspect_commands_parse_their_words() {
+        match parse(&["events", "ks", "apps", "--types", "Warning,Normal", "-w"]).command {
+            Command::Events(args) => {
+                assert_eq!(args.words, ["ks", "apps"]);
+                assert_eq!(args.types, ["Warning", "Normal"]);
+                assert!(args.watch);
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse(&["trace", "apps/Deployment/podinfo"]).command {
+            Command::Trace(args) => assert_eq!(
+                args.target().unwrap(),
+                ("apps/Deployment".to_owned(), "podinfo".to_owned())
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(Cli::try_parse_from(["kubectl-tenantflux", "tree", "ks"]).is_err());
+        assert!(matches!(
+            parse(&["stats", "-A"]).command,
+            Command::Stats(StatsArgs {
+                all_namespaces: true
+            })
+        ));
     }
 
     #[test]

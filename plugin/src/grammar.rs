@@ -276,7 +276,7 @@ pub fn first_words(verb: Verb) -> Vec<&'static str> {
 pub fn verb_of(command: &str) -> Option<Verb> {
     match command {
         "get" => Some(Verb::Get),
-        "suspend" | "resume" | "reconcile" => Some(Verb::Control),
+        "suspend" | "resume" | "reconcile" | "events" | "tree" => Some(Verb::Control),
         _ => None,
     }
 }

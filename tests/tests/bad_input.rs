@@ -532,6 +532,26 @@ fn cases(tenant: &Tenant) -> Vec<Case> {
             &["the status must be true, false or unknown"],
         ),
         cli_case(
+            "cli: trace of a path-like name",
+            &["trace", "deployment", "../x", "-n", APPS],
+            1,
+            &["is not a Kubernetes name"],
+        ),
+        cli_case(
+            "cli: events of an unknown type",
+            &["events", "-n", APPS, "--types", "Error"],
+            1,
+            &["event type \"Error\" is not supported: use Normal or Warning"],
+        ),
+        cli_case(
+            "cli: tree of a source",
+            &["tree", "gitrepo", "podinfo", "-n", APPS],
+            1,
+            &[
+                "tree shows the inventory of a Kustomization, HelmRelease or ResourceSet, not of a GitRepository",
+            ],
+        ),
+        cli_case(
             "cli: force on a Kustomization",
             &["reconcile", "ks", "podinfo", "-n", APPS, "--force"],
             1,

@@ -681,7 +681,7 @@ async fn without_any_management_side_the_last_verified_policy_stays_in_force() {
         &["get", "all", "-n", APPS][..],
         &["suspend", "ks", "podinfo", "-n", APPS],
         &["resume", "ks", "podinfo", "-n", APPS],
-        &["reconcile", "ks", "podinfo", "-n", APPS],
+        &["reconcile", "ks", "podinfo", "-n", APPS, "--wait=false"],
         &["instance", "get"],
     ] {
         let output = tenant.plugin(args);
@@ -823,7 +823,10 @@ async fn plugins_racing_on_one_object_lose_no_update() {
             &tenant,
             &[
                 (&["suspend", "ks", "podinfo", "-n", APPS], None),
-                (&["reconcile", "ks", "podinfo", "-n", APPS], None),
+                (
+                    &["reconcile", "ks", "podinfo", "-n", APPS, "--wait=false"],
+                    None,
+                ),
             ],
         );
         for output in &outputs {

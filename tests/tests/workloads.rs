@@ -397,7 +397,15 @@ async fn exercise(cluster: &TestCluster, minor: &Minor, image_components: bool) 
     plugin_ok(
         cluster,
         &admin,
-        &["reconcile", "hr", "podinfo", "-n", NS, "--force"],
+        &[
+            "reconcile",
+            "hr",
+            "podinfo",
+            "-n",
+            NS,
+            "--force",
+            "--wait=false",
+        ],
     );
     let hr = get_json(
         cluster,
@@ -424,7 +432,15 @@ async fn exercise(cluster: &TestCluster, minor: &Minor, image_components: bool) 
     plugin_ok(
         cluster,
         &admin,
-        &["reconcile", "ks", "podinfo", "-n", NS, "--with-source"],
+        &[
+            "reconcile",
+            "ks",
+            "podinfo",
+            "-n",
+            NS,
+            "--with-source",
+            "--wait=false",
+        ],
     );
     let ks = get_json(
         cluster,
@@ -652,7 +668,15 @@ async fn flux_words_and_operator_kinds(cluster: &TestCluster, admin: &Path) {
     plugin_ok(
         cluster,
         admin,
-        &["reconcile", "source", "git", "podinfo", "-n", NS],
+        &[
+            "reconcile",
+            "source",
+            "git",
+            "podinfo",
+            "-n",
+            NS,
+            "--wait=false",
+        ],
     );
     let git = get_json(cluster, GIT_REPOSITORIES, NS, "podinfo");
     let requested = annotation(&git, "reconcile.fluxcd.io/requestedAt");
@@ -660,7 +684,14 @@ async fn flux_words_and_operator_kinds(cluster: &TestCluster, admin: &Path) {
     plugin_ok(
         cluster,
         admin,
-        &["reconcile", "helmrelease", "podinfo", "-n", NS],
+        &[
+            "reconcile",
+            "helmrelease",
+            "podinfo",
+            "-n",
+            NS,
+            "--wait=false",
+        ],
     );
     let hr = get_json(
         cluster,
@@ -679,6 +710,7 @@ async fn flux_words_and_operator_kinds(cluster: &TestCluster, admin: &Path) {
             "-n",
             NS,
             "--with-source",
+            "--wait=false",
         ],
     );
     let ks = get_json(cluster, KUSTOMIZATIONS, NS, "podinfo");
@@ -800,7 +832,7 @@ async fn flux_words_and_operator_kinds(cluster: &TestCluster, admin: &Path) {
     plugin_ok(
         cluster,
         admin,
-        &["reconcile", "rsip", "inputs", "-n", NEW_NS],
+        &["reconcile", "rsip", "inputs", "-n", NEW_NS, "--wait=false"],
     );
     let rsip = get_json(
         cluster,

@@ -385,6 +385,12 @@ async fn run(args: Args) -> Result<(), Error> {
     });
     let adopt = crate::server::AdoptService::new(adopter, authorizer.clone());
     let policy = PolicyService::new(policy_store, authorizer.clone());
+    let inspect = server::InspectService::new(
+        caches.clone(),
+        client.clone(),
+        authorizer.clone(),
+        shutdown.clone(),
+    );
     let workloads = WorkloadsService::new(caches, client, authorizer, shutdown.clone());
     let services = server::Services {
         agent: service,
@@ -393,6 +399,7 @@ async fn run(args: Args) -> Result<(), Error> {
         instance,
         upgrade,
         adopt,
+        inspect,
     };
     let grpc = server::serve(grpc_listener, services, metrics, shutdown.clone()).await;
     // However gRPC ended, stop the rest too.

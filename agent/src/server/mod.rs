@@ -15,14 +15,15 @@ use tokio_stream::wrappers::WatchStream;
 use tonic::{Code, Request, Response};
 
 use tenantflux_proto::v1::{
-    adopt_server::AdoptServer, instance_server::InstanceServer, policy_server::PolicyServer,
-    upgrade_server::UpgradeServer, workloads_server::WorkloadsServer,
+    adopt_server::AdoptServer, inspect_server::InspectServer, instance_server::InstanceServer,
+    policy_server::PolicyServer, upgrade_server::UpgradeServer, workloads_server::WorkloadsServer,
 };
 use tokio_util::sync::CancellationToken;
 
 pub mod adopt;
 pub mod auth;
 mod convert;
+pub mod inspect;
 pub mod instance;
 pub mod metrics;
 pub mod policy;
@@ -31,8 +32,8 @@ pub mod upgrade;
 pub mod workloads;
 
 pub use self::{
-    adopt::AdoptService, instance::InstanceService, policy::PolicyService, upgrade::UpgradeService,
-    workloads::WorkloadsService,
+    adopt::AdoptService, inspect::InspectService, instance::InstanceService, policy::PolicyService,
+    upgrade::UpgradeService, workloads::WorkloadsService,
 };
 use crate::status::Status;
 use auth::{Authorizer, Permission, UserInfo};
@@ -176,6 +177,7 @@ pub struct Services {
     pub instance: InstanceService,
     pub upgrade: UpgradeService,
     pub adopt: AdoptService,
+    pub inspect: InspectService,
 }
 
 /// Serves gRPC on `listener` until the shutdown, then drains: open WatchStatus streams end and
@@ -193,6 +195,7 @@ pub async fn serve(
         instance,
         upgrade,
         adopt,
+        inspect,
     } = services;
     let address = listener
         .local_addr()
@@ -208,6 +211,7 @@ pub async fn serve(
         .await;
     health.set_serving::<UpgradeServer<UpgradeService>>().await;
     health.set_serving::<AdoptServer<AdoptService>>().await;
+    health.set_serving::<InspectServer<InspectService>>().await;
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(tenantflux_proto::FILE_DESCRIPTOR_SET)
@@ -230,6 +234,7 @@ pub async fn serve(
         .add_service(InstanceServer::new(instance).max_decoding_message_size(MAX_REQUEST_BYTES))
         .add_service(UpgradeServer::new(upgrade).max_decoding_message_size(MAX_REQUEST_BYTES))
         .add_service(AdoptServer::new(adopt).max_decoding_message_size(MAX_REQUEST_BYTES))
+        .add_service(InspectServer::new(inspect).max_decoding_message_size(MAX_REQUEST_BYTES))
         // Without TCP_NODELAY each answer's second write waited for the peer's delayed ACK
         // (40 ms on Linux, twice per call through a port-forward); tonic sets it only on
         // listeners it binds itself.
@@ -251,6 +256,9 @@ pub async fn serve(
                     .set_not_serving::<UpgradeServer<UpgradeService>>()
                     .await;
                 health.set_not_serving::<AdoptServer<AdoptService>>().await;
+                health
+                    .set_not_serving::<InspectServer<InspectService>>()
+                    .await;
             },
         )
         .await
@@ -357,6 +365,12 @@ mod tests {
             ),
             authorizer.clone(),
         );
+        let inspect = InspectService::new(
+            Arc::default(),
+            offline_client(),
+            authorizer.clone(),
+            shutdown.clone(),
+        );
         let policy = PolicyService::new(store, authorizer);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -367,6 +381,7 @@ mod tests {
             instance,
             upgrade,
             adopt,
+            inspect,
         };
         let server = tokio::spawn(serve(listener, services, metrics.clone(), shutdown.clone()));
 
@@ -384,7 +399,7 @@ mod tests {
             .into_inner();
         assert_eq!(health.status(), ServingStatus::Serving);
 
-        let mut agent = AgentClient::new(channel);
+        let mut agent = AgentClient::new(channel.clone());
         let err = agent.get_status(GetStatusRequest {}).await.unwrap_err();
         assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
         assert!(err.message().starts_with("missing bearer token"), "{err:?}");
@@ -399,6 +414,65 @@ mod tests {
         assert_eq!(err.code(), Code::Unavailable, "{err:?}");
         assert!(!err.message().contains("some-secret-token"), "{err:?}");
 
+        // The Inspect service: refused without a token, counted by the metrics layer, and
+        // listed by reflection with every method (what grpcurl's `list` and `describe` read).
+        let mut inspect = tenantflux_proto::v1::inspect_client::InspectClient::new(channel.clone());
+        let err = inspect
+            .stats(tenantflux_proto::v1::StatsRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
+        let err = inspect
+            .watch_events(tenantflux_proto::v1::ListEventsRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
+        {
+            use tonic_reflection::pb::v1::{
+                ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+                server_reflection_request::MessageRequest,
+                server_reflection_response::MessageResponse,
+            };
+            let ask = |request| ServerReflectionRequest {
+                host: String::new(),
+                message_request: Some(request),
+            };
+            let mut reflection = ServerReflectionClient::new(channel.clone());
+            let requests = futures::stream::iter([
+                ask(MessageRequest::ListServices(String::new())),
+                ask(MessageRequest::FileContainingSymbol(
+                    "tenantflux.v1.Inspect".into(),
+                )),
+            ]);
+            let mut answers = reflection
+                .server_reflection_info(requests)
+                .await
+                .unwrap()
+                .into_inner();
+            let Some(MessageResponse::ListServicesResponse(listed)) =
+                answers.message().await.unwrap().unwrap().message_response
+            else {
+                panic!("a list of services");
+            };
+            assert!(
+                listed
+                    .service
+                    .iter()
+                    .any(|s| s.name == "tenantflux.v1.Inspect"),
+                "{listed:?}"
+            );
+            let Some(MessageResponse::FileDescriptorResponse(files)) =
+                answers.message().await.unwrap().unwrap().message_response
+            else {
+                panic!("the file of tenantflux.v1.Inspect");
+            };
+            let bytes = files.file_descriptor_proto.concat();
+            let text = String::from_utf8_lossy(&bytes);
+            for method in ["ListEvents", "WatchEvents", "Tree", "Trace", "Stats"] {
+                assert!(text.contains(method), "{method} in the descriptor");
+            }
+        }
+
         let text = metrics.render();
         assert!(
             text.contains(
@@ -406,6 +480,14 @@ mod tests {
             ),
             "{text}"
         );
+        for method in ["Stats", "WatchEvents"] {
+            assert!(
+                text.contains(&format!(
+                    "tenantflux_agent_grpc_requests_total{{method=\"{method}\",code=\"Unauthenticated\"}} 1"
+                )),
+                "{text}"
+            );
+        }
         assert!(
             text.contains("{method=\"WatchStatus\",code=\"Unauthenticated\"} 1"),
             "{text}"

@@ -21,10 +21,11 @@ use super::{
 };
 use crate::workloads::{
     Caches,
-    access::{Access, AccessError, Need},
+    access::{Access, AccessError, Need, Resource},
     catalog::FluxKind,
     error::WorkloadsError,
     model::{Event, EventType, KindInfo, Object, ObjectRef, Query, Reconciled},
+    rows::Condition,
     service::Workloads,
 };
 
@@ -48,13 +49,15 @@ impl From<WorkloadsError> for tonic::Status {
             WorkloadsError::NotFound { .. } => Code::NotFound,
             WorkloadsError::Loading { .. } => Code::Unavailable,
             WorkloadsError::Lagged(_) => Code::Aborted,
-            WorkloadsError::Api { source, .. } => match &**source {
-                kube::Error::Api(s) if s.code == 404 => Code::NotFound,
-                kube::Error::Api(s) if s.code == 403 => Code::PermissionDenied,
-                kube::Error::Api(s) if s.code == 409 => Code::Aborted,
-                kube::Error::Api(s) if s.code == 422 || s.code == 400 => Code::InvalidArgument,
-                _ => Code::Unavailable,
-            },
+            WorkloadsError::Api { source, .. } | WorkloadsError::Read { source, .. } => {
+                match &**source {
+                    kube::Error::Api(s) if s.code == 404 => Code::NotFound,
+                    kube::Error::Api(s) if s.code == 403 => Code::PermissionDenied,
+                    kube::Error::Api(s) if s.code == 409 => Code::Aborted,
+                    kube::Error::Api(s) if s.code == 422 || s.code == 400 => Code::InvalidArgument,
+                    _ => Code::Unavailable,
+                }
+            }
         };
         // Only the agent's own writes and reads reach the API server; a 403 there is its RBAC.
         let message = if code == Code::PermissionDenied {
@@ -90,17 +93,34 @@ pub fn permission(verb: &str, kind: &FluxKind, namespace: Option<&str>) -> Permi
     }
 }
 
-fn need_permission(need: &Need) -> Permission {
+pub(super) fn need_permission(need: &Need) -> Permission {
+    let (group, resource) = match &need.resource {
+        Resource::Flux(kind) => (kind.group.to_owned(), kind.plural.to_owned()),
+        Resource::Other { group, plural } => (group.clone(), plural.clone()),
+    };
     Permission {
+        verb: need.verb.into(),
+        group,
+        resource,
+        subresource: None,
+        namespace: need.namespace.clone(),
         name: need.name.clone(),
-        ..permission(need.verb, need.kind, need.namespace.as_deref())
     }
 }
 
 /// What the caller of one call may do, as the API server says for its credentials.
-struct Caller<'a> {
+pub(super) struct Caller<'a> {
     authorizer: &'a Authorizer,
     metadata: &'a MetadataMap,
+}
+
+impl<'a> Caller<'a> {
+    pub(super) fn new(authorizer: &'a Authorizer, metadata: &'a MetadataMap) -> Self {
+        Self {
+            authorizer,
+            metadata,
+        }
+    }
 }
 
 impl Access for Caller<'_> {
@@ -157,10 +177,7 @@ impl WorkloadsService {
     }
 
     fn caller<'a>(&'a self, metadata: &'a MetadataMap) -> Caller<'a> {
-        Caller {
-            authorizer: &self.authorizer,
-            metadata,
-        }
+        Caller::new(&self.authorizer, metadata)
     }
 
     /// Runs one RPC and logs its outcome in one debug line (the server's `MetricsLayer` records
@@ -211,8 +228,26 @@ fn query(
     }
 }
 
+/// The wire form of a condition.
+pub(super) fn condition(c: &Condition) -> pb::Condition {
+    pb::Condition {
+        r#type: c.type_.clone(),
+        status: c.status.clone(),
+        reason: c.reason.clone(),
+        message: c.message.clone(),
+        last_transition: c
+            .last_transition
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .ok()
+            .map(|t| prost_types::Timestamp {
+                seconds: t.as_second(),
+                nanos: t.subsec_nanosecond(),
+            }),
+    }
+}
+
 /// The wire form of an object.
-fn flux_object(object: &Object) -> FluxObject {
+pub(super) fn flux_object(object: &Object) -> FluxObject {
     let cached = &object.cached;
     let row = &cached.row;
     FluxObject {
@@ -222,20 +257,7 @@ fn flux_object(object: &Object) -> FluxObject {
         name: cached.name.clone(),
         revision: row.revision.clone(),
         suspended: row.suspended,
-        ready: row.ready.as_ref().map(|c| pb::Condition {
-            r#type: c.type_.clone(),
-            status: c.status.clone(),
-            reason: c.reason.clone(),
-            message: c.message.clone(),
-            last_transition: c
-                .last_transition
-                .parse::<k8s_openapi::jiff::Timestamp>()
-                .ok()
-                .map(|t| prost_types::Timestamp {
-                    seconds: t.as_second(),
-                    nanos: t.subsec_nanosecond(),
-                }),
-        }),
+        ready: row.ready.as_ref().map(condition),
         labels: cached
             .labels
             .iter()

@@ -17,11 +17,23 @@ pub enum AccessError {
     Unavailable(String),
 }
 
-/// A permission a call needs: `verb` on the kind's resource, in `namespace` or cluster-wide.
+/// What a permission is on: a Flux kind, or another resource (Events, or the object a trace
+/// starts from).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resource {
+    Flux(&'static FluxKind),
+    /// `group` empty for the core group; `plural` as RBAC names it, e.g. "events".
+    Other {
+        group: String,
+        plural: String,
+    },
+}
+
+/// A permission a call needs: `verb` on the resource, in `namespace` or cluster-wide.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Need {
     pub verb: &'static str,
-    pub kind: &'static FluxKind,
+    pub resource: Resource,
     pub namespace: Option<String>,
     /// One object, so that RBAC's `resourceNames` decide; `None` for every object of the kind.
     pub name: Option<String>,
@@ -31,7 +43,20 @@ impl Need {
     pub fn new(verb: &'static str, kind: &'static FluxKind, namespace: Option<&str>) -> Self {
         Self {
             verb,
-            kind,
+            resource: Resource::Flux(kind),
+            namespace: namespace.map(str::to_owned),
+            name: None,
+        }
+    }
+
+    /// `verb` on a resource that is not a Flux kind, e.g. ("", "events").
+    pub fn other(verb: &'static str, group: &str, plural: &str, namespace: Option<&str>) -> Self {
+        Self {
+            verb,
+            resource: Resource::Other {
+                group: group.to_owned(),
+                plural: plural.to_owned(),
+            },
             namespace: namespace.map(str::to_owned),
             name: None,
         }

@@ -53,6 +53,13 @@ pub enum WorkloadsError {
     #[error(transparent)]
     Access(#[from] AccessError),
 
+    #[error("reading {what} failed: {source}")]
+    Read {
+        what: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+
     #[error("{action} {kind} {namespace}/{name} failed: {source}")]
     Api {
         action: &'static str,

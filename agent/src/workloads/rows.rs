@@ -19,6 +19,8 @@ pub struct Row {
     pub last_handled_reconcile_at: String,
     /// (kind, namespace, name) of the object's source.
     pub source: Option<(String, String, String)>,
+    /// status.artifact.size of a source, in bytes (`flux stats`' storage).
+    pub artifact_size: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -154,6 +156,9 @@ pub fn row(kind: &FluxKind, object: &Value) -> Row {
         last_handled_reconcile_at: text(object, "/status/lastHandledReconcileAt")
             .unwrap_or_default(),
         source: source(kind, object),
+        artifact_size: object
+            .pointer("/status/artifact/size")
+            .and_then(Value::as_u64),
     }
 }
 

@@ -6,6 +6,7 @@
 
 pub mod adopt;
 pub mod fleet;
+pub mod inspect;
 pub mod instance;
 pub mod policy;
 pub mod status;

@@ -44,16 +44,32 @@ fn kinds_complete_in_kubectls_and_fluxs_words() {
         ["image", "imagerepo", "imagepolicy", "imageupdate"]
     );
     assert!(values_of(&["reconcile", "ks", ""]).0.is_empty());
+    // events and tree name one object as suspend does.
+    assert_eq!(
+        values_of(&["events", "source", ""]).0,
+        ["oci", "bucket", "git", "helm", "chart"]
+    );
+    assert!(values_of(&["tree", "k"]).0.iter().any(|w| w == "ks"));
 }
 
 #[test]
 fn the_first_word_completes_to_the_commands() {
     let (names, directive) = values_of(&[""]);
-    for command in ["status", "version", "completion", "help"] {
+    for command in [
+        "status",
+        "version",
+        "completion",
+        "help",
+        "events",
+        "tree",
+        "trace",
+        "stats",
+    ] {
         assert!(names.iter().any(|n| n == command), "{command} in {names:?}");
     }
     assert_eq!(directive, Directive::NO_FILE_COMP);
-    assert_eq!(values_of(&["st"]).0, ["status"]);
+    assert_eq!(values_of(&["st"]).0, ["status", "stats"]);
+    assert_eq!(values_of(&["tr"]).0, ["tree", "trace"]);
     // Global flags before the command do not hide the commands.
     assert_eq!(
         values_of(&["-o", "json", "--context", "a", "ver"]).0,

@@ -35,8 +35,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client, api::ListParams, config::Kubeconfig};
 use tenantflux_proto::v1::{
     GetStatusRequest, Status, WatchStatusRequest, adopt_client::AdoptClient,
-    agent_client::AgentClient, instance_client::InstanceClient, policy_client::PolicyClient,
-    upgrade_client::UpgradeClient, workloads_client::WorkloadsClient,
+    agent_client::AgentClient, inspect_client::InspectClient, instance_client::InstanceClient,
+    policy_client::PolicyClient, upgrade_client::UpgradeClient, workloads_client::WorkloadsClient,
 };
 use tonic::{
     Streaming,
@@ -116,6 +116,7 @@ pub struct Agent {
     instance: InstanceClient<AuthChannel>,
     upgrade: UpgradeClient<AuthChannel>,
     adopt: AdoptClient<AuthChannel>,
+    inspect: InspectClient<AuthChannel>,
     /// The API server the agent was reached through (none for `--agent-address` with
     /// `--token`).
     kube: Option<Client>,
@@ -189,7 +190,8 @@ impl Agent {
             policy: PolicyClient::new(channel.clone()),
             instance: InstanceClient::new(channel.clone()),
             upgrade: UpgradeClient::new(channel.clone()),
-            adopt: AdoptClient::new(channel),
+            adopt: AdoptClient::new(channel.clone()),
+            inspect: InspectClient::new(channel),
             kube,
             target,
             forward_error,
@@ -261,6 +263,11 @@ impl Agent {
     /// A client of the agent's Upgrade service on the same connection.
     pub fn upgrade(&self) -> UpgradeClient<AuthChannel> {
         self.upgrade.clone()
+    }
+
+    /// A client of the agent's Inspect service on the same connection.
+    pub fn inspect(&self) -> InspectClient<AuthChannel> {
+        self.inspect.clone()
     }
 
     /// A client of the agent's Adopt service on the same connection.

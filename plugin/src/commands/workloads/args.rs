@@ -161,10 +161,19 @@ pub struct ReconcileArgs {
     /// HelmRelease: force a one-off install or upgrade.
     #[arg(long)]
     pub force: bool,
-    /// Wait until the object's Ready condition settles for this request, showing progress.
-    #[arg(long)]
+    /// Wait until the object's Ready condition settles for this request, showing progress on
+    /// stderr (the default, as flux does); --wait=false only asks.
+    #[arg(
+        long,
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
     pub wait: bool,
-    /// How long --wait waits (0 waits forever).
+    /// How long the wait lasts (0 waits forever).
     #[arg(long, default_value = "5m", value_name = "DURATION")]
     pub timeout: RequestTimeout,
 }

@@ -1,0 +1,415 @@
+//! `flux trace`, through ResourceSets as well: which Kustomization, HelmRelease or ResourceSet
+//! applied an object, which applied that one, and so on, with each one's source, revision and
+//! Ready. The first hop of an object that is not a Flux kind is found in the appliers'
+//! inventories (the agent reads no object of other kinds: it holds no right to), every later
+//! hop through the labels the controllers set on what they apply.
+
+use std::collections::BTreeMap;
+
+use kube::{Api, Discovery, api::DynamicObject, discovery::Scope};
+
+use crate::workloads::{
+    WorkloadsError,
+    access::{Access, Need},
+    catalog,
+    model::ObjectRef,
+    rows::Cached,
+};
+
+use super::{
+    Inspector, Result,
+    inventory::{self, APPLIERS},
+};
+
+/// How many appliers a trace follows up (a cycle ends it before).
+const MAX_HOPS: usize = 16;
+
+/// The labels each applier sets on what it applies: (group, kind, name label, namespace label).
+const APPLIER_LABELS: &[(&str, &str, &str, &str)] = &[
+    (
+        "kustomize.toolkit.fluxcd.io",
+        "Kustomization",
+        "kustomize.toolkit.fluxcd.io/name",
+        "kustomize.toolkit.fluxcd.io/namespace",
+    ),
+    (
+        "helm.toolkit.fluxcd.io",
+        "HelmRelease",
+        "helm.toolkit.fluxcd.io/name",
+        "helm.toolkit.fluxcd.io/namespace",
+    ),
+    (
+        "fluxcd.controlplane.io",
+        "ResourceSet",
+        "resourceset.fluxcd.controlplane.io/name",
+        "resourceset.fluxcd.controlplane.io/namespace",
+    ),
+];
+
+/// What a step of the chain is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Object,
+    AppliedBy,
+    Source,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Object => "object",
+            Role::AppliedBy => "applied by",
+            Role::Source => "source",
+        }
+    }
+}
+
+/// One step of the chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub role: Role,
+    pub kind: String,
+    pub api_version: String,
+    pub namespace: String,
+    pub name: String,
+    /// A Flux object's row, when the step is one.
+    pub flux: Option<std::sync::Arc<Cached>>,
+}
+
+/// The chain.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    pub steps: Vec<Step>,
+    /// Nothing applied the object.
+    pub unmanaged: bool,
+}
+
+/// The applier the labels name: (group, kind, namespace, name).
+pub fn applier_of(
+    labels: &BTreeMap<String, String>,
+    own_namespace: &str,
+) -> Option<(&'static str, &'static str, String, String)> {
+    APPLIER_LABELS
+        .iter()
+        .find_map(|(group, kind, name, namespace)| {
+            let name = labels.get(*name)?;
+            let namespace = labels
+                .get(*namespace)
+                .cloned()
+                .unwrap_or_else(|| own_namespace.to_owned());
+            Some((*group, *kind, namespace, name.clone()))
+        })
+}
+
+/// A kind the cluster serves, as discovery found it.
+struct Resolved {
+    group: String,
+    kind: String,
+    plural: String,
+    api_version: String,
+    namespaced: bool,
+}
+
+/// The short names kubectl accepts for built-in kinds (kube's discovery does not carry them):
+/// (short name, plural).
+const SHORT_NAMES: &[(&str, &str)] = &[
+    ("cm", "configmaps"),
+    ("cj", "cronjobs"),
+    ("crd", "customresourcedefinitions"),
+    ("deploy", "deployments"),
+    ("ds", "daemonsets"),
+    ("hpa", "horizontalpodautoscalers"),
+    ("ing", "ingresses"),
+    ("netpol", "networkpolicies"),
+    ("ns", "namespaces"),
+    ("pdb", "poddisruptionbudgets"),
+    ("po", "pods"),
+    ("pv", "persistentvolumes"),
+    ("pvc", "persistentvolumeclaims"),
+    ("rs", "replicasets"),
+    ("sa", "serviceaccounts"),
+    ("sts", "statefulsets"),
+    ("svc", "services"),
+];
+
+/// Finds `name` (a kind, plural, singular or kubectl's short name, case-insensitive;
+/// `group/Kind` or `Kind.group` for one group) among the resources discovery lists,
+/// preferring the core group, then `apps`.
+fn resolve(discovery: &Discovery, name: &str) -> Option<Resolved> {
+    let (group, name) = match name.split_once('/') {
+        Some((group, kind)) => (Some(group.to_ascii_lowercase()), kind),
+        None => match name.split_once('.') {
+            Some((kind, group)) => (Some(group.to_ascii_lowercase()), kind),
+            None => (None, name),
+        },
+    };
+    let wanted = name.to_ascii_lowercase();
+    let wanted = SHORT_NAMES
+        .iter()
+        .find(|(short, _)| *short == wanted)
+        .map_or(wanted.clone(), |(_, plural)| (*plural).to_owned());
+    let mut found: Vec<Resolved> = Vec::new();
+    for api_group in discovery.groups() {
+        if group.as_deref().is_some_and(|g| g != api_group.name()) {
+            continue;
+        }
+        for (resource, capabilities) in api_group.recommended_resources() {
+            let matches = resource.kind.to_ascii_lowercase() == wanted
+                || resource.plural == wanted
+                || resource.kind.to_ascii_lowercase() + "s" == wanted;
+            if matches && !resource.plural.contains('/') {
+                found.push(Resolved {
+                    group: resource.group.clone(),
+                    kind: resource.kind.clone(),
+                    plural: resource.plural.clone(),
+                    api_version: resource.api_version.clone(),
+                    namespaced: capabilities.scope == Scope::Namespaced,
+                });
+            }
+        }
+    }
+    let rank = |r: &Resolved| match r.group.as_str() {
+        "" => 0,
+        "apps" => 1,
+        _ => 2,
+    };
+    found.sort_by_key(rank);
+    found.into_iter().next()
+}
+
+impl Inspector {
+    /// The chain that applied the object `reference` names.
+    pub async fn trace(
+        &self,
+        access: &impl Access,
+        reference: Option<&ObjectRef>,
+    ) -> Result<Trace> {
+        access.identify().await?;
+        let reference = reference
+            .filter(|r| !r.kind.is_empty() && !r.name.is_empty())
+            .ok_or(WorkloadsError::MissingName { what: "Trace" })?;
+        if !reference.namespace.is_empty() {
+            tenantflux_core::names::namespace("namespace", &reference.namespace)
+                .map_err(WorkloadsError::InvalidArgument)?;
+        }
+        tenantflux_core::names::object_name("name", &reference.name)
+            .map_err(WorkloadsError::InvalidArgument)?;
+        let served = self.served().await?;
+        // A Flux kind is known without discovery; anything else is found by it.
+        let flux_kind = catalog::find(&reference.kind)
+            .and_then(|k| served.iter().find(|c| std::ptr::eq(c.kind, k)).cloned());
+        let resolved = match &flux_kind {
+            Some(cache) => Resolved {
+                group: cache.kind.group.into(),
+                kind: cache.kind.kind.into(),
+                plural: cache.kind.plural.into(),
+                api_version: cache.resource.api_version.clone(),
+                namespaced: true,
+            },
+            None => {
+                let discovery = Discovery::new(self.client.clone())
+                    .run_aggregated()
+                    .await
+                    .map_err(|source| WorkloadsError::Read {
+                        what: "the API resources the cluster serves".into(),
+                        source: Box::new(source),
+                    })?;
+                resolve(&discovery, &reference.kind).ok_or_else(|| {
+                    WorkloadsError::InvalidArgument(format!(
+                        "the cluster serves no kind named {} (give a kind, its plural, or group/Kind)",
+                        tenantflux_core::text::quote(&reference.kind)
+                    ))
+                })?
+            }
+        };
+        let namespace = if resolved.namespaced {
+            if reference.namespace.is_empty() {
+                return Err(WorkloadsError::MissingName { what: "Trace" });
+            }
+            reference.namespace.clone()
+        } else {
+            String::new()
+        };
+        let start = Need::other(
+            "get",
+            &resolved.group,
+            &resolved.plural,
+            resolved.namespaced.then_some(namespace.as_str()),
+        )
+        .on(&reference.name);
+        access.check(&start).await?;
+
+        let mut steps = vec![Step {
+            role: Role::Object,
+            kind: resolved.kind.clone(),
+            api_version: resolved.api_version.clone(),
+            namespace: namespace.clone(),
+            name: reference.name.clone(),
+            flux: flux_kind
+                .as_ref()
+                .and_then(|c| c.store.get(&namespace, &reference.name)),
+        }];
+        if let Some(cache) = &flux_kind
+            && steps[0].flux.is_none()
+        {
+            return Err(WorkloadsError::NotFound {
+                kind: cache.kind.kind,
+                namespace,
+                name: reference.name.clone(),
+            });
+        }
+        // The first applier: from the labels of a Flux object, else from the inventories.
+        let mut next = match &steps[0].flux {
+            Some(object) => applier_of(&object.labels, &object.namespace),
+            None => {
+                self.holder(&resolved.group, &resolved.kind, &namespace, &reference.name)
+                    .await?
+            }
+        };
+        let mut appliers: Vec<std::sync::Arc<Cached>> = Vec::new();
+        while let Some((group, kind, applier_namespace, applier_name)) = next.take() {
+            if appliers.len() >= MAX_HOPS {
+                break;
+            }
+            let Some(cache) = self.flux_cache(group, kind) else {
+                break;
+            };
+            access
+                .check(&Need::new("get", cache.kind, Some(&applier_namespace)).on(&applier_name))
+                .await?;
+            let Some(object) = cache.store.get(&applier_namespace, &applier_name) else {
+                // Labelled by an applier that is gone: say who it was.
+                steps.push(Step {
+                    role: Role::AppliedBy,
+                    kind: kind.into(),
+                    api_version: cache.resource.api_version.clone(),
+                    namespace: applier_namespace,
+                    name: applier_name,
+                    flux: None,
+                });
+                break;
+            };
+            if appliers
+                .iter()
+                .any(|a| a.namespace == object.namespace && a.name == object.name)
+            {
+                break;
+            }
+            steps.push(Step {
+                role: Role::AppliedBy,
+                kind: kind.into(),
+                api_version: cache.resource.api_version.clone(),
+                namespace: object.namespace.clone(),
+                name: object.name.clone(),
+                flux: Some(object.clone()),
+            });
+            next = applier_of(&object.labels, &object.namespace);
+            appliers.push(object);
+        }
+        let unmanaged = appliers.is_empty() && steps.len() == 1;
+        // Each applier's source, the outermost first, once each.
+        let mut sources: Vec<(String, String, String)> = Vec::new();
+        for applier in appliers.iter().rev() {
+            if let Some(source) = &applier.row.source
+                && !sources.contains(source)
+            {
+                sources.push(source.clone());
+            }
+        }
+        for (kind, source_namespace, source_name) in sources {
+            let Some(cache) = catalog::find(&kind).and_then(|k| self.flux_cache(k.group, k.kind))
+            else {
+                continue;
+            };
+            access
+                .check(&Need::new("get", cache.kind, Some(&source_namespace)).on(&source_name))
+                .await?;
+            steps.push(Step {
+                role: Role::Source,
+                kind: cache.kind.kind.into(),
+                api_version: cache.resource.api_version.clone(),
+                flux: cache.store.get(&source_namespace, &source_name),
+                namespace: source_namespace,
+                name: source_name,
+            });
+        }
+        Ok(Trace { steps, unmanaged })
+    }
+
+    /// The applier whose inventory holds the object: (group, kind, namespace, name).
+    async fn holder(
+        &self,
+        group: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<(&'static str, &'static str, String, String)>> {
+        for (applier_group, applier_kind) in APPLIERS {
+            let Some(cache) = self.flux_cache(applier_group, applier_kind) else {
+                continue;
+            };
+            let api = Api::<DynamicObject>::all_with(self.client.clone(), &cache.resource);
+            let list =
+                api.list(&Default::default())
+                    .await
+                    .map_err(|source| WorkloadsError::Read {
+                        what: format!("the {} objects", cache.kind.kind),
+                        source: Box::new(source),
+                    })?;
+            for object in list {
+                let value = serde_json::to_value(&object).unwrap_or_default();
+                let holds = inventory::entries(&value).iter().any(|e| {
+                    e.group == group && e.kind == kind && e.namespace == namespace && e.name == name
+                });
+                if holds {
+                    return Ok(Some((
+                        cache.kind.group,
+                        cache.kind.kind,
+                        object.metadata.namespace.unwrap_or_default(),
+                        object.metadata.name.unwrap_or_default(),
+                    )));
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_controllers_labels_name_the_applier() {
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            applier_of(
+                &labels(&[
+                    ("kustomize.toolkit.fluxcd.io/name", "apps"),
+                    ("kustomize.toolkit.fluxcd.io/namespace", "flux-system"),
+                ]),
+                "apps"
+            ),
+            Some((
+                "kustomize.toolkit.fluxcd.io",
+                "Kustomization",
+                "flux-system".into(),
+                "apps".into()
+            ))
+        );
+        assert_eq!(
+            applier_of(
+                &labels(&[("resourceset.fluxcd.controlplane.io/name", "tenants")]),
+                "ns"
+            )
+            .map(|a| (a.1, a.2)),
+            Some(("ResourceSet", "ns".into()))
+        );
+        assert_eq!(applier_of(&labels(&[("app", "x")]), "ns"), None);
+    }
+}
