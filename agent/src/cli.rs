@@ -152,6 +152,27 @@ pub struct Args {
     )]
     pub identity_csr_sweep_interval: Duration,
 
+    /// How often the agent proves that the API server enforces the held policy (a server-side
+    /// dry run of a FluxInstance the policy refuses). A failed proof is repeated after 2 s;
+    /// two in a row are reported as NOT ENFORCED.
+    #[arg(
+        long,
+        env = "TENANTFLUX_ENFORCEMENT_CHECK_INTERVAL",
+        default_value = "15s",
+        value_parser = parse_duration
+    )]
+    pub enforcement_check_interval: Duration,
+
+    /// How often the agent checks that it still has every permission its policy work needs
+    /// (SelfSubjectAccessReview), naming each one it lacks in `status`.
+    #[arg(
+        long,
+        env = "TENANTFLUX_PERMISSIONS_CHECK_INTERVAL",
+        default_value = "5m",
+        value_parser = parse_duration
+    )]
+    pub permissions_check_interval: Duration,
+
     /// The age after which the agent denies an identity CSR. A proof is refused with a CSR
     /// older than 15 minutes, or denied, whatever this says.
     #[arg(
@@ -326,6 +347,16 @@ mod tests {
                 "identity_csr_max_age",
                 "TENANTFLUX_IDENTITY_CSR_MAX_AGE",
                 "15m",
+            ),
+            (
+                "enforcement_check_interval",
+                "TENANTFLUX_ENFORCEMENT_CHECK_INTERVAL",
+                "15s",
+            ),
+            (
+                "permissions_check_interval",
+                "TENANTFLUX_PERMISSIONS_CHECK_INTERVAL",
+                "5m",
             ),
             (
                 "operator_image_registries",

@@ -25,11 +25,15 @@ pub mod workloads;
 
 use std::{collections::BTreeMap, time::Duration};
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use kube::{
-    Api,
+    Api, Client,
     api::{Patch, PatchParams},
-    runtime::{utils::ResetTimerBackoff, watcher::ExponentialBackoff},
+    runtime::{
+        events::{Recorder, Reporter},
+        utils::ResetTimerBackoff,
+        watcher::ExponentialBackoff,
+    },
 };
 use tenantflux_core::{FIELD_MANAGER, MANAGED_BY_LABEL};
 
@@ -62,6 +66,28 @@ pub(crate) async fn failpoint(name: &'static str) {
     if failpoint_set(list, name) {
         tracing::warn!("failpoint {name} reached: waiting here until the process is killed");
         futures::future::pending::<()>().await;
+    }
+}
+
+/// The agent's Event recorder (reporting controller `tenantflux-agent`, instance: its pod).
+pub(crate) fn recorder(client: &Client) -> Recorder {
+    Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    )
+}
+
+/// A ConfigMap of the agent as the object an Event is about.
+pub(crate) fn configmap_reference(namespace: &str, name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("ConfigMap".into()),
+        name: Some(name.into()),
+        namespace: Some(namespace.into()),
+        ..ObjectReference::default()
     }
 }
 

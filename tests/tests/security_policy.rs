@@ -2,7 +2,11 @@
 //! flux-operator's CRDs (docs/security.md lists what each test stands for):
 //! - a cluster-admin switching off the API server's own check: deleting the
 //!   ValidatingAdmissionPolicyBinding, adding a `matchConditions` entry that matches nothing,
-//!   narrowing the binding with a `namespaceSelector` (finding 3).
+//!   narrowing the binding with a `namespaceSelector` (finding 3);
+//! - a cluster-admin who first takes the agent's own RBAC on the admission objects away, then
+//!   deletes the binding: the agent cannot restore it, and its proof (a dry run of a canary
+//!   FluxInstance) reports NOT ENFORCED in `status`, `policy show`, a metric, an Event and
+//!   `fleet status`, and enforced again once the RBAC is back.
 
 use std::{path::Path, time::Duration};
 
@@ -33,6 +37,11 @@ fn plugin_ok(cluster: &TestCluster, kubeconfig: Option<&Path>, args: &[&str]) ->
 /// Makes keys, restarts the agent with the public one, and has the platform's account push
 /// `policy`, signed with the new key.
 fn push_signed(cluster: &TestCluster, dir: &Path, policy: &str) {
+    push_signed_with(cluster, dir, policy, &[]);
+}
+
+/// [`push_signed`], the agent restarted with `envs` too.
+fn push_signed_with(cluster: &TestCluster, dir: &Path, policy: &str, envs: &[(&str, &str)]) {
     let keys = dir.join("keys");
     let run = |args: &[&str]| {
         let output = cluster.kubectl_tenantflux(None, args).expect("plugin");
@@ -53,11 +62,11 @@ fn push_signed(cluster: &TestCluster, dir: &Path, policy: &str) {
         "--out",
         path(&signed),
     ]);
+    let public = keys.join("ed25519.pub");
+    let mut all = vec![("TENANTFLUX_POLICY_PUBLIC_KEY", path(&public))];
+    all.extend_from_slice(envs);
     cluster
-        .restart_agent_with(&[(
-            "TENANTFLUX_POLICY_PUBLIC_KEY",
-            path(&keys.join("ed25519.pub")),
-        )])
+        .restart_agent_with(&all)
         .expect("agent with the policy key");
     let platform = cluster
         .policy_pusher_kubeconfig()
@@ -528,6 +537,12 @@ async fn an_older_or_another_clusters_policy_is_refused() {
         shown["generation"], 2,
         "the higher generation stays in force: {shown:#}"
     );
+    assert!(
+        events(&cluster, "PolicyTampered")
+            .iter()
+            .any(|n| n.contains("is a rollback: this cluster has held generation 2")),
+        "the rollback found at start is an Event too"
+    );
     wait_for("the stored copy restored", Duration::from_secs(30), || {
         let restored = stored(&cluster, NAME) == second;
         async move { restored.then_some(()) }
@@ -638,6 +653,36 @@ async fn an_older_or_another_clusters_policy_is_refused() {
     assert!(out.status.success(), "{out:?}");
     let third = stored(&cluster, NAME);
 
+    // The stored copy replaced with an older, validly signed one while the agent runs: put
+    // back, and reported in status, policy show, an Event and the problems metric until the
+    // next push.
+    plant(&cluster, &second);
+    let restored = "the agent keeps generation 3 and restored it";
+    wait_problem(&cluster, &[restored]).await;
+    wait_for("the stored copy restored", Duration::from_secs(30), || {
+        let restored = stored(&cluster, NAME) == third;
+        async move { restored.then_some(()) }
+    })
+    .await
+    .expect("store restored");
+    let status = plugin_ok(&cluster, None, &["status", "-o", "json"]);
+    assert!(
+        status["agent"]["problems"].to_string().contains(restored),
+        "{status:#}"
+    );
+    assert!(
+        events(&cluster, "PolicyTampered")
+            .iter()
+            .any(|n| n.contains(restored)),
+        "{:?}",
+        events(&cluster, "PolicyTampered")
+    );
+    let metrics = cluster.agent_metrics();
+    assert!(
+        !metrics.contains("tenantflux_agent_problems 0"),
+        "{metrics}"
+    );
+
     // 3. Replay: a copy signed for another cluster put in the store while the agent is down.
     let other =
         std::fs::read_to_string(sign(4, "  clusters: [{uid: not-this-cluster}]\n")).unwrap();
@@ -658,4 +703,239 @@ async fn an_older_or_another_clusters_policy_is_refused() {
     })
     .await
     .expect("store restored from the record");
+}
+
+/// The notes of the agent's Events with `reason`.
+fn events(cluster: &TestCluster, reason: &str) -> Vec<String> {
+    let text = cluster
+        .kubectl_ok(&[
+            "-n",
+            AGENT_NAMESPACE,
+            "get",
+            "events.events.k8s.io",
+            "--field-selector",
+            &format!("reason={reason}"),
+            "-o",
+            "json",
+        ])
+        .expect("kubectl get events");
+    let events: Value = serde_json::from_str(&text).expect("JSON");
+    events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["note"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The agent's verdict in `status -o json`: `policy.enforcement`.
+fn verdict(cluster: &TestCluster) -> (Value, Value) {
+    let status = plugin_ok(cluster, None, &["status", "-o", "json"]);
+    (status["policy"]["enforcement"].clone(), status)
+}
+
+#[tokio::test]
+async fn enforcement_switched_off_with_the_agents_own_rbac_is_reported_not_enforced() {
+    let _serial = ONE_CLUSTER_AT_A_TIME.lock().await;
+    let cluster = TestCluster::start(&format!("secpol-enforce-{}", std::process::id()))
+        .expect("starting the cluster");
+    cluster.ensure_flux_operator().expect("flux-operator");
+    let dir = tempfile::tempdir().unwrap();
+    // Short intervals, so that the test waits seconds, not the defaults' 15 s and 5 min.
+    push_signed_with(
+        &cluster,
+        dir.path(),
+        &example_without_defaults(),
+        &[
+            ("TENANTFLUX_ENFORCEMENT_CHECK_INTERVAL", "2s"),
+            ("TENANTFLUX_PERMISSIONS_CHECK_INTERVAL", "2s"),
+        ],
+    );
+    wait_for("enforcement proven", Duration::from_secs(60), || {
+        let (verdict, _) = verdict(&cluster);
+        async move { (verdict["enforced"] == true).then_some(()) }
+    })
+    .await
+    .unwrap_or_else(|err| panic!("{err}; status: {}", verdict(&cluster).1));
+    assert!(refuses_non_compliant(&cluster));
+    assert!(
+        cluster
+            .agent_metrics()
+            .contains("tenantflux_agent_policy_enforced 1"),
+        "{}",
+        cluster.agent_metrics()
+    );
+    assert!(
+        !events(&cluster, "PolicyEnforced").is_empty(),
+        "an Event says it is enforced"
+    );
+    let fleet_file = dir.path().join("fleet.yaml");
+    std::fs::write(
+        &fleet_file,
+        format!(
+            "- {{name: tenant, kubeconfig: {}}}\n",
+            cluster.kubeconfig().display()
+        ),
+    )
+    .unwrap();
+    let fleet_status = || {
+        let output = cluster
+            .kubectl_tenantflux(
+                None,
+                &[
+                    "fleet",
+                    "status",
+                    "--fleet-file",
+                    path(&fleet_file),
+                    "-o",
+                    "json",
+                ],
+            )
+            .expect("fleet status");
+        (output.status.code(), json(&output)["clusters"][0].clone())
+    };
+    let (code, row) = fleet_status();
+    assert_eq!(
+        (code, &row["enforced"]),
+        (Some(0), &Value::Bool(true)),
+        "{row}"
+    );
+
+    // The attack: the agent's own rules on the admission objects taken away, then the binding
+    // deleted. The agent can neither see nor restore it.
+    let role: Value = serde_json::from_str(
+        &cluster
+            .kubectl_ok(&["get", "clusterrole", "tenantflux-agent", "-o", "json"])
+            .expect("ClusterRole"),
+    )
+    .unwrap();
+    let rules = role["rules"].as_array().expect("rules").clone();
+    let narrowed: Vec<&Value> = rules
+        .iter()
+        .filter(|r| r["apiGroups"][0] != "admissionregistration.k8s.io")
+        .collect();
+    assert!(narrowed.len() < rules.len());
+    cluster
+        .kubectl_ok(&[
+            "patch",
+            "clusterrole",
+            "tenantflux-agent",
+            "--type=merge",
+            "-p",
+            &serde_json::json!({ "rules": narrowed }).to_string(),
+        ])
+        .expect("narrow the agent's ClusterRole");
+    cluster
+        .kubectl_ok(&["delete", "validatingadmissionpolicybinding", NAME])
+        .expect("delete the binding");
+
+    wait_for("NOT ENFORCED reported", Duration::from_secs(60), || {
+        let (verdict, _) = verdict(&cluster);
+        async move { (verdict["enforced"] == false).then_some(()) }
+    })
+    .await
+    .unwrap_or_else(|err| panic!("{err}; status: {}", verdict(&cluster).1));
+    // It is true: the API server admits what the policy refuses.
+    assert!(!refuses_non_compliant(&cluster));
+    let (verdict_now, status) = verdict(&cluster);
+    assert!(
+        verdict_now["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("was admitted in a dry run")),
+        "{verdict_now}"
+    );
+    let problems = status["agent"]["problems"].to_string();
+    for needle in [
+        "policy generation 7 is NOT ENFORCED by the API server since",
+        "the agent lacks permissions its policy work needs",
+        "create validatingadmissionpolicybindings.admissionregistration.k8s.io tenantflux-policy",
+    ] {
+        assert!(problems.contains(needle), "{needle:?} in {problems}");
+    }
+    assert_eq!(status["agent"]["health"], "degraded");
+    // The failed restore is a problem too (the watch may still be open, and sees the delete).
+    wait_for(
+        "the failed restore reported",
+        Duration::from_secs(60),
+        || {
+            let problems =
+                plugin_ok(&cluster, None, &["status", "-o", "json"])["agent"]["problems"]
+                    .to_string();
+            let found = problems.contains("the agent cannot put the policy into the API server")
+                || problems.contains("the agent cannot watch ValidatingAdmissionPolicyBinding");
+            async move { found.then_some(()) }
+        },
+    )
+    .await
+    .unwrap_or_else(|err| panic!("{err}; status: {}", verdict(&cluster).1));
+    let shown = plugin_ok(&cluster, None, &["policy", "show", "-o", "json"]);
+    assert_eq!(shown["enforcement"]["enforced"], false, "{shown}");
+    let shown_text = cluster
+        .kubectl_tenantflux(None, &["policy", "show"])
+        .expect("policy show");
+    assert!(
+        String::from_utf8_lossy(&shown_text.stdout).contains("enforced: NOT ENFORCED since"),
+        "{shown_text:?}"
+    );
+    assert!(
+        cluster
+            .agent_metrics()
+            .contains("tenantflux_agent_policy_enforced 0")
+    );
+    let warnings = events(&cluster, "PolicyNotEnforced");
+    assert!(
+        warnings
+            .iter()
+            .any(|n| n.contains("policy generation 7 is NOT ENFORCED by the API server")),
+        "{warnings:?}"
+    );
+    let (code, row) = fleet_status();
+    assert_eq!(
+        (code, &row["enforced"]),
+        (Some(1), &Value::Bool(false)),
+        "{row}"
+    );
+    assert!(
+        row["notEnforced"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("NOT ENFORCED since")),
+        "{row}"
+    );
+
+    // The RBAC back: the agent restores the binding at its next retry and proves it again.
+    cluster
+        .kubectl_ok(&[
+            "patch",
+            "clusterrole",
+            "tenantflux-agent",
+            "--type=merge",
+            "-p",
+            &serde_json::json!({ "rules": rules }).to_string(),
+        ])
+        .expect("restore the agent's ClusterRole");
+    wait_for("enforced again", Duration::from_secs(90), || {
+        let (verdict, status) = verdict(&cluster);
+        let problems = status["agent"]["problems"].to_string();
+        let over = verdict["enforced"] == true
+            && !problems.contains("NOT ENFORCED")
+            && !problems.contains("lacks permissions")
+            && !problems.contains("cannot put the policy")
+            && !problems.contains("cannot watch");
+        async move { over.then_some(()) }
+    })
+    .await
+    .unwrap_or_else(|err| panic!("{err}; status: {}", verdict(&cluster).1));
+    assert!(refuses_non_compliant(&cluster));
+    assert!(
+        cluster
+            .agent_metrics()
+            .contains("tenantflux_agent_policy_enforced 1")
+    );
+    assert!(events(&cluster, "PolicyEnforced").len() >= 2);
+    let (code, row) = fleet_status();
+    assert_eq!(
+        (code, &row["enforced"]),
+        (Some(0), &Value::Bool(true)),
+        "{row}"
+    );
 }

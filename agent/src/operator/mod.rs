@@ -32,7 +32,7 @@ use kube::{
     api::{DeleteParams, DynamicObject, Patch, PatchParams},
     runtime::{
         WatchStreamExt,
-        events::{Event as KubeEvent, EventType, Recorder, Reporter},
+        events::{Event as KubeEvent, EventType, Recorder},
         wait::{await_condition, conditions},
         watcher::{self, Event},
     },
@@ -322,20 +322,8 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let mut policy_changes = policy.clone();
-    let record_ref = ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("ConfigMap".into()),
-        name: Some(RECORD_CONFIGMAP.into()),
-        namespace: Some(config.agent_namespace.clone()),
-        ..ObjectReference::default()
-    };
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: FIELD_MANAGER.into(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
-    );
+    let record_ref = crate::configmap_reference(&config.agent_namespace, RECORD_CONFIGMAP);
+    let recorder = crate::recorder(&client);
     let mut installer = Installer {
         client: client.clone(),
         fetcher,

@@ -28,7 +28,7 @@ use kube::{
     api::{ApiResource, DynamicObject, Patch, PatchParams},
     runtime::{
         WatchStreamExt,
-        events::{Event as KubeEvent, EventType, Recorder, Reporter},
+        events::{Event as KubeEvent, EventType},
         watcher::{self, Event},
     },
 };
@@ -225,6 +225,33 @@ impl Target {
     }
 }
 
+/// The policy store's condition while a write of either object fails.
+const WRITE_CONDITION: &str = "admission-write";
+
+/// Takes one event of an object's watch; a failing watch is a condition of the policy (the
+/// agent cannot see a tamper), over once the watch answers again.
+fn watched(
+    store: &PolicyStore,
+    target: &mut Target,
+    event: Result<Event<DynamicObject>, watcher::Error>,
+) {
+    let condition = target.kind;
+    match event {
+        Ok(event) => {
+            target.observe(event);
+            store.set_condition(condition, None);
+        }
+        Err(err) => store.set_condition(
+            condition,
+            Some(format!(
+                "the agent cannot watch {} {NAME}, so it would not see it deleted or changed: {}",
+                target.kind,
+                chain(&err)
+            )),
+        ),
+    }
+}
+
 /// Writes the rendered policy for every policy the store holds and keeps it as written, until
 /// the shutdown.
 pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: CancellationToken) {
@@ -238,20 +265,8 @@ pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: Cancellation
     let bindings = watcher::watcher(binding.api.clone(), by_name()).backoff(crate::watch_backoff());
     let mut policies = std::pin::pin!(policies);
     let mut bindings = std::pin::pin!(bindings);
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: FIELD_MANAGER.into(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
-    );
-    let store_ref = ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("ConfigMap".into()),
-        name: Some(STORE_NAME.into()),
-        namespace: Some(store.namespace().to_owned()),
-        ..ObjectReference::default()
-    };
+    let recorder = crate::recorder(&client);
+    let store_ref = crate::configmap_reference(store.namespace(), STORE_NAME);
     let mut rendered: Option<(Rendered, u64)> = None;
     let mut next_render = tokio::time::Instant::now();
     let mut retry_at: Option<tokio::time::Instant> = None;
@@ -272,14 +287,8 @@ pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: Cancellation
                 if changed.is_err() { return }
                 rendered = None;
             }
-            Some(event) = policies.next() => match event {
-                Ok(event) => policy.observe(event),
-                Err(err) => tracing::warn!(error = %err, "watching ValidatingAdmissionPolicy {NAME}"),
-            },
-            Some(event) = bindings.next() => match event {
-                Ok(event) => binding.observe(event),
-                Err(err) => tracing::warn!(error = %err, "watching ValidatingAdmissionPolicyBinding {NAME}"),
-            },
+            Some(event) = policies.next() => watched(&store, &mut policy, event),
+            Some(event) = bindings.next() => watched(&store, &mut binding, event),
         }
         if rendered.is_none() {
             let accepted = held.borrow_and_update().accepted.clone();
@@ -350,13 +359,25 @@ pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: Cancellation
                     }
                 }
                 Err(err) => {
-                    tracing::warn!(error = %chain(&err), "enforcing the policy in the API server");
+                    store.set_condition(
+                        WRITE_CONDITION,
+                        Some(format!(
+                            "the agent cannot put the policy into the API server ({}); it retries every {}s",
+                            chain(&err),
+                            RETRY.as_secs()
+                        )),
+                    );
                     retry_at = Some(tokio::time::Instant::now() + RETRY);
                     break;
                 }
             }
         }
         if wrote {
+            if retry_at.is_none() {
+                store.set_condition(WRITE_CONDITION, None);
+            }
+            // Written is not yet enforced: the canary proves it.
+            store.recheck_enforcement();
             let data = policy
                 .record_entries()
                 .into_iter()

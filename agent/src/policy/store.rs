@@ -16,7 +16,7 @@
 mod expiry;
 mod restore;
 
-use std::{sync::Arc, time::SystemTime};
+use std::{collections::BTreeMap, sync::Arc, time::SystemTime};
 
 use ed25519_dalek::VerifyingKey;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -26,11 +26,12 @@ use tenantflux_core::{
     policy::{
         ClusterIdentity, Policy, Refusal,
         decide::{self, Candidate, Expiry, Holding, Push, Refused},
+        enforcement::Enforcement,
         signing::{self, SignedError, SignedPolicy, Validity, Verified, format_timestamp},
     },
     text::chain,
 };
-use tokio::sync::{Mutex, watch};
+use tokio::sync::{Mutex, Notify, watch};
 
 /// The ConfigMap that holds the accepted signed policy.
 pub const STORE_NAME: &str = "tenantflux-policy";
@@ -58,6 +59,24 @@ pub struct Held {
     /// The keys a policy may be signed with: the keyring the root keys signed last, or the
     /// keyring of one of a single `--policy-public-key`; none: the agent accepts no policy.
     pub keyring: Option<Arc<Keyring>>,
+    /// Whether the API server enforces the policy, as the canary last proved it (none before
+    /// the first verdict; `policy::enforcement`).
+    pub enforcement: Option<Enforcement>,
+    /// What keeps the policy from being enforced or watched right now (a watch or a write of
+    /// the admission objects failing, a permission the agent lacks), by where it comes from;
+    /// each is dropped when it is over, not at the next push.
+    pub conditions: BTreeMap<&'static str, String>,
+}
+
+impl Held {
+    /// Every problem: of the stored copy and its tampers, then the current conditions.
+    pub fn all_problems(&self) -> Vec<String> {
+        self.problems
+            .iter()
+            .chain(self.conditions.values())
+            .cloned()
+            .collect()
+    }
 }
 
 /// How the policy channel last answered.
@@ -108,6 +127,7 @@ pub struct PushOutcome {
 pub struct PolicyView {
     pub accepted: Option<AcceptedView>,
     pub problems: Vec<String>,
+    pub enforcement: Option<Enforcement>,
     pub source: Option<SourceState>,
     pub keyring: Option<KeyringView>,
 }
@@ -224,6 +244,10 @@ pub struct PolicyStore {
     held: watch::Sender<Held>,
     /// Pushes are decided one at a time, so two generations cannot both pass the check.
     push: Mutex<()>,
+    /// Asks the enforcement check to prove again now (after a write of the admission objects).
+    recheck: Notify,
+    /// Records an Event for each tamper the agent undoes.
+    recorder: kube::runtime::events::Recorder,
 }
 
 impl PolicyStore {
@@ -252,11 +276,13 @@ impl PolicyStore {
         Arc::new(Self {
             roots,
             configmaps: Api::namespaced(client.clone(), namespace),
+            recorder: crate::recorder(&client),
             client,
             cluster_name,
             namespace: namespace.to_owned(),
             held: watch::Sender::new(held),
             push: Mutex::new(()),
+            recheck: Notify::new(),
         })
     }
 
@@ -373,6 +399,46 @@ impl PolicyStore {
         self.problem(problem);
     }
 
+    /// Sets or clears (`None`) the condition from `source`; watchers hear only of a change.
+    pub fn set_condition(&self, source: &'static str, problem: Option<String>) {
+        self.held.send_if_modified(|held| match problem {
+            Some(problem) => {
+                if held.conditions.get(source) == Some(&problem) {
+                    return false;
+                }
+                tracing::warn!(problem, "policy enforcement");
+                held.conditions.insert(source, problem);
+                true
+            }
+            None => held.conditions.remove(source).is_some(),
+        });
+    }
+
+    /// Records the enforcement verdict; watchers hear only of a change of more than its time.
+    pub fn set_enforcement(&self, verdict: Option<Enforcement>) {
+        self.held.send_if_modified(|held| {
+            let same = match (&held.enforcement, &verdict) {
+                (Some(a), Some(b)) => {
+                    (a.enforced, a.since, &a.reason) == (b.enforced, b.since, &b.reason)
+                }
+                (None, None) => true,
+                _ => false,
+            };
+            held.enforcement = verdict;
+            !same
+        });
+    }
+
+    /// Asks the enforcement check to prove again at once.
+    pub fn recheck_enforcement(&self) {
+        self.recheck.notify_one();
+    }
+
+    /// Resolves when someone asked for a proof now.
+    pub async fn recheck_requested(&self) {
+        self.recheck.notified().await;
+    }
+
     /// Drops the problems `stale` says are over (e.g. the policy source answers again).
     pub fn clear_problems(&self, stale: impl Fn(&str) -> bool) {
         if self.held.borrow().problems.iter().any(|p| stale(p)) {
@@ -411,6 +477,24 @@ impl PolicyStore {
                 ..SourceState::default()
             });
         });
+    }
+
+    /// A tamper the agent undid (the stored copy, its record or the keyring changed by
+    /// someone else): a problem until the next accepted push, and a Warning Event
+    /// `PolicyTampered` on ConfigMap `tenantflux-policy`.
+    async fn tampered(&self, problem: String) {
+        self.problem(problem.clone());
+        let event = kube::runtime::events::Event {
+            type_: kube::runtime::events::EventType::Warning,
+            reason: "PolicyTampered".into(),
+            note: Some(problem),
+            action: "Restore".into(),
+            secondary: None,
+        };
+        let store = crate::configmap_reference(&self.namespace, STORE_NAME);
+        if let Err(err) = self.recorder.publish(&event, &store).await {
+            tracing::warn!(error = %err, "recording an Event on ConfigMap {STORE_NAME} failed");
+        }
     }
 
     fn problem(&self, problem: String) {
@@ -501,7 +585,8 @@ impl PolicyStore {
                 validity: accepted.validity,
                 stale: accepted.is_stale_at(signing::now()),
             }),
-            problems: held.problems.clone(),
+            problems: held.all_problems(),
+            enforcement: held.enforcement.clone(),
             source: held.source.clone(),
             keyring: held.keyring.as_ref().map(|keyring| KeyringView {
                 version: keyring.version,

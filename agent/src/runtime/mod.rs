@@ -100,17 +100,19 @@ async fn record_status_metrics(
     shutdown: CancellationToken,
 ) {
     loop {
-        let (phase, policy) = {
+        let (phase, policy, problems) = {
             let status = status.borrow_and_update();
             let policy = status.policy.as_ref().map(|p| {
                 let expiry = p.expires_at.map_or(0, unix_seconds);
-                (p.generation, expiry, p.stale)
+                let enforced = p.enforcement.as_ref().map(|e| e.enforced);
+                (p.generation, expiry, p.stale, enforced)
             });
-            (status.operator.phase, policy)
+            (status.operator.phase, policy, status.agent.problems.len())
         };
         metrics.set_operator_phase(phase);
-        let (generation, expiry, stale) = policy.unwrap_or_default();
-        metrics.set_policy(generation, expiry, stale);
+        metrics.set_problems(problems);
+        let (generation, expiry, stale, enforced) = policy.unwrap_or_default();
+        metrics.set_policy(generation, expiry, stale, enforced);
         tokio::select! {
             () = shutdown.cancelled() => return,
             changed = status.changed() => if changed.is_err() { return },
@@ -298,9 +300,19 @@ async fn run(args: Args) -> Result<(), Error> {
         let (agent, operator) = (args.namespace.clone(), args.operator_namespace.clone());
         async move { instance::defaults::run(client, &agent, &operator, held, shutdown).await }
     });
-    let enforcement = tokio::spawn(admission::run(
+    let admission = tokio::spawn(admission::run(
         client.clone(),
         policy_store.clone(),
+        shutdown.clone(),
+    ));
+    let enforcement = tokio::spawn(crate::policy::enforcement::run(
+        client.clone(),
+        policy_store.clone(),
+        crate::policy::enforcement::EnforcementConfig {
+            interval: args.enforcement_check_interval,
+            permissions_interval: args.permissions_check_interval,
+            operator_namespace: args.operator_namespace.clone(),
+        },
         shutdown.clone(),
     ));
 
@@ -411,6 +423,7 @@ async fn run(args: Args) -> Result<(), Error> {
     if let Some(pull) = policy_pull {
         let _ = pull.await;
     }
+    let _ = admission.await;
     let _ = enforcement.await;
     let _ = defaults.await;
     let _ = resumed.await;

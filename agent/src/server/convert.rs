@@ -146,7 +146,18 @@ impl From<model::PolicyStatus> for wire::PolicyStatus {
             key_id: policy.key_id,
             expires_at: policy.expires_at.map(time),
             stale: policy.stale,
+            enforcement: policy.enforcement.map(enforcement),
         }
+    }
+}
+
+/// The enforcement verdict on the wire (both types live in other crates: no `From`).
+pub fn enforcement(verdict: model::Enforcement) -> wire::Enforcement {
+    wire::Enforcement {
+        enforced: verdict.enforced,
+        since: Some(timestamp(verdict.since)),
+        checked_at: Some(timestamp(verdict.checked_at)),
+        reason: verdict.reason,
     }
 }
 

@@ -53,6 +53,8 @@ pub struct Metrics {
     policy_generation: Gauge,
     policy_expiry: Gauge,
     policy_stale: Gauge,
+    policy_enforced: Gauge,
+    problems: Gauge,
     cached_objects: Family<KindLabels, Gauge>,
 }
 
@@ -101,6 +103,18 @@ impl Metrics {
             "1 while the policy in force is past its expiry (still enforced: nothing newer was verified)",
             policy_stale.clone(),
         );
+        let policy_enforced = Gauge::default();
+        agent.register(
+            "policy_enforced",
+            "1 while the API server is proven to enforce the policy in force, 0 while it is proven not to (NOT ENFORCED), -1 before the first verdict or without a policy",
+            policy_enforced.clone(),
+        );
+        let problems = Gauge::default();
+        agent.register(
+            "problems",
+            "Problems the agent reports in status (a tamper it undid, a policy not enforced, a permission it lacks, a watch failing): 0 while healthy",
+            problems.clone(),
+        );
         let cached_objects = Family::<KindLabels, Gauge>::default();
         agent.register(
             "cached_objects",
@@ -115,6 +129,8 @@ impl Metrics {
             policy_generation,
             policy_expiry,
             policy_stale,
+            policy_enforced,
+            problems,
             cached_objects,
         }
     }
@@ -143,13 +159,25 @@ impl Metrics {
         }
     }
 
-    /// Records the policy in force: its generation, signed expiry (unix seconds) and whether
-    /// it is stale.
-    pub fn set_policy(&self, generation: u64, expires_at: i64, stale: bool) {
+    /// Records the policy in force: its generation, signed expiry (unix seconds), whether it
+    /// is stale, and whether the API server is proven to enforce it (`None`: no verdict yet).
+    pub fn set_policy(
+        &self,
+        generation: u64,
+        expires_at: i64,
+        stale: bool,
+        enforced: Option<bool>,
+    ) {
         self.policy_generation
             .set(i64::try_from(generation).unwrap_or(i64::MAX));
         self.policy_expiry.set(expires_at);
         self.policy_stale.set(i64::from(stale));
+        self.policy_enforced.set(enforced.map_or(-1, i64::from));
+    }
+
+    /// Records how many problems the status reports.
+    pub fn set_problems(&self, count: usize) {
+        self.problems.set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// Records how many objects of each served kind are cached; a kind no longer served has
@@ -363,15 +391,24 @@ mod tests {
     #[test]
     fn policy_gauges_show_generation_expiry_and_staleness() {
         let metrics = Metrics::new("0.1.0");
-        metrics.set_policy(7, 1_796_083_200, true);
+        metrics.set_policy(7, 1_796_083_200, true, Some(false));
         let text = metrics.render();
         for line in [
             "tenantflux_agent_policy_generation 7",
             "tenantflux_agent_policy_expiry_timestamp_seconds 1796083200",
             "tenantflux_agent_policy_stale 1",
+            "tenantflux_agent_policy_enforced 0",
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }
+        metrics.set_policy(0, 0, false, None);
+        metrics.set_problems(2);
+        let text = metrics.render();
+        assert!(
+            text.contains("tenantflux_agent_policy_enforced -1"),
+            "{text}"
+        );
+        assert!(text.contains("tenantflux_agent_problems 2"), "{text}");
     }
 
     #[test]

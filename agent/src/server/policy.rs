@@ -95,6 +95,7 @@ impl From<PolicyView> for PolicyState {
     fn from(view: PolicyView) -> Self {
         let mut state = Self {
             problems: view.problems,
+            enforcement: view.enforcement.map(super::convert::enforcement),
             source: view.source.map(Into::into),
             ..Self::default()
         };

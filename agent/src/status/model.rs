@@ -2,6 +2,7 @@
 //! it into `tenantflux.v1.Status`; nothing here knows the wire format.
 
 use std::time::SystemTime;
+pub use tenantflux_core::policy::enforcement::Enforcement;
 
 pub use crate::operator::OperatorPhase;
 
@@ -125,6 +126,8 @@ pub struct PolicyStatus {
     /// The signed expiry (envelope v2), and whether it has passed: still enforced, and stale.
     pub expires_at: Option<SystemTime>,
     pub stale: bool,
+    /// Whether the API server enforces it, as last proven (none before the first verdict).
+    pub enforcement: Option<Enforcement>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

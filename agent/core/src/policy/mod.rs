@@ -10,6 +10,7 @@ pub mod admission;
 pub mod channel;
 pub mod clusters;
 pub mod decide;
+pub mod enforcement;
 mod evaluate;
 pub mod glob;
 pub mod keyring;

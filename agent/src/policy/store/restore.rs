@@ -120,11 +120,14 @@ impl PolicyStore {
                 self.held
                     .send_modify(|h| h.keyring = Some(Arc::new(keyring)));
             }
-            Err(err) => self.problem(format!(
-                "the keyring stored in ConfigMap {}/{KEYRING_NAME} is refused: {}",
-                self.namespace,
-                chain(&err)
-            )),
+            Err(err) => {
+                self.tampered(format!(
+                    "the keyring stored in ConfigMap {}/{KEYRING_NAME} is refused: {}",
+                    self.namespace,
+                    chain(&err)
+                ))
+                .await;
+            }
         }
     }
 
@@ -149,11 +152,12 @@ impl PolicyStore {
         let Some(what) = tampering else {
             return;
         };
-        self.problem(format!(
+        self.tampered(format!(
             "the policy stored in {} {what}; the agent keeps generation {} and restored it",
             self.where_stored(),
             accepted.policy.generation()
-        ));
+        ))
+        .await;
         if let Err(err) = self.store(&accepted.signed).await {
             tracing::warn!(error = %chain(&err), "restoring the stored policy");
         }
@@ -188,7 +192,7 @@ impl PolicyStore {
             |(_, verified)| &verified.policy,
         );
         for problem in start.problems {
-            self.problem(match problem {
+            self.tampered(match problem {
                 StartProblem::RecordIgnored { reason } => format!(
                     "the policy recorded in {} is ignored: {reason}",
                     self.where_recorded()
@@ -210,7 +214,8 @@ impl PolicyStore {
                     self.where_recorded(),
                     self.where_stored()
                 ),
-            });
+            })
+            .await;
         }
         let (signed, verified) = match start.hold {
             None => return,

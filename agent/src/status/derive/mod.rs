@@ -95,12 +95,23 @@ pub struct Observed {
 /// The status the agent reports for what it observed. `observed_at` is left empty: it is the
 /// time of the last change, which only the publisher knows.
 pub fn derive(facts: &AgentFacts, observed: &Observed) -> Status {
-    let problems: Vec<String> = observed
+    let mut problems: Vec<String> = observed
         .problems
         .values()
-        .chain(&observed.policy.problems)
         .cloned()
+        .chain(observed.policy.all_problems())
         .collect();
+    if let (Some(accepted), Some(verdict)) =
+        (&observed.policy.accepted, &observed.policy.enforcement)
+        && !verdict.enforced
+    {
+        problems.push(format!(
+            "policy generation {} is NOT ENFORCED by the API server since {}: {}",
+            accepted.policy.generation(),
+            tenantflux_core::policy::signing::format_timestamp(verdict.since),
+            verdict.reason
+        ));
+    }
     Status {
         agent: AgentInfo {
             version: facts.version.clone(),
@@ -142,6 +153,7 @@ pub fn derive(facts: &AgentFacts, observed: &Observed) -> Status {
                 status.expires_at = Some(unix_time(validity.expires_at));
                 status.stale = accepted.is_stale_at(tenantflux_core::policy::signing::now());
             }
+            status.enforcement.clone_from(&observed.policy.enforcement);
             status
         }),
         observed_at: None,
@@ -168,6 +180,7 @@ fn policy_status(policy: &Policy, instance: Option<&DynamicObject>) -> PolicySta
         key_id: String::new(),
         expires_at: None,
         stale: false,
+        enforcement: None,
     }
 }
 

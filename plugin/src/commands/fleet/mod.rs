@@ -77,7 +77,16 @@ pub async fn run(
                 .iter()
                 .filter(|c| c.identity_mismatch.is_some())
                 .count();
+            let unenforced = view
+                .clusters
+                .iter()
+                .filter(|c| c.enforced == Some(false))
+                .count();
             match (view.failed(), mismatched) {
+                (0, 0) if unenforced > 0 => bail!(
+                    "{unenforced} of {} tenant clusters do not enforce the policy they hold (ENFORCED NO in the table)",
+                    view.clusters.len()
+                ),
                 (0, 0) if impostors > 0 => bail!(
                     "{impostors} of {} tenant clusters report an identity the platform does not know them by (see the table)",
                     view.clusters.len()

@@ -55,7 +55,13 @@ pub fn render_status(view: &FleetStatus, style: Style, now: Timestamp) -> String
                 (None, []) => String::new(),
                 (None, violations) => violations.join("; "),
             };
+            let enforced = match row.enforced {
+                Some(true) => Cell::toned("yes", Tone::Good),
+                Some(false) => Cell::toned("NO", Tone::Bad),
+                None => Cell::plain("-"),
+            };
             let message = [
+                row.not_enforced.as_deref(),
                 row.identity_mismatch.as_deref(),
                 row.policy_mismatch.as_deref(),
                 Some(message.as_str()),
@@ -103,6 +109,7 @@ pub fn render_status(view: &FleetStatus, style: Style, now: Timestamp) -> String
                     (None, _) => Cell::plain("-"),
                 },
                 key,
+                enforced,
                 compliant,
                 Cell::plain(deadline),
                 Cell::plain(
@@ -113,7 +120,7 @@ pub fn render_status(view: &FleetStatus, style: Style, now: Timestamp) -> String
                 Cell::plain(message),
             ];
             if with_channel {
-                cells.insert(8, channel);
+                cells.insert(9, channel);
             }
             cells
         })
@@ -127,13 +134,14 @@ pub fn render_status(view: &FleetStatus, style: Style, now: Timestamp) -> String
         "READY",
         "POLICY",
         "KEY",
+        "ENFORCED",
         "COMPLIANT",
         "DEADLINE",
         "LAST CHANGE",
         "MESSAGE",
     ];
     if with_channel {
-        headers.insert(8, "CHANNEL");
+        headers.insert(9, "CHANNEL");
     }
     table("", &headers, &rows, style)
 }

@@ -14,7 +14,8 @@ use super::{
 };
 use crate::{
     commands::status::{
-        AgentView, ConditionView, DeadlineView, InstanceView, OperatorView, PolicyView, StatusView,
+        AgentView, ConditionView, DeadlineView, EnforcementView, InstanceView, OperatorView,
+        PolicyView, StatusView,
     },
     connect::{self, CallError, ConnectError},
     output::Style,
@@ -199,6 +200,7 @@ fn policy(deadline: Option<(&str, &str)>) -> PolicyView {
         key_id: String::new(),
         expires_at: None,
         stale: false,
+        enforcement: None,
     }
 }
 
@@ -368,6 +370,61 @@ fn the_agents_own_verdict_stands_and_no_policy_is_no_verdict() {
     let none = StatusRow::answered(&acme, status("v2.9.4", None), day("2026-01-01"));
     assert_eq!(none.compliant, None);
     assert_eq!(none.policy_generation, None);
+}
+
+#[test]
+fn a_cluster_whose_api_server_does_not_enforce_its_policy_says_so_in_a_column() {
+    let now: Timestamp = "2026-11-30T05:12:00Z".parse().unwrap();
+    let verdict = |enforced: bool| {
+        let mut p = policy(None);
+        p.enforcement = Some(EnforcementView {
+            enforced,
+            since: Some("2026-11-30T05:00:00Z".into()),
+            checked_at: Some("2026-11-30T05:11:50Z".into()),
+            reason: if enforced {
+                String::new()
+            } else {
+                "a FluxInstance that the policy refuses was admitted in a dry run".into()
+            },
+        });
+        p
+    };
+    let view = FleetStatus {
+        clusters: vec![
+            StatusRow::answered(
+                &member("tenant-a", "kubernetes-a"),
+                status("v2.9.4", Some(verdict(true))),
+                day("2026-11-30"),
+            ),
+            StatusRow::answered(
+                &member("tenant-b", "kubernetes-b"),
+                status("v2.9.4", Some(verdict(false))),
+                day("2026-11-30"),
+            ),
+            StatusRow::answered(
+                &member("tenant-c", "kubernetes-c"),
+                status("v2.9.4", Some(policy(None))),
+                day("2026-11-30"),
+            ),
+        ],
+    };
+    assert_eq!(
+        view.clusters.iter().map(|c| c.enforced).collect::<Vec<_>>(),
+        [Some(true), Some(false), None]
+    );
+    let text = render_status(&view, Style::PLAIN, now);
+    let lines: Vec<&str> = text.lines().collect();
+    let column = lines[0].find("ENFORCED").expect("an ENFORCED column");
+    assert_eq!(&lines[1][column..column + 3], "yes", "{text}");
+    assert_eq!(&lines[2][column..column + 2], "NO", "{text}");
+    assert_eq!(&lines[3][column..column + 1], "-", "{text}");
+    assert!(
+        lines[2].contains("NOT ENFORCED since 2026-11-30T05:00:00Z: a FluxInstance that the policy refuses was admitted in a dry run"),
+        "{text}"
+    );
+    let json = serde_json::to_value(&view).unwrap();
+    assert_eq!(json["clusters"][1]["enforced"], false);
+    assert!(json["clusters"][0].get("notEnforced").is_none());
 }
 
 #[test]

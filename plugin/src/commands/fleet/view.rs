@@ -96,6 +96,12 @@ pub struct StatusRow {
     /// How the policy the cluster holds differs from the one `--expect-policy` names.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy_mismatch: Option<String>,
+    /// Whether the API server of the cluster is proven to enforce the policy it holds: none
+    /// without a policy or before the agent's first verdict.
+    pub enforced: Option<bool>,
+    /// Since when it is not enforced, and why (the agent's verdict).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_enforced: Option<String>,
     /// Whether the cluster complies with the policy it holds; none without a policy.
     pub compliant: Option<bool>,
     pub violations: Vec<String>,
@@ -134,6 +140,8 @@ impl StatusRow {
             cluster_name: None,
             identity_mismatch: None,
             policy_mismatch: None,
+            enforced: None,
+            not_enforced: None,
             compliant: None,
             violations: Vec::new(),
             deadline: None,
@@ -173,6 +181,10 @@ impl StatusRow {
         row.policy_key_id = non_empty(policy.key_id);
         row.policy_expires_at = policy.expires_at;
         row.policy_stale = policy.stale;
+        if let Some(verdict) = &policy.enforcement {
+            row.enforced = Some(verdict.enforced);
+            row.not_enforced = (!verdict.enforced).then(|| verdict.line());
+        }
         row.violations = policy.violations;
         let mut compliant = policy.compliant;
         if let Some(deadline) = policy.upgrade_deadline {

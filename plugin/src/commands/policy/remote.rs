@@ -1,5 +1,6 @@
 //! The policy commands that reach out: push and show (the agent), publish (an OCI registry).
 
+use crate::commands::status::EnforcementView;
 use std::{fs, path::Path};
 
 use anyhow::Context as _;
@@ -95,6 +96,7 @@ pub async fn run_remote(
                     error: (!s.error.is_empty()).then_some(s.error),
                 }),
                 problems: state.problems,
+                enforcement: EnforcementView::from_wire(state.enforcement),
                 policy: state.policy,
             };
             printer.print(&view, |v, _| {
@@ -117,6 +119,13 @@ pub async fn run_remote(
                         v.keyring_version,
                         v.keyring_key_ids.join(", ")
                     ));
+                }
+                if v.present {
+                    let enforced = v
+                        .enforcement
+                        .as_ref()
+                        .map_or_else(|| "not proven yet".to_owned(), EnforcementView::line);
+                    out.push_str(&format!("enforced: {enforced}\n"));
                 }
                 if let Some(source) = &v.source {
                     let how = match (&source.unanswered_since, &source.digest) {
@@ -232,6 +241,8 @@ struct ShowView {
     #[serde(skip_serializing_if = "Option::is_none")]
     source: Option<SourceView>,
     problems: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    enforcement: Option<EnforcementView>,
     policy: String,
 }
 

@@ -16,8 +16,8 @@ mod view;
 pub use self::{
     render::render_table,
     view::{
-        AgentView, ComponentView, ConditionView, DeadlineView, InstanceView, OperatorView,
-        PolicyView, StatusView,
+        AgentView, ComponentView, ConditionView, DeadlineView, EnforcementView, InstanceView,
+        OperatorView, PolicyView, StatusView,
     },
 };
 use crate::{

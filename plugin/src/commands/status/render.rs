@@ -172,6 +172,11 @@ pub fn render_table(view: &StatusView, style: Style) -> String {
                 style.paint("no", Tone::Bad)
             };
             field(&mut out, "Compliant", &compliant);
+            let enforced = match &policy.enforcement {
+                Some(v) => style.paint(&v.line(), if v.enforced { Tone::Good } else { Tone::Bad }),
+                None => "not proven yet".to_owned(),
+            };
+            field(&mut out, "Enforced", &enforced);
             if let Some(deadline) = &policy.upgrade_deadline {
                 let text = format!("Flux {} from {}", deadline.minimum_version, deadline.date);
                 field(&mut out, "Deadline", &text);

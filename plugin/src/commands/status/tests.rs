@@ -78,6 +78,19 @@ pub(crate) fn fixture() -> pb::Status {
                     date: "2026-09-01".to_owned(),
                     warn_days: 30,
                 }),
+                enforcement: Some(pb::Enforcement {
+                    enforced: false,
+                    since: Some(prost_types::Timestamp {
+                        seconds: 1_767_225_600,
+                        nanos: 0,
+                    }),
+                    checked_at: Some(prost_types::Timestamp {
+                        seconds: 1_767_225_660,
+                        nanos: 0,
+                    }),
+                    reason: "a FluxInstance that the policy refuses was admitted in a dry run"
+                        .to_owned(),
+                }),
                 ..pb::PolicyStatus::default()
             }),
             observed_at: Some(prost_types::Timestamp {
@@ -123,6 +136,7 @@ Policy
   Name:        platform
   Generation:  3
   Compliant:   no
+  Enforced:    NOT ENFORCED since 2026-01-01T00:00:00Z: a FluxInstance that the policy refuses was admitted in a dry run
   Deadline:    Flux 2.8.0 from 2026-09-01
   Violation:   spec.distribution.version \"2.x\" is outside \">=2.7.0 <2.10.0\" allowed by policy generation 3
 "

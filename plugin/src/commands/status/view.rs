@@ -103,6 +103,47 @@ pub struct PolicyView {
     pub expires_at: Option<String>,
     /// Past its expiry: still enforced, but stale.
     pub stale: bool,
+    /// Whether the API server is proven to enforce it (absent before the first verdict).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enforcement: Option<EnforcementView>,
+}
+
+/// The agent's verdict on whether the API server enforces the policy.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnforcementView {
+    pub enforced: bool,
+    /// Since when the verdict holds (RFC 3339).
+    pub since: Option<String>,
+    /// When the agent last proved it.
+    pub checked_at: Option<String>,
+    /// Why not, when not enforced.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+}
+
+impl EnforcementView {
+    pub fn from_wire(verdict: Option<pb::Enforcement>) -> Option<Self> {
+        verdict.map(|v| Self {
+            enforced: v.enforced,
+            since: timestamp(v.since),
+            checked_at: timestamp(v.checked_at),
+            reason: v.reason,
+        })
+    }
+
+    /// `yes (proven since T, last at T)` or `NOT ENFORCED since T: why`.
+    pub fn line(&self) -> String {
+        let since = self.since.as_deref().unwrap_or("-");
+        if self.enforced {
+            match &self.checked_at {
+                Some(at) if at != since => format!("yes (proven since {since}, last at {at})"),
+                _ => format!("yes (proven at {since})"),
+            }
+        } else {
+            format!("NOT ENFORCED since {since}: {}", self.reason)
+        }
+    }
 }
 
 /// The policy's upgrade deadline: from `date` (UTC) on, Flux must be at least
@@ -212,6 +253,7 @@ impl From<pb::Status> for StatusView {
                 key_id: p.key_id,
                 expires_at: timestamp(p.expires_at),
                 stale: p.stale,
+                enforcement: EnforcementView::from_wire(p.enforcement),
             }),
             observed_at: timestamp(status.observed_at),
         }

@@ -1,0 +1,282 @@
+//! Proves, at an interval and after every write of the admission objects, that the API server
+//! refuses what the held policy refuses (`tenantflux_core::policy::enforcement`: a server-side
+//! dry run of a canary FluxInstance), and reports the verdict in `status`, `policy show`, the
+//! metric `tenantflux_agent_policy_enforced`, Events `PolicyNotEnforced`/`PolicyEnforced` on
+//! ConfigMap `tenantflux-policy`, and so in `fleet status`.
+//!
+//! It also checks, at start and at an interval, that the agent still has every permission that
+//! enforcing and watching the policy takes (SelfSubjectAccessReview), and names each one it
+//! lacks: a tenant who narrows ClusterRole `tenantflux-agent` is reported, not only logged.
+
+use std::{sync::Arc, time::Duration};
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::{
+    Api, Client,
+    api::{DynamicObject, Patch, PatchParams, PostParams},
+    runtime::events::{Event as KubeEvent, EventType},
+};
+use tenantflux_core::{
+    FIELD_MANAGER,
+    policy::enforcement::{Change, Probe, Tracker, canary, judge},
+    text::chain,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    admission::RECORD_NAME,
+    store::{HIGHEST_NAME, KEYRING_NAME, PolicyStore, STORE_NAME},
+};
+use crate::instance::flux_instance_resource;
+
+/// How soon a failed proof is repeated, so that a second failure decides (or a refusal clears
+/// it) well before the next interval.
+const RECHECK: Duration = Duration::from_secs(2);
+/// The policy store's condition while the agent lacks permissions.
+const PERMISSIONS_CONDITION: &str = "permissions";
+
+#[derive(Clone, Debug)]
+pub struct EnforcementConfig {
+    /// How often enforcement is proven (`--enforcement-check-interval`).
+    pub interval: Duration,
+    /// How often the agent checks its own permissions (`--permissions-check-interval`).
+    pub permissions_interval: Duration,
+    /// Where FluxInstance `flux` lives (the canary's namespace).
+    pub operator_namespace: String,
+}
+
+/// Proves enforcement and checks permissions until the shutdown.
+pub async fn run(
+    client: Client,
+    store: Arc<PolicyStore>,
+    config: EnforcementConfig,
+    shutdown: CancellationToken,
+) {
+    let held = store.subscribe();
+    let instances = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        &config.operator_namespace,
+        &flux_instance_resource(),
+    );
+    let body = canary(
+        &flux_instance_resource().api_version,
+        &config.operator_namespace,
+    );
+    let recorder = crate::recorder(&client);
+    let store_ref = crate::configmap_reference(store.namespace(), STORE_NAME);
+    let needed = needed(store.namespace(), &config.operator_namespace);
+    let mut tracker = Tracker::default();
+    let mut permissions_at = tokio::time::Instant::now();
+    loop {
+        if tokio::time::Instant::now() >= permissions_at {
+            let lacking = lacking(&client, &needed).await;
+            store.set_condition(PERMISSIONS_CONDITION, lacking);
+            permissions_at = tokio::time::Instant::now() + config.permissions_interval;
+        }
+        let generation = held
+            .borrow()
+            .accepted
+            .as_ref()
+            .map(|a| a.policy.generation());
+        let wait = match generation {
+            None => {
+                tracker.reset();
+                store.set_enforcement(None);
+                config.interval
+            }
+            Some(generation) => {
+                let probe = prove(&instances, &body).await;
+                let now = tenantflux_core::policy::signing::now();
+                if let Some(change) = tracker.observe(probe, now) {
+                    let (type_, reason, note) = match change {
+                        Change::Enforced => (
+                            EventType::Normal,
+                            "PolicyEnforced",
+                            format!(
+                                "the API server enforces policy generation {generation}: a FluxInstance that it refuses was refused in a dry run"
+                            ),
+                        ),
+                        Change::NotEnforced(why) => (
+                            EventType::Warning,
+                            "PolicyNotEnforced",
+                            format!(
+                                "policy generation {generation} is NOT ENFORCED by the API server: {why}"
+                            ),
+                        ),
+                    };
+                    match type_ {
+                        EventType::Warning => tracing::warn!(generation, "{note}"),
+                        EventType::Normal => tracing::info!(generation, "{note}"),
+                    }
+                    let event = KubeEvent {
+                        type_,
+                        reason: reason.into(),
+                        note: Some(note),
+                        action: "Prove".into(),
+                        secondary: None,
+                    };
+                    if let Err(err) = recorder.publish(&event, &store_ref).await {
+                        tracing::warn!(error = %err, "recording an Event on ConfigMap {STORE_NAME} failed");
+                    }
+                }
+                store.set_enforcement(tracker.verdict().cloned());
+                if tracker.pending() {
+                    RECHECK
+                } else {
+                    config.interval
+                }
+            }
+        };
+        let until_permissions =
+            permissions_at.saturating_duration_since(tokio::time::Instant::now());
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(wait.min(until_permissions)) => {}
+            () = store.recheck_requested() => {}
+        }
+    }
+}
+
+/// One dry run of the canary: server-side apply with `dryRun=All` (forced, so that no field
+/// another manager owns turns it into a conflict before admission judges it). Nothing is
+/// stored either way.
+async fn prove(instances: &Api<DynamicObject>, body: &serde_json::Value) -> Probe {
+    let params = PatchParams::apply(FIELD_MANAGER).force().dry_run();
+    match instances.patch("flux", &params, &Patch::Apply(body)).await {
+        Ok(_) => judge(None),
+        Err(kube::Error::Api(status)) => judge(Some((status.code, &status.message))),
+        Err(err) => Probe::Failed(format!(
+            "the dry run of a FluxInstance that the policy refuses got no answer: {}",
+            chain(&err)
+        )),
+    }
+}
+
+/// One permission the agent's policy work takes.
+struct Needed {
+    group: &'static str,
+    resource: &'static str,
+    verb: &'static str,
+    namespace: Option<String>,
+    name: Option<&'static str>,
+    /// What the agent cannot do without it.
+    for_what: &'static str,
+}
+
+/// Every permission that enforcing and watching the policy takes, as the chart grants them.
+fn needed(agent: &str, operator: &str) -> Vec<Needed> {
+    let admission = "admissionregistration.k8s.io";
+    let mut needed = Vec::new();
+    for resource in [
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicybindings",
+    ] {
+        for verb in ["get", "list", "watch", "create", "patch"] {
+            needed.push(Needed {
+                group: admission,
+                resource,
+                verb,
+                namespace: None,
+                name: Some(tenantflux_core::policy::admission::NAME),
+                for_what: "keep the policy in the API server",
+            });
+        }
+    }
+    for verb in ["get", "list", "watch", "patch"] {
+        needed.push(Needed {
+            group: "fluxcd.controlplane.io",
+            resource: "fluxinstances",
+            verb,
+            namespace: Some(operator.to_owned()),
+            name: Some("flux"),
+            for_what: "judge the FluxInstance and prove enforcement",
+        });
+    }
+    for verb in ["get", "list", "watch"] {
+        needed.push(Needed {
+            group: "",
+            resource: "configmaps",
+            verb,
+            namespace: Some(agent.to_owned()),
+            name: None,
+            for_what: "read the stored policy",
+        });
+    }
+    for name in [STORE_NAME, HIGHEST_NAME, KEYRING_NAME, RECORD_NAME] {
+        needed.push(Needed {
+            group: "",
+            resource: "configmaps",
+            verb: "patch",
+            namespace: Some(agent.to_owned()),
+            name: Some(name),
+            for_what: "restore the stored policy and its records",
+        });
+    }
+    needed.push(Needed {
+        group: "events.k8s.io",
+        resource: "events",
+        verb: "create",
+        namespace: Some(agent.to_owned()),
+        name: None,
+        for_what: "report tampers and enforcement as Events",
+    });
+    needed
+}
+
+/// The permissions the agent lacks, as one problem naming each; `None` when it has them all.
+/// A review that fails is itself the problem (the agent cannot tell).
+async fn lacking(client: &Client, needed: &[Needed]) -> Option<String> {
+    let reviews = Api::<SelfSubjectAccessReview>::all(client.clone());
+    let mut missing = Vec::new();
+    for need in needed {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(need.group.to_owned()),
+                    resource: Some(need.resource.to_owned()),
+                    verb: Some(need.verb.to_owned()),
+                    namespace: need.namespace.clone(),
+                    name: need.name.map(str::to_owned),
+                    ..ResourceAttributes::default()
+                }),
+                ..SelfSubjectAccessReviewSpec::default()
+            },
+            ..SelfSubjectAccessReview::default()
+        };
+        match reviews.create(&PostParams::default(), &review).await {
+            Ok(answer) if answer.status.as_ref().is_some_and(|s| s.allowed) => {}
+            Ok(_) => missing.push(need),
+            Err(err) => {
+                return Some(format!(
+                    "the agent cannot check its own permissions (SelfSubjectAccessReview): {}",
+                    chain(&err)
+                ));
+            }
+        }
+    }
+    if missing.is_empty() {
+        return None;
+    }
+    let names: Vec<String> = missing
+        .iter()
+        .map(|n| {
+            let resource = match n.group {
+                "" => n.resource.to_owned(),
+                group => format!("{}.{group}", n.resource),
+            };
+            let name = n.name.map(|n| format!(" {n}")).unwrap_or_default();
+            let place = n
+                .namespace
+                .as_deref()
+                .map(|ns| format!(" in namespace {ns}"))
+                .unwrap_or_default();
+            format!("{} {resource}{name}{place} (to {})", n.verb, n.for_what)
+        })
+        .collect();
+    Some(format!(
+        "the agent lacks permissions its policy work needs (ClusterRole and Role tenantflux-agent): {}",
+        names.join("; ")
+    ))
+}
