@@ -81,6 +81,13 @@ pub struct GlobalArgs {
     )]
     pub token: Option<Token>,
 
+    /// Send the kubeconfig user's own bearer token (token or tokenFile) to the agent, as
+    /// earlier versions did. Off by default: the agent's pod is the tenant's process, and the
+    /// token works wherever the API server accepts it; without it the plugin proves who you
+    /// are with an identity CSR (or acts as ServiceAccount tenantflux-client).
+    #[arg(long, global = true, env = "TENANTFLUX_FORWARD_TOKEN", value_parser = clap::builder::FalseyValueParser::new())]
+    pub forward_token: bool,
+
     /// Request a new token (or identity CSR) for this command instead of reusing the one
     /// cached under ~/.cache/tenantflux/tokens (mode 0600, reused until shortly before it
     /// expires), and cache nothing.
@@ -118,6 +125,7 @@ impl From<&GlobalArgs> for ConnectOptions {
             agent_address: args.agent_address.clone(),
             audience: args.agent_audience.clone(),
             token: args.token.clone(),
+            forward_token: args.forward_token,
             token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
             timeout: args.request_timeout.get(),
             verbose: std::env::var_os(VERBOSE_ENV).is_some_and(|v| !v.is_empty() && v != "0"),

@@ -636,11 +636,17 @@ impl TestCluster {
 
     /// A kubeconfig whose user is ServiceAccount `namespace/name` (created here, with the
     /// namespace), authenticating with a token of the API server's audience as
-    /// `kubectl create token` gives. What the account may do is the caller's to bind.
+    /// `kubectl create token` gives, and bound to ClusterRole tenantflux-caller-identity (as
+    /// the README tells users), so that the plugin proves who it is rather than forwarding the
+    /// token. What else the account may do is the caller's to bind.
     pub fn token_kubeconfig(&self, namespace: &str, name: &str) -> Result<PathBuf> {
         self.apply_yaml(&format!(
             "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {namespace}}}\n---\n\
-             apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {name}, namespace: {namespace}}}\n"
+             apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {name}, namespace: {namespace}}}\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+             metadata: {{name: caller-identity-{namespace}-{name}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: tenantflux-caller-identity}}\n\
+             subjects: [{{kind: ServiceAccount, name: {name}, namespace: {namespace}}}]\n"
         ))?;
         let token =
             self.kubectl_ok(&["-n", namespace, "create", "token", name, "--duration=1h"])?;

@@ -3,7 +3,9 @@
 //! - a Secret writer's kubeconfig that would run a command or read the platform's files on
 //!   the next `fleet status` / `fleet policy push` (finding 1);
 //! - a pod that carries the agent's labels without being the agent's, waiting for the
-//!   plugin's token (finding 5).
+//!   plugin's token (finding 5);
+//! - the agent's pod itself, a process the tenant runs, receiving a kubeconfig user's own
+//!   bearer token: it gets a proof of identity instead, unless `--forward-token` says so.
 
 use std::{
     path::{Path, PathBuf},
@@ -281,7 +283,15 @@ async fn kubeconfigs_from_secrets_run_no_command_and_read_no_file() {
         ));
     }
     std::fs::write(&fleet_file, entries).unwrap();
-    let pushed = push(&["--fleet-file", path(&fleet_file), "--concurrency", "1"]);
+    // --forward-token: the tokenFile's token itself goes to the agent (without it the fleet
+    // would request a token for its own account, which the pusher may not).
+    let pushed = push(&[
+        "--fleet-file",
+        path(&fleet_file),
+        "--concurrency",
+        "1",
+        "--forward-token",
+    ]);
     assert!(
         pushed.status.success(),
         "{}\n{}",
@@ -630,4 +640,78 @@ async fn a_pod_with_the_agents_labels_gets_no_token_unless_it_is_the_agents() {
         "the plugin connected to the impostor"
     );
     assert!(!trap.received().contains(token));
+}
+
+#[tokio::test]
+async fn a_kubeconfig_token_stays_with_the_api_server_unless_forwarded() {
+    let cluster = TestCluster::shared();
+    cluster.ensure_agent().expect("agent");
+    let namespace = format!("tf-token-user-{}", std::process::id());
+    let user = cluster
+        .token_kubeconfig(&namespace, "reader")
+        .expect("a token user");
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: {namespace}-reader, namespace: tenantflux-system}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
+             subjects: [{{kind: ServiceAccount, name: reader, namespace: {namespace}}}]\n"
+        ))
+        .expect("the reader may read the agent's status");
+    let token = std::fs::read_to_string(&user)
+        .unwrap()
+        .split("token: \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the kubeconfig holds a token")
+        .to_owned();
+    let status = |extra: &[&str]| {
+        let mut args = vec!["status", "-o", "json", "--no-credential-cache"];
+        args.extend(extra);
+        cluster
+            .plugin_command(Some(&user), &args)
+            .env("TENANTFLUX_VERBOSE", "1")
+            .output()
+            .expect("kubectl tenantflux status")
+    };
+
+    // By default the agent gets a proof of who the user is, made with a CSR the user created
+    // through the API server: the token never leaves for the agent's pod.
+    let output = status(&[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(
+        err.contains("sending a proof of your identity with CertificateSigningRequest"),
+        "{err}"
+    );
+    assert!(!err.contains("bearer token"), "{err}");
+    assert!(!err.contains(&token), "the token leaked into stderr");
+    let csrs: serde_json::Value = serde_json::from_str(
+        &cluster
+            .kubectl_ok(&["get", "certificatesigningrequests", "-o", "json"])
+            .expect("CSRs"),
+    )
+    .unwrap();
+    let by_reader = format!("system:serviceaccount:{namespace}:reader");
+    assert!(
+        csrs["items"].as_array().into_iter().flatten().any(|csr| {
+            csr["spec"]["username"] == by_reader.as_str()
+                && csr["spec"]["signerName"] == "tenantflux.io/caller-identity"
+        }),
+        "the user proved who they are with an identity CSR of their own"
+    );
+
+    // Asked for, the token itself is sent, with a warning that says what that exposes.
+    let output = status(&["--forward-token"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(
+        err.contains("warning: --forward-token sends your kubeconfig user's own bearer token to the agent's pod"),
+        "{err}"
+    );
+    assert!(
+        err.contains("sending the kubeconfig user's own bearer token to tenantflux-agent pod"),
+        "{err}"
+    );
+    assert!(!err.contains(&token), "the token leaked into stderr");
 }

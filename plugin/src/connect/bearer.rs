@@ -42,7 +42,9 @@ impl FromStr for Token {
     }
 }
 
-/// Where the bearer token comes from, in order of precedence.
+/// Where the bearer token comes from, in order of precedence. The kubeconfig user's own token
+/// is sent only when the user asks for it (`--forward-token`): the agent's pod is a process the
+/// tenant controls, and a token the API server accepts works wherever it is accepted.
 #[derive(Debug, PartialEq, Eq)]
 pub enum TokenSource<'a> {
     /// `--token` / TENANTFLUX_TOKEN.
@@ -74,9 +76,16 @@ impl fmt::Display for TokenSource<'_> {
     }
 }
 
-pub fn token_source<'a>(flag: Option<&'a Token>, user: &'a AuthInfo) -> TokenSource<'a> {
+pub fn token_source<'a>(
+    flag: Option<&'a Token>,
+    user: &'a AuthInfo,
+    forward: bool,
+) -> TokenSource<'a> {
     if let Some(token) = flag {
         return TokenSource::Flag(token);
+    }
+    if !forward {
+        return TokenSource::TokenRequest;
     }
     if let Some(token) = user.token.as_ref().map(|t| t.expose_secret())
         && !token.trim().is_empty()
@@ -296,31 +305,44 @@ mod tests {
             ..AuthInfo::default()
         };
         assert_eq!(
-            token_source(Some(&flag), &with_token),
+            token_source(Some(&flag), &with_token, false),
             TokenSource::Flag(&flag)
         );
         assert_eq!(
-            token_source(Some(&flag), &with_cert),
+            token_source(Some(&flag), &with_cert, false),
             TokenSource::Flag(&flag)
         );
         assert_eq!(
-            token_source(None, &with_token),
+            token_source(None, &with_token, true),
             TokenSource::Kubeconfig(Token::new("from-kubeconfig"))
         );
         assert_eq!(
-            token_source(None, &with_file),
+            token_source(None, &with_file, true),
             TokenSource::KubeconfigFile("/var/run/token")
         );
-        assert_eq!(token_source(None, &with_cert), TokenSource::TokenRequest);
+        // Without --forward-token the kubeconfig's token stays with the API server: the
+        // plugin proves who the user is instead (or requests a token for the agent).
         assert_eq!(
-            token_source(None, &AuthInfo::default()),
+            token_source(None, &with_token, false),
+            TokenSource::TokenRequest
+        );
+        assert_eq!(
+            token_source(None, &with_file, false),
+            TokenSource::TokenRequest
+        );
+        assert_eq!(
+            token_source(None, &with_cert, true),
+            TokenSource::TokenRequest
+        );
+        assert_eq!(
+            token_source(None, &AuthInfo::default(), true),
             TokenSource::TokenRequest
         );
         let blank = AuthInfo {
             token: Some(SecretString::from("  ".to_owned())),
             ..AuthInfo::default()
         };
-        assert_eq!(token_source(None, &blank), TokenSource::TokenRequest);
+        assert_eq!(token_source(None, &blank, true), TokenSource::TokenRequest);
     }
 
     #[test]
@@ -401,6 +423,7 @@ mod tests {
             agent_address: None,
             audience: "tenantflux-agent".to_owned(),
             token: Some(token),
+            forward_token: false,
             token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
             timeout: None,
             verbose: false,

@@ -31,8 +31,16 @@ pub(super) async fn resolve_token(
     user: &AuthInfo,
     cluster: &ClusterIdentity,
 ) -> Result<(Credential, String, Option<Cached>), ConnectError> {
-    let source = token_source(options.token.as_ref(), user);
+    let source = token_source(options.token.as_ref(), user, options.forward_token);
     let what = source.to_string();
+    if matches!(
+        source,
+        TokenSource::Kubeconfig(_) | TokenSource::KubeconfigFile(_)
+    ) {
+        eprintln!(
+            "warning: --forward-token sends your kubeconfig user's own bearer token to the agent's pod,              a process this cluster's admins control: whoever runs it can use the token against this API              server, and any other that accepts it, until it expires"
+        );
+    }
     match source {
         TokenSource::Flag(token) => Ok((Credential::Bearer(token.clone()), what, None)),
         TokenSource::Kubeconfig(token) => Ok((Credential::Bearer(token), what, None)),

@@ -77,6 +77,9 @@ pub struct ConnectOptions {
     pub agent_address: Option<http::Uri>,
     pub audience: String,
     pub token: Option<Token>,
+    /// Send the kubeconfig user's own token to the agent (`--forward-token`) instead of a
+    /// proof of identity or a token requested for the agent.
+    pub forward_token: bool,
     /// The ServiceAccount (in `agent_namespace`) whose token is requested for a kubeconfig
     /// user without one.
     pub token_account: String,
@@ -518,6 +521,7 @@ mod tests {
             agent_address: Some(address.clone()),
             audience: "tenantflux-agent".to_owned(),
             token: Some(Token::new(token)),
+            forward_token: false,
             token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
             timeout: Some(Duration::from_secs(5)),
             verbose: false,
