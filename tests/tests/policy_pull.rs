@@ -745,4 +745,74 @@ async fn keys_rotate_and_revoke_without_restarting_the_agent() {
     .await;
     assert_eq!(shown["generation"], 3, "{shown:#}");
     assert_eq!(cluster.agent_pid(), pid, "no restart");
+
+    // Keyring 1 (validly signed by the root) written over the stored keyring while the agent
+    // runs: put back from the one held, and reported.
+    let stored_keyring = || {
+        cluster
+            .kubectl_ok(&[
+                "-n",
+                "tenantflux-system",
+                "get",
+                "configmap",
+                "tenantflux-policy-keyring",
+                "-o",
+                "jsonpath={.data.signed-keyring\\.yaml}",
+            ])
+            .unwrap()
+    };
+    let older = std::fs::read_to_string(keyring(1, &[&k1_pub], &[], &root_key)).unwrap();
+    let plant_older = || {
+        cluster
+            .kubectl_ok(&[
+                "-n",
+                "tenantflux-system",
+                "patch",
+                "configmap",
+                "tenantflux-policy-keyring",
+                "--type=merge",
+                "-p",
+                &serde_json::json!({"data": {"signed-keyring.yaml": older}}).to_string(),
+            ])
+            .expect("plant keyring 1")
+    };
+    plant_older();
+    wait_shown(&platform, "the replaced keyring restored and reported", |s| {
+        policy_problems(s).iter().any(|p| {
+            p.contains("the keyring stored in ConfigMap tenantflux-system/tenantflux-policy-keyring was changed by someone other than the agent; the agent keeps version 2 and restored it")
+        })
+    })
+    .await;
+    wait_for(
+        "the stored keyring restored",
+        Duration::from_secs(30),
+        || {
+            let restored = stored_keyring().contains("version: 2");
+            async move { restored.then_some(()) }
+        },
+    )
+    .await
+    .expect("keyring 2 stored again");
+
+    // The same while the agent is stopped: at its start the record of the highest keyring
+    // wins, the rollback is reported, and keyring 2 stays in force.
+    cluster.stop_agent().expect("stopping the agent");
+    plant_older();
+    cluster
+        .restart_agent_with(&[
+            ("TENANTFLUX_POLICY_ROOT_KEYS", path(&root_pub)),
+            ("TENANTFLUX_POLICY_SOURCE", &channel),
+            ("TENANTFLUX_POLICY_SOURCE_INTERVAL", "1s"),
+            ("TENANTFLUX_POLICY_SOURCE_PLAIN_HTTP", "true"),
+        ])
+        .expect("agent restarted");
+    let shown = wait_shown(&platform, "the rolled-back keyring reported at start", |s| {
+        policy_problems(s).iter().any(|p| {
+            p.contains("is version 1, lower than version 2 this cluster held: a rollback; the agent holds version 2 from ConfigMap tenantflux-system/tenantflux-policy-keyring-highest and restored it")
+        })
+    })
+    .await;
+    assert_eq!(shown["keyringVersion"], 2, "{shown:#}");
+    assert_eq!(shown["generation"], 3, "{shown:#}");
+    assert!(stored_keyring().contains("version: 2"));
 }

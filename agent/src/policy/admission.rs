@@ -315,6 +315,7 @@ pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: Cancellation
         }
         // The policy first: a binding to a policy the server does not have yet enforces nothing.
         let mut wrote = false;
+        let mut failed = false;
         for (target, want) in [(&mut policy, &want.policy), (&mut binding, &want.binding)] {
             if !target.needs_write(want) {
                 continue;
@@ -368,14 +369,15 @@ pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: Cancellation
                         )),
                     );
                     retry_at = Some(tokio::time::Instant::now() + RETRY);
+                    failed = true;
                     break;
                 }
             }
         }
+        if !failed {
+            store.set_condition(WRITE_CONDITION, None);
+        }
         if wrote {
-            if retry_at.is_none() {
-                store.set_condition(WRITE_CONDITION, None);
-            }
             // Written is not yet enforced: the canary proves it.
             store.recheck_enforcement();
             let data = policy

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     admission::RECORD_NAME,
-    store::{HIGHEST_NAME, KEYRING_NAME, PolicyStore, STORE_NAME},
+    store::{HIGHEST_NAME, KEYRING_HIGHEST_NAME, KEYRING_NAME, PolicyStore, STORE_NAME},
 };
 use crate::instance::flux_instance_resource;
 
@@ -96,6 +96,14 @@ pub async fn run(
                             "PolicyEnforced",
                             format!(
                                 "the API server enforces policy generation {generation}: a FluxInstance that it refuses was refused in a dry run"
+                            ),
+                        ),
+                        Change::NotServed => (
+                            EventType::Normal,
+                            "PolicyEnforcementUnknown",
+                            format!(
+                                "the API server no longer serves FluxInstances in namespace {}: enforcement of policy generation {generation} is proven again once it does",
+                                config.operator_namespace
                             ),
                         ),
                         Change::NotEnforced(why) => (
@@ -204,7 +212,13 @@ fn needed(agent: &str, operator: &str) -> Vec<Needed> {
             for_what: "read the stored policy",
         });
     }
-    for name in [STORE_NAME, HIGHEST_NAME, KEYRING_NAME, RECORD_NAME] {
+    for name in [
+        STORE_NAME,
+        HIGHEST_NAME,
+        KEYRING_NAME,
+        KEYRING_HIGHEST_NAME,
+        RECORD_NAME,
+    ] {
         needed.push(Needed {
             group: "",
             resource: "configmaps",

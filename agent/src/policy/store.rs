@@ -44,6 +44,10 @@ pub const HIGHEST_NAME: &str = "tenantflux-policy-highest";
 /// written only after the keyring passed every check.
 pub const KEYRING_NAME: &str = "tenantflux-policy-keyring";
 pub const KEYRING_KEY: &str = "signed-keyring.yaml";
+/// The ConfigMap that records the keyring of the highest version ever taken (same key),
+/// written before the keyring's own ConfigMap, so that an older one put back while the agent
+/// is down is reported as a rollback at start and the higher one stays in force.
+pub const KEYRING_HIGHEST_NAME: &str = "tenantflux-policy-keyring-highest";
 /// The policy in force, and what is wrong with its stored copy.
 #[derive(Clone, Debug, Default)]
 pub struct Held {
@@ -246,8 +250,6 @@ pub struct PolicyStore {
     push: Mutex<()>,
     /// Asks the enforcement check to prove again now (after a write of the admission objects).
     recheck: Notify,
-    /// Records an Event for each tamper the agent undoes.
-    recorder: kube::runtime::events::Recorder,
 }
 
 impl PolicyStore {
@@ -276,7 +278,6 @@ impl PolicyStore {
         Arc::new(Self {
             roots,
             configmaps: Api::namespaced(client.clone(), namespace),
-            recorder: crate::recorder(&client),
             client,
             cluster_name,
             namespace: namespace.to_owned(),
@@ -346,6 +347,10 @@ impl PolicyStore {
         if decide::same_keyring(held.as_deref(), &keyring) {
             return Ok(false);
         }
+        // The record first, as for policies: a failed store then errs toward the higher version.
+        self.write(KEYRING_HIGHEST_NAME, KEYRING_KEY, text.to_owned())
+            .await
+            .map_err(KeyringRefused::Store)?;
         self.write(KEYRING_NAME, KEYRING_KEY, text.to_owned())
             .await
             .map_err(KeyringRefused::Store)?;
@@ -492,7 +497,9 @@ impl PolicyStore {
             secondary: None,
         };
         let store = crate::configmap_reference(&self.namespace, STORE_NAME);
-        if let Err(err) = self.recorder.publish(&event, &store).await {
+        // A recorder of its own: one kept would fold every later tamper into the first
+        // one's Event (it keys Events by reason and object, not by their note).
+        if let Err(err) = crate::recorder(&self.client).publish(&event, &store).await {
             tracing::warn!(error = %err, "recording an Event on ConfigMap {STORE_NAME} failed");
         }
     }

@@ -44,6 +44,9 @@ pub enum Probe {
     /// The dry run could not be made (the agent lacks a permission, the API server did not
     /// answer): not proven, and why.
     Failed(String),
+    /// The API server does not serve FluxInstances there (no flux-operator CRD, or no operator
+    /// namespace): no FluxInstance can be admitted in it, so there is nothing to prove yet.
+    NotServed,
 }
 
 /// Judges the API server's answer to the dry run: `None` when it admitted the canary,
@@ -59,6 +62,7 @@ pub fn judge(refusal: Option<(u16, &str)>) -> Probe {
     let ours = format!("ValidatingAdmissionPolicy '{NAME}'");
     match code {
         422 | 403 if message.contains(&ours) && message.contains(CANARY_VERSION) => Probe::Refused,
+        404 => Probe::NotServed,
         // Admission passed, and the dry run met an existing object another way.
         409 => Probe::Admitted(format!(
             "a FluxInstance that the policy refuses passed admission in a dry run ({message})"
@@ -86,6 +90,8 @@ pub struct Enforcement {
 pub enum Change {
     Enforced,
     NotEnforced(String),
+    /// FluxInstances are no longer served: no verdict until they are.
+    NotServed,
 }
 
 /// Turns proofs into a verdict with the two-proofs rule.
@@ -130,6 +136,11 @@ impl Tracker {
                 });
                 return (was != Some(true)).then_some(Change::Enforced);
             }
+            Probe::NotServed => {
+                let had = self.verdict.is_some();
+                self.reset();
+                return had.then_some(Change::NotServed);
+            }
             Probe::Admitted(reason) | Probe::Failed(reason) => reason,
         };
         let Some((_, first_at)) = self.pending.take() else {
@@ -169,6 +180,8 @@ mod tests {
             Probe::Failed(_)
         ));
         assert!(matches!(judge(None), Probe::Admitted(_)));
+        // No FluxInstance CRD (or no operator namespace): nothing can be admitted there.
+        assert_eq!(judge(Some((404, "404 page not found"))), Probe::NotServed);
         assert!(matches!(
             judge(Some((409, "the object has been modified"))),
             Probe::Admitted(_)
@@ -234,6 +247,14 @@ mod tests {
         // One refusal ends it.
         assert_eq!(tracker.observe(Probe::Refused, 90), Some(Change::Enforced));
         assert_eq!(tracker.verdict().unwrap().since, 90);
+
+        // FluxInstances no longer served (the CRD deleted): no verdict, said once.
+        assert_eq!(
+            tracker.observe(Probe::NotServed, 100),
+            Some(Change::NotServed)
+        );
+        assert!(tracker.verdict().is_none() && !tracker.pending());
+        assert_eq!(tracker.observe(Probe::NotServed, 115), None);
     }
 
     #[test]

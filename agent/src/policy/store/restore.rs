@@ -20,9 +20,15 @@ use tenantflux_core::{
 };
 use tokio_util::sync::CancellationToken;
 
+use tenantflux_core::policy::keyring::{Keyring, SignedKeyring};
+
 use super::{
-    Accepted, HIGHEST_NAME, KEYRING_KEY, KEYRING_NAME, PolicyStore, STORE_KEY, STORE_NAME,
+    Accepted, HIGHEST_NAME, KEYRING_HIGHEST_NAME, KEYRING_KEY, KEYRING_NAME, PolicyStore,
+    STORE_KEY, STORE_NAME,
 };
+
+/// The policy store's condition while a watch of its ConfigMaps fails.
+const WATCH_CONDITION: &str = "stored-policy-watch";
 
 /// How soon the cluster's identity is asked again while the API server does not answer.
 const IDENTITY_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
@@ -41,33 +47,68 @@ impl PolicyStore {
             async move { store.watch_expiry(shutdown).await }
         });
         let _stop_expiry = AbortOnDrop(expiry);
-        let watcher = watcher::watcher(
-            self.configmaps.clone(),
-            watcher::Config::default().fields(&format!("metadata.name={STORE_NAME}")),
-        )
-        .backoff(crate::watch_backoff());
-        let mut watcher = std::pin::pin!(watcher);
+        let by_name =
+            |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let stored = watcher::watcher(self.configmaps.clone(), by_name(STORE_NAME))
+            .backoff(crate::watch_backoff());
+        let mut stored = std::pin::pin!(stored);
+        // The keyring is watched only where keyrings are taken (root keys installed).
+        let keyrings = watcher::watcher(self.configmaps.clone(), by_name(KEYRING_NAME))
+            .backoff(crate::watch_backoff());
+        let mut keyrings = std::pin::pin!(keyrings);
+        let watch_keyring = self.roots.is_some();
         let mut relist: Option<Option<ConfigMap>> = None;
+        let mut relist_keyring: Option<Option<ConfigMap>> = None;
         loop {
-            let event = tokio::select! {
+            tokio::select! {
                 () = shutdown.cancelled() => return,
-                event = watcher.next() => event,
-            };
-            match event {
-                None => return,
-                Some(Err(err)) => tracing::warn!(error = %err, "watching {}", self.where_stored()),
-                Some(Ok(watcher::Event::Init)) => relist = Some(None),
-                Some(Ok(watcher::Event::InitApply(cm))) => relist = Some(Some(cm)),
-                Some(Ok(watcher::Event::InitDone)) => {
-                    self.observe_stored(relist.take().flatten().as_ref()).await;
-                    if !self.held.borrow().loaded {
-                        self.held.send_modify(|held| held.loaded = true);
+                event = stored.next() => match event {
+                    None => return,
+                    Some(Err(err)) => self.watch_failed(STORE_NAME, &err),
+                    Some(Ok(event)) => {
+                        self.set_condition(WATCH_CONDITION, None);
+                        match event {
+                            watcher::Event::Init => relist = Some(None),
+                            watcher::Event::InitApply(cm) => relist = Some(Some(cm)),
+                            watcher::Event::InitDone => {
+                                self.observe_stored(relist.take().flatten().as_ref()).await;
+                                if !self.held.borrow().loaded {
+                                    self.held.send_modify(|held| held.loaded = true);
+                                }
+                            }
+                            watcher::Event::Apply(cm) => self.observe_stored(Some(&cm)).await,
+                            watcher::Event::Delete(_) => self.observe_stored(None).await,
+                        }
                     }
-                }
-                Some(Ok(watcher::Event::Apply(cm))) => self.observe_stored(Some(&cm)).await,
-                Some(Ok(watcher::Event::Delete(_))) => self.observe_stored(None).await,
+                },
+                event = keyrings.next(), if watch_keyring => match event {
+                    None => return,
+                    Some(Err(err)) => self.watch_failed(KEYRING_NAME, &err),
+                    Some(Ok(event)) => match event {
+                        watcher::Event::Init => relist_keyring = Some(None),
+                        watcher::Event::InitApply(cm) => relist_keyring = Some(Some(cm)),
+                        watcher::Event::InitDone => {
+                            self.observe_keyring(relist_keyring.take().flatten().as_ref()).await;
+                        }
+                        watcher::Event::Apply(cm) => self.observe_keyring(Some(&cm)).await,
+                        watcher::Event::Delete(_) => self.observe_keyring(None).await,
+                    },
+                },
             }
         }
+    }
+
+    /// A failing watch is a condition of the policy (an edit would go unseen), over once the
+    /// watch answers again.
+    fn watch_failed(&self, name: &str, err: &watcher::Error) {
+        self.set_condition(
+            WATCH_CONDITION,
+            Some(format!(
+                "the agent cannot watch ConfigMap {}/{name}, so it would not see it changed: {}",
+                self.namespace,
+                chain(err)
+            )),
+        );
     }
 
     /// Reads the cluster's identity (the UID of namespace kube-system), retrying until the
@@ -95,40 +136,131 @@ impl PolicyStore {
         }
     }
 
-    /// At start: the stored keyring, if the root keys still verify it.
+    /// At start: the stored keyring and the record of the highest version taken, each verified
+    /// with the root keys; the higher one is held, and the copy that lost is written again from
+    /// it. An older or refused stored keyring beside a valid record is a rollback, reported.
     async fn load_keyring(&self) {
         let Some(roots) = &self.roots else {
             return;
         };
-        let text = match self.configmaps.get_opt(KEYRING_NAME).await {
-            Ok(map) => map.and_then(|m| m.data?.remove(KEYRING_KEY)),
-            Err(err) => {
-                self.problem(format!(
-                    "reading ConfigMap {}/{KEYRING_NAME} (the keyring) failed: {}",
-                    self.namespace,
-                    chain(&err)
-                ));
-                return;
+        let read = |name: &'static str| async move {
+            match self.configmaps.get_opt(name).await {
+                Ok(map) => Some(map.and_then(|m| m.data?.remove(KEYRING_KEY))),
+                Err(err) => {
+                    self.problem(format!(
+                        "reading ConfigMap {}/{name} (the keyring) failed: {}",
+                        self.namespace,
+                        chain(&err)
+                    ));
+                    None
+                }
             }
         };
-        let Some(text) = text else {
+        let (Some(stored), Some(recorded)) =
+            (read(KEYRING_NAME).await, read(KEYRING_HIGHEST_NAME).await)
+        else {
             return;
         };
-        match roots.verify(&text, None) {
-            Ok(keyring) => {
-                tracing::info!(version = keyring.version, keys = ?keyring.key_ids(), "loaded the stored keyring");
-                self.held
-                    .send_modify(|h| h.keyring = Some(Arc::new(keyring)));
-            }
-            Err(err) => {
+        let stored = stored.map(|text| roots.verify(&text, None));
+        let recorded = match recorded.map(|text| roots.verify(&text, None)) {
+            Some(Err(err)) => {
                 self.tampered(format!(
-                    "the keyring stored in ConfigMap {}/{KEYRING_NAME} is refused: {}",
+                    "the keyring recorded in ConfigMap {}/{KEYRING_HIGHEST_NAME} is refused ({}), so a rollback of the stored keyring cannot be told",
                     self.namespace,
                     chain(&err)
                 ))
                 .await;
+                None
             }
+            recorded => recorded.and_then(Result::ok),
+        };
+        let where_stored = format!("ConfigMap {}/{KEYRING_NAME}", self.namespace);
+        let keyring = match (stored, recorded) {
+            (None, None) => return,
+            (Some(Ok(stored)), None) => {
+                // Stored by an agent before the record existed: record it now.
+                self.write_keyring(KEYRING_HIGHEST_NAME, &stored).await;
+                stored
+            }
+            (Some(Ok(stored)), Some(recorded)) if stored.version >= recorded.version => {
+                if stored.signed != recorded.signed {
+                    self.write_keyring(KEYRING_HIGHEST_NAME, &stored).await;
+                }
+                stored
+            }
+            (stored, Some(recorded)) => {
+                let what = match stored {
+                    None => "was deleted".to_owned(),
+                    Some(Ok(stored)) => format!(
+                        "is version {}, lower than version {} this cluster held: a rollback",
+                        stored.version, recorded.version
+                    ),
+                    Some(Err(err)) => format!("is refused: {}", chain(&err)),
+                };
+                self.tampered(format!(
+                    "the keyring stored in {where_stored} {what}; the agent holds version {} from ConfigMap {}/{KEYRING_HIGHEST_NAME} and restored it",
+                    recorded.version, self.namespace
+                ))
+                .await;
+                self.write_keyring(KEYRING_NAME, &recorded).await;
+                recorded
+            }
+            (Some(Err(err)), None) => {
+                self.tampered(format!(
+                    "the keyring stored in {where_stored} is refused: {}",
+                    chain(&err)
+                ))
+                .await;
+                return;
+            }
+        };
+        tracing::info!(version = keyring.version, keys = ?keyring.key_ids(), "loaded the stored keyring");
+        self.held
+            .send_modify(|h| h.keyring = Some(Arc::new(keyring)));
+    }
+
+    /// Writes `keyring`'s signed text to ConfigMap `name`; a failure is logged (the next start
+    /// weighs the two again).
+    async fn write_keyring(&self, name: &'static str, keyring: &Keyring) {
+        let Some(signed) = &keyring.signed else {
+            return;
+        };
+        if let Err(err) = self.write(name, KEYRING_KEY, signed.to_yaml()).await {
+            tracing::warn!(error = %chain(&err), "writing ConfigMap {name}");
         }
+    }
+
+    /// The stored keyring against the one held, while the agent runs: one changed or deleted
+    /// by someone else is reported and written again from the held one.
+    async fn observe_keyring(&self, stored: Option<&ConfigMap>) {
+        // Not while a keyring is between its write and being held (its own write).
+        let _one_at_a_time = self.push.lock().await;
+        let Some(held) = self.held.borrow().keyring.clone() else {
+            return;
+        };
+        let Some(signed) = &held.signed else {
+            return;
+        };
+        let text = stored
+            .and_then(|cm| cm.data.as_ref())
+            .and_then(|d| d.get(KEYRING_KEY));
+        let same = text
+            .and_then(|t| tenantflux_core::yaml::from_str::<SignedKeyring>(t).ok())
+            .is_some_and(|s| &s == signed);
+        if same {
+            return;
+        }
+        let what = if text.is_some() {
+            "was changed"
+        } else {
+            "was deleted"
+        };
+        self.tampered(format!(
+            "the keyring stored in ConfigMap {}/{KEYRING_NAME} {what} by someone other than the agent; the agent keeps version {} and restored it",
+            self.namespace, held.version
+        ))
+        .await;
+        self.write_keyring(KEYRING_NAME, &held).await;
     }
 
     /// What the stored copy says against what is held: accept it at start, otherwise report
