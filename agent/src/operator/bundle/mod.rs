@@ -338,6 +338,13 @@ pub enum BundleError {
         allowed: String,
     },
 
+    #[error("{object} sets {field} ({why}), which no flux-operator release sets; a bundle may not")]
+    BeyondRelease {
+        object: Box<ObjectRef>,
+        field: String,
+        why: &'static str,
+    },
+
     #[error("flux-operator {version} is outside {allowed}")]
     VersionNotAllowed {
         version: String,

@@ -240,7 +240,10 @@ fn a_bundle_may_hold_only_what_flux_operators_install_holds() {
             "      containers:\n",
             "      initContainers:\n      - name: x\n        image: docker.io/evil/x:1\n      containers:\n",
         );
-    assert!(refusal(&sidecar).contains("spec.template.spec.initContainers[0].image"));
+    // No release has init containers: refused before their images are looked at.
+    assert!(
+        refusal(&sidecar).contains("sets spec.template.spec.initContainers (containers beyond")
+    );
 }
 
 #[test]
@@ -280,7 +283,7 @@ fn a_required_digest_pins_every_image() {
         parse_with(&sidecar, true)
             .unwrap_err()
             .to_string()
-            .contains("initContainers[0].image")
+            .contains("sets spec.template.spec.initContainers")
     );
 }
 
@@ -446,4 +449,101 @@ fn kinds_map_to_their_api_resources() {
     assert_eq!(namespace.group(), "");
     assert_eq!(namespace.api_resource().api_version, "v1");
     assert!(kind_of("apps/v1beta1", "Deployment").is_none());
+}
+
+#[test]
+fn what_no_release_sets_is_refused_naming_the_object_and_field() {
+    let image = "ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1";
+    let pod = "    spec:\n      containers:\n      - name: manager\n";
+    let refused = |from: &str, to: &str| {
+        let yaml = install(image).replace(from, to);
+        assert_ne!(yaml, install(image), "{to}");
+        parse(&yaml).unwrap_err().to_string()
+    };
+    let crd_name = OPERATOR_CRDS[0];
+    let group = crd_name.split_once('.').unwrap().1;
+    let conversion = refused(
+        &format!("  group: {group}\n"),
+        &format!(
+            "  group: {group}\n  conversion:\n    strategy: Webhook\n    webhook:\n      clientConfig: {{url: \"https://evil.example/convert\"}}\n      conversionReviewVersions: [v1]\n"
+        ),
+    );
+    assert!(
+        conversion.starts_with("CustomResourceDefinition ")
+            && conversion.contains(
+                "sets spec.conversion (a conversion webhook receives and rewrites every object"
+            ),
+        "{conversion}"
+    );
+    for (to, field) in [
+        (
+            "    spec:\n      volumes:\n      - {name: root, hostPath: {path: /}}\n      containers:\n      - name: manager\n",
+            "spec.template.spec.volumes[0].hostPath",
+        ),
+        (
+            "    spec:\n      volumes:\n      - {name: tools, image: {reference: evil.example/tools:1}}\n      containers:\n      - name: manager\n",
+            "spec.template.spec.volumes[0].image",
+        ),
+        (
+            "    spec:\n      hostPID: true\n      containers:\n      - name: manager\n",
+            "spec.template.spec.hostPID",
+        ),
+        (
+            "    spec:\n      containers:\n      - name: manager\n        securityContext: {privileged: true}\n",
+            "spec.template.spec.containers[0].securityContext.privileged",
+        ),
+        (
+            "    spec:\n      containers:\n      - name: manager\n        securityContext: {capabilities: {add: [SYS_ADMIN]}}\n",
+            "spec.template.spec.containers[0].securityContext.capabilities.add",
+        ),
+        (
+            "    spec:\n      initContainers:\n      - {name: init, image: ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1}\n      containers:\n      - name: manager\n",
+            "spec.template.spec.initContainers",
+        ),
+    ] {
+        let message = refused(pod, to);
+        assert_eq!(
+            message.split(" (").next().unwrap(),
+            format!("Deployment flux-system/flux-operator sets {field}"),
+            "{message}"
+        );
+        assert!(
+            message.ends_with("which no flux-operator release sets; a bundle may not"),
+            "{message}"
+        );
+    }
+    let sidecar = refused(
+        &format!("        image: {image}\n"),
+        &format!("        image: {image}\n      - name: sidecar\n        image: {image}\n"),
+    );
+    assert!(
+        sidecar.contains("sets spec.template.spec.containers[1]"),
+        "{sidecar}"
+    );
+    // A Service that leaves the cluster.
+    let service = "apiVersion: v1\nkind: Service\nmetadata:\n  name: flux-operator\n  namespace: flux-system\nspec:\n  ports: [{port: 8080}]\n";
+    let with = |spec: &str| {
+        let yaml = format!(
+            "{}{}",
+            install(image),
+            service.replace("spec:\n", &format!("spec:\n{spec}"))
+        );
+        parse(&yaml)
+    };
+    with("").expect("a ClusterIP Service is the release's");
+    let external = with("  externalIPs: [203.0.113.7]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        external.contains("sets spec.externalIPs (addresses outside the cluster)"),
+        "{external}"
+    );
+    let balancer = with("  type: LoadBalancer\n").unwrap_err().to_string();
+    assert!(balancer.contains("sets spec.type"), "{balancer}");
+    // The release's own settings pass.
+    let release = install(image).replace(
+        pod,
+        "    spec:\n      volumes:\n      - {name: temp, emptyDir: {}}\n      containers:\n      - name: manager\n        securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}\n",
+    );
+    parse(&release).expect("the release's pod spec");
 }
