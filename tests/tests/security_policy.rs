@@ -367,6 +367,36 @@ async fn a_switched_off_admission_policy_is_restored_and_reported() {
     let shown = plugin_ok(&cluster, None, &["policy", "show", "-o", "json"]);
     assert_eq!(shown["generation"], 7, "{shown:#}");
     assert_eq!(shown["problems"], serde_json::json!([]), "{shown:#}");
+
+    // The agent's record deleted with the tamper, while it is stopped: the missing record is
+    // itself reported, and both objects are rewritten.
+    cluster.stop_agent().expect("stop the agent");
+    cluster
+        .kubectl_ok(&[
+            "-n",
+            AGENT_NAMESPACE,
+            "delete",
+            "configmap",
+            "tenantflux-admission",
+        ])
+        .expect("delete the record");
+    switch_off_with_a_match_condition(&cluster);
+    cluster
+        .restart_agent_with(&with_key)
+        .expect("start the agent");
+    wait_reported(
+        &cluster,
+        &[&format!(
+            "ConfigMap {AGENT_NAMESPACE}/tenantflux-admission (what the agent last wrote of the admission objects) was deleted by someone other than the agent while it was not running"
+        )],
+    )
+    .await;
+    wait_for("enforced again", Duration::from_secs(30), || {
+        let on = refuses_non_compliant(&cluster);
+        async move { on.then_some(()) }
+    })
+    .await
+    .expect("the policy is enforced again");
 }
 
 /// The stored policy envelope (ConfigMap `name`, key signed-policy.yaml), or "" without one.

@@ -301,6 +301,33 @@ pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: Cancellation
         if !record_read && (policy.live.is_some() || binding.live.is_some()) {
             match records.get_opt(RECORD_NAME).await {
                 Ok(map) => {
+                    // A policy stored by an earlier run had its objects written and recorded:
+                    // a missing record was deleted, which hides what was done meanwhile.
+                    let from_store = held
+                        .borrow()
+                        .accepted
+                        .as_ref()
+                        .is_some_and(|a| a.from_store);
+                    if map.is_none() && from_store {
+                        let problem = format!(
+                            "ConfigMap {}/{RECORD_NAME} (what the agent last wrote of the admission objects) was deleted by someone other than the agent while it was not running, so a change to them meanwhile cannot be told; the agent rewrote both from policy generation {generation}",
+                            store.namespace()
+                        );
+                        store.report(problem.clone());
+                        let event = KubeEvent {
+                            type_: EventType::Warning,
+                            reason: "AdmissionPolicyTampered".into(),
+                            note: Some(problem),
+                            action: "Restore".into(),
+                            secondary: Some(crate::configmap_reference(
+                                store.namespace(),
+                                RECORD_NAME,
+                            )),
+                        };
+                        if let Err(err) = recorder.publish(&event, &store_ref).await {
+                            tracing::warn!(error = %err, "recording an Event on ConfigMap {STORE_NAME} failed");
+                        }
+                    }
                     let data = map.and_then(|m| m.data).unwrap_or_default();
                     policy.remember(&data);
                     binding.remember(&data);

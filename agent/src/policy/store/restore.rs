@@ -376,6 +376,7 @@ impl PolicyStore {
                 policy: Arc::new(policy),
                 accepted_at: SystemTime::now(),
                 validity,
+                from_store: true,
             });
         });
     }
