@@ -224,7 +224,7 @@ pub async fn serve(
         .layer(MetricsLayer(metrics))
         // Proofs of identity are checked against the call they came with (with room for the
         // gRPC frame around the largest message).
-        .layer(auth::CallLayer::new(MAX_REQUEST_BYTES + 64 * 1024))
+        .layer(auth::CallLayer::new(MAX_REQUEST_BYTES))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

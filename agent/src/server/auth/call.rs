@@ -51,16 +51,20 @@ impl Nonces {
 #[derive(Clone)]
 pub struct CallLayer {
     nonces: Nonces,
-    max_body: usize,
+    /// The largest request message the services take (their decoding limit).
+    max_message: usize,
 }
 
+/// Room beyond a message for the gRPC framing of a request body.
+const FRAMING_BYTES: usize = 64 * 1024;
+
 impl CallLayer {
-    /// Bodies over `max_body` bytes are refused (the server's request limit, and some room for
-    /// the gRPC framing).
-    pub fn new(max_body: usize) -> Self {
+    /// Bodies over `max_message` bytes and some room for the gRPC framing are refused (the
+    /// services' own decoding limit is `max_message`).
+    pub fn new(max_message: usize) -> Self {
         Self {
             nonces: Nonces::default(),
-            max_body,
+            max_message,
         }
     }
 }
@@ -135,15 +139,13 @@ where
                 .into_http());
             }
             let (mut parts, body) = request.into_parts();
-            let bytes = match http_body_util::Limited::new(body, layer.max_body)
-                .collect()
-                .await
-            {
+            let limit = layer.max_message + FRAMING_BYTES;
+            let bytes = match http_body_util::Limited::new(body, limit).collect().await {
                 Ok(collected) => collected.to_bytes(),
                 Err(err) => {
                     return Ok(tonic::Status::resource_exhausted(format!(
-                        "the request body could not be read whole (at most {} bytes): {err}",
-                        layer.max_body
+                        "the request is larger than the agent takes: a message may be at most {} bytes ({err})",
+                        layer.max_message
                     ))
                     .into_http());
                 }
