@@ -147,16 +147,42 @@ pub(super) async fn resolve_token(
                 "a TokenRequest token of ServiceAccount {account} in namespace {namespace} \
                  (audience {audience}, valid {TOKEN_LIFETIME_SECONDS} s)"
             );
-            let (token, expires_at) = bounded(
+            let requested = bounded(
                 options.timeout,
                 || {
                     format!(
                         "requesting a token for ServiceAccount {account} in namespace {namespace}"
                     )
                 },
-                request_token(client, namespace, account, audience),
+                request_token(client.clone(), namespace, account, audience),
             )
-            .await??;
+            .await?;
+            let (token, expires_at) = match requested {
+                Ok(found) => found,
+                // `fleet` with a kubeconfig that may not mint its account's tokens: the user
+                // proves who they are instead (their token stays with the API server).
+                Err(refused @ ConnectError::TokenRequestForbidden { .. }) => {
+                    let identity = bounded(
+                        options.timeout,
+                        || {
+                            "creating the CertificateSigningRequest that proves who you are"
+                                .to_owned()
+                        },
+                        create_identity_csr(client, audience, namespace),
+                    )
+                    .await??;
+                    let Ok(csr) = identity else {
+                        return Err(refused);
+                    };
+                    let what = format!(
+                        "a proof of the kubeconfig user's identity with CertificateSigningRequest {} \
+                         (it may not request a token for ServiceAccount {namespace}/{account}; used by this command only)",
+                        csr.name
+                    );
+                    return Ok((Credential::Identity(Box::new(csr)), what, None));
+                }
+                Err(err) => return Err(err),
+            };
             let cached = cache.map(|cache| {
                 cache.store(
                     &token_key,
