@@ -724,7 +724,9 @@ fn kubectl_completes_the_plugins_commands_flags_and_values() {
         );
     }
     assert_eq!(directive, ":4", "no file names after `kubectl tenantflux`");
-    assert_eq!(kubectl_complete(None, &["st"]).0, ["status"]);
+    assert_eq!(kubectl_complete(None, &["st"]).0, ["status", "stats"]);
+    assert_eq!(kubectl_complete(None, &["sta"]).0, ["status", "stats"]);
+    assert_eq!(kubectl_complete(None, &["statu"]).0, ["status"]);
     let (flags, _) = kubectl_complete(None, &["status", "--w"]);
     assert_eq!(flags, ["--watch"]);
     assert_eq!(
