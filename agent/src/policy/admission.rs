@@ -34,7 +34,7 @@ use kube::{
 };
 use serde_json::{Value, json};
 use tenantflux_core::{
-    FIELD_MANAGER,
+    FIELD_MANAGER, MANAGED_BY_LABEL,
     policy::{
         admission::{NAME, Rendered, drift, merge_patch, render},
         today,
@@ -301,14 +301,19 @@ pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: Cancellation
         if !record_read && (policy.live.is_some() || binding.live.is_some()) {
             match records.get_opt(RECORD_NAME).await {
                 Ok(map) => {
-                    // A policy stored by an earlier run had its objects written and recorded:
-                    // a missing record was deleted, which hides what was done meanwhile.
-                    let from_store = held
-                        .borrow()
-                        .accepted
-                        .as_ref()
-                        .is_some_and(|a| a.from_store);
-                    if map.is_none() && from_store {
+                    // The record is written before the objects (below), so objects of the
+                    // agent's without a record mean the record was deleted, which hides what was
+                    // done to them meanwhile.
+                    let ours = |t: &Target| {
+                        t.live.as_ref().and_then(Option::as_ref).is_some_and(|o| {
+                            o.metadata
+                                .labels
+                                .as_ref()
+                                .and_then(|l| l.get(MANAGED_BY_LABEL))
+                                .is_some_and(|v| v == FIELD_MANAGER)
+                        })
+                    };
+                    if map.is_none() && (ours(&policy) || ours(&binding)) {
                         let problem = format!(
                             "ConfigMap {}/{RECORD_NAME} (what the agent last wrote of the admission objects) was deleted by someone other than the agent while it was not running, so a change to them meanwhile cannot be told; the agent rewrote both from policy generation {generation}",
                             store.namespace()
@@ -326,6 +331,15 @@ pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: Cancellation
                         };
                         if let Err(err) = recorder.publish(&event, &store_ref).await {
                             tracing::warn!(error = %err, "recording an Event on ConfigMap {STORE_NAME} failed");
+                        }
+                    }
+                    if map.is_none() {
+                        // The intent first: a kill between it and the objects is no tamper.
+                        let intent = [("generation".to_owned(), generation.to_string())].into();
+                        if let Err(err) = crate::apply_record(&records, RECORD_NAME, intent).await {
+                            tracing::warn!(error = %err, "writing ConfigMap {RECORD_NAME}; retrying");
+                            retry_at = Some(tokio::time::Instant::now() + RETRY);
+                            continue;
                         }
                     }
                     let data = map.and_then(|m| m.data).unwrap_or_default();

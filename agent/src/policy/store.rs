@@ -104,9 +104,6 @@ pub struct Accepted {
     pub accepted_at: SystemTime,
     /// When the signed claims say it holds (envelope v2); a v1 policy never expires.
     pub validity: Option<Validity>,
-    /// Loaded from the stored copy at start (not pushed or pulled by this run): the admission
-    /// objects were written before, so their record must exist.
-    pub from_store: bool,
 }
 
 impl Accepted {
@@ -576,7 +573,6 @@ impl PolicyStore {
                 policy: Arc::new(policy),
                 accepted_at: SystemTime::now(),
                 validity,
-                from_store: false,
             });
             held.problems.clear();
         });

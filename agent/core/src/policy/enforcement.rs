@@ -47,6 +47,9 @@ pub enum Probe {
     /// The API server does not serve FluxInstances there (no flux-operator CRD, or no operator
     /// namespace): no FluxInstance can be admitted in it, so there is nothing to prove yet.
     NotServed,
+    /// The API server did not answer (unreachable, restarting, overloaded): it admits nothing
+    /// meanwhile either, so the verdict stays as it was.
+    Unanswered,
 }
 
 /// Judges the API server's answer to the dry run: `None` when it admitted the canary,
@@ -63,6 +66,7 @@ pub fn judge(refusal: Option<(u16, &str)>) -> Probe {
     match code {
         422 | 403 if message.contains(&ours) && message.contains(CANARY_VERSION) => Probe::Refused,
         404 => Probe::NotServed,
+        429 | 500..=599 => Probe::Unanswered,
         // Admission passed, and the dry run met an existing object another way.
         409 => Probe::Admitted(format!(
             "a FluxInstance that the policy refuses passed admission in a dry run ({message})"
@@ -136,6 +140,7 @@ impl Tracker {
                 });
                 return (was != Some(true)).then_some(Change::Enforced);
             }
+            Probe::Unanswered => return None,
             Probe::NotServed => {
                 let had = self.verdict.is_some();
                 self.reset();
@@ -247,6 +252,12 @@ mod tests {
         // One refusal ends it.
         assert_eq!(tracker.observe(Probe::Refused, 90), Some(Change::Enforced));
         assert_eq!(tracker.verdict().unwrap().since, 90);
+
+        // An API server that does not answer changes nothing.
+        assert_eq!(judge(Some((503, "service unavailable"))), Probe::Unanswered);
+        assert_eq!(tracker.observe(Probe::Unanswered, 95), None);
+        assert_eq!(tracker.observe(Probe::Unanswered, 96), None);
+        assert!(tracker.verdict().unwrap().enforced && !tracker.pending());
 
         // FluxInstances no longer served (the CRD deleted): no verdict, said once.
         assert_eq!(

@@ -376,7 +376,6 @@ impl PolicyStore {
                 policy: Arc::new(policy),
                 accepted_at: SystemTime::now(),
                 validity,
-                from_store: true,
             });
         });
     }
