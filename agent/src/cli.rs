@@ -154,7 +154,7 @@ pub struct Args {
 
     /// How often the agent proves that the API server enforces the held policy (a server-side
     /// dry run of a FluxInstance the policy refuses). A failed proof is repeated after 2 s;
-    /// two in a row are reported as NOT ENFORCED.
+    /// failures for 10 s in a row are reported as NOT ENFORCED.
     #[arg(
         long,
         env = "TENANTFLUX_ENFORCEMENT_CHECK_INTERVAL",

@@ -31,7 +31,7 @@ use super::{
 };
 use crate::instance::flux_instance_resource;
 
-/// How soon a failed proof is repeated, so that a second failure decides (or a refusal clears
+/// How soon a failed proof is repeated, so that failures for the settle time decide (or a refusal clears
 /// it) well before the next interval.
 const RECHECK: Duration = Duration::from_secs(2);
 /// The policy store's condition while the agent lacks permissions.

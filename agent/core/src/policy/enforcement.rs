@@ -5,7 +5,8 @@
 //!
 //! One failed proof is not yet a verdict: right after the agent (re)writes the admission
 //! objects the API server may not have compiled them, so "not enforced" is reported only when
-//! two proofs in a row fail ([`Tracker`]). One refusal is proof enough.
+//! proofs have failed in a row for [`SETTLE_SECONDS`] ([`Tracker`]). One refusal is proof
+//! enough.
 //!
 //! What the canary proves is that a FluxInstance of its shape is refused. A matchCondition
 //! that spares every other shape is a change of the admission objects, which the agent's drift
@@ -14,6 +15,10 @@
 use serde_json::{Value, json};
 
 use super::admission::NAME;
+
+/// How long proofs must fail in a row before the verdict is NOT ENFORCED: an API server
+/// compiles a new or rewritten policy within seconds, more on a loaded one.
+pub const SETTLE_SECONDS: i64 = 10;
 
 /// The canary's `spec.distribution.version`: no version and no range, so that the first
 /// validation of every rendered policy refuses it.
@@ -98,16 +103,17 @@ pub enum Change {
     NotServed,
 }
 
-/// Turns proofs into a verdict with the two-proofs rule.
+/// Turns proofs into a verdict: one refusal proves, failures for [`SETTLE_SECONDS`] disprove.
 #[derive(Clone, Debug, Default)]
 pub struct Tracker {
     verdict: Option<Enforcement>,
-    /// The first failed proof of a run of failures, and when: held until a second one.
-    pending: Option<(String, i64)>,
+    /// When the first failed proof of a run of failures was made: held until the failures
+    /// have lasted [`SETTLE_SECONDS`].
+    pending: Option<i64>,
 }
 
 impl Tracker {
-    /// The verdict so far (none before the first refusal or the second failure).
+    /// The verdict so far (none before the first refusal or failures for the settle time).
     pub fn verdict(&self) -> Option<&Enforcement> {
         self.verdict.as_ref()
     }
@@ -148,22 +154,28 @@ impl Tracker {
             }
             Probe::Admitted(reason) | Probe::Failed(reason) => reason,
         };
-        let Some((_, first_at)) = self.pending.take() else {
-            self.pending = Some((reason, now));
+        // Already not enforced: kept current, a new Event only for a new reason.
+        if let Some(verdict) = self.verdict.as_mut().filter(|v| !v.enforced) {
+            let changed = verdict.reason != reason;
+            verdict.reason.clone_from(&reason);
+            verdict.checked_at = now;
+            return changed.then_some(Change::NotEnforced(reason));
+        }
+        let Some(first_at) = self.pending else {
+            self.pending = Some(now);
             return None;
         };
-        let (since, changed) = match &self.verdict {
-            Some(v) if !v.enforced => (v.since, v.reason != reason),
-            _ => (first_at, true),
-        };
-        self.pending = Some((reason.clone(), now));
+        if now - first_at < SETTLE_SECONDS {
+            return None;
+        }
+        self.pending = None;
         self.verdict = Some(Enforcement {
             enforced: false,
-            since,
+            since: first_at,
             checked_at: now,
             reason: reason.clone(),
         });
-        changed.then_some(Change::NotEnforced(reason))
+        Some(Change::NotEnforced(reason))
     }
 }
 
@@ -214,7 +226,7 @@ mod tests {
     }
 
     #[test]
-    fn one_refusal_proves_and_only_two_failures_in_a_row_disprove() {
+    fn one_refusal_proves_and_only_failures_for_the_settle_time_disprove() {
         let mut tracker = Tracker::default();
         assert_eq!(tracker.observe(Probe::Refused, 10), Some(Change::Enforced));
         assert_eq!(tracker.observe(Probe::Refused, 25), None);
@@ -222,59 +234,65 @@ mod tests {
         assert!(verdict.enforced);
         assert_eq!((verdict.since, verdict.checked_at), (10, 25));
 
-        // One failure (the API server compiling a rewritten policy) is held back.
+        // A failure (the API server compiling a rewritten policy) is held back.
         assert_eq!(tracker.observe(Probe::Admitted("gap".into()), 40), None);
         assert!(tracker.pending() && tracker.verdict().unwrap().enforced);
         assert_eq!(tracker.observe(Probe::Refused, 42), None);
         assert!(!tracker.pending());
 
-        // Two in a row are the verdict, dated from the first.
+        // Failures in a row for the settle time are the verdict, dated from the first.
         assert_eq!(tracker.observe(Probe::Failed("forbidden".into()), 50), None);
         assert_eq!(
             tracker.observe(Probe::Admitted("admitted".into()), 52),
+            None
+        );
+        assert!(tracker.verdict().unwrap().enforced, "still settling");
+        assert_eq!(
+            tracker.observe(Probe::Admitted("admitted".into()), 50 + SETTLE_SECONDS),
             Some(Change::NotEnforced("admitted".into()))
         );
         let verdict = tracker.verdict().unwrap();
-        assert!(!verdict.enforced);
+        assert!(!verdict.enforced && !tracker.pending());
         assert_eq!((verdict.since, verdict.reason.as_str()), (50, "admitted"));
         // Still not enforced: no new Event unless the reason changes; `since` stays.
         assert_eq!(
-            tracker.observe(Probe::Admitted("admitted".into()), 67),
+            tracker.observe(Probe::Admitted("admitted".into()), 77),
             None
         );
-        assert_eq!(tracker.verdict().unwrap().since, 50);
+        assert_eq!(tracker.verdict().unwrap().checked_at, 77);
         assert_eq!(
-            tracker.observe(Probe::Failed("forbidden".into()), 82),
+            tracker.observe(Probe::Failed("forbidden".into()), 92),
             Some(Change::NotEnforced("forbidden".into()))
         );
         assert_eq!(tracker.verdict().unwrap().since, 50);
 
         // One refusal ends it.
-        assert_eq!(tracker.observe(Probe::Refused, 90), Some(Change::Enforced));
-        assert_eq!(tracker.verdict().unwrap().since, 90);
+        assert_eq!(tracker.observe(Probe::Refused, 100), Some(Change::Enforced));
+        assert_eq!(tracker.verdict().unwrap().since, 100);
 
         // An API server that does not answer changes nothing.
         assert_eq!(judge(Some((503, "service unavailable"))), Probe::Unanswered);
-        assert_eq!(tracker.observe(Probe::Unanswered, 95), None);
-        assert_eq!(tracker.observe(Probe::Unanswered, 96), None);
+        assert_eq!(tracker.observe(Probe::Unanswered, 105), None);
+        assert_eq!(tracker.observe(Probe::Unanswered, 120), None);
         assert!(tracker.verdict().unwrap().enforced && !tracker.pending());
 
         // FluxInstances no longer served (the CRD deleted): no verdict, said once.
         assert_eq!(
-            tracker.observe(Probe::NotServed, 100),
+            tracker.observe(Probe::NotServed, 130),
             Some(Change::NotServed)
         );
         assert!(tracker.verdict().is_none() && !tracker.pending());
-        assert_eq!(tracker.observe(Probe::NotServed, 115), None);
+        assert_eq!(tracker.observe(Probe::NotServed, 145), None);
     }
 
     #[test]
-    fn a_first_proof_that_fails_twice_reports_not_enforced_from_the_start() {
+    fn a_first_proof_that_keeps_failing_reports_not_enforced_from_the_start() {
         let mut tracker = Tracker::default();
         assert_eq!(tracker.observe(Probe::Failed("no".into()), 1), None);
+        assert_eq!(tracker.observe(Probe::Failed("no".into()), 3), None);
         assert!(tracker.verdict().is_none());
         assert_eq!(
-            tracker.observe(Probe::Failed("no".into()), 3),
+            tracker.observe(Probe::Failed("no".into()), 1 + SETTLE_SECONDS),
             Some(Change::NotEnforced("no".into()))
         );
         assert_eq!(tracker.verdict().unwrap().since, 1);
