@@ -516,6 +516,19 @@ async fn the_agent_rides_out_a_restarted_api_server_and_etcd_without_a_restart_o
     let _serial = SERIAL.lock().await;
     let cluster = cluster("outage");
     let tenant = Tenant::prepare(&cluster, &[]).await;
+    // The agent's own proof of enforcement (and its Event) comes first.
+    wait_for(
+        "the agent to prove enforcement",
+        Duration::from_secs(60),
+        || {
+            let output = tenant.plugin(&["status", "-o", "json"]);
+            let proven = serde_json::from_slice::<Value>(&output.stdout)
+                .is_ok_and(|s| s["policy"]["enforcement"]["enforced"] == true);
+            async move { proven.then_some(()) }
+        },
+    )
+    .await
+    .expect("enforcement proven");
     let before = tenant.fingerprint().expect("fingerprint");
     let events = event_reasons(&cluster);
     let pid = cluster.agent_pid().expect("agent pid");

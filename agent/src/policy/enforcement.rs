@@ -68,6 +68,8 @@ pub async fn run(
     let store_ref = crate::configmap_reference(store.namespace(), STORE_NAME);
     let needed = needed(store.namespace(), &config.operator_namespace);
     let mut tracker = Tracker::default();
+    // The verdict the last Event announced.
+    let mut announced: Option<bool> = None;
     let mut permissions_at = tokio::time::Instant::now();
     loop {
         if tokio::time::Instant::now() >= permissions_at {
@@ -83,37 +85,48 @@ pub async fn run(
         let wait = match generation {
             None => {
                 tracker.reset();
+                announced = None;
                 store.set_enforcement(None);
                 config.interval
             }
             Some(generation) => {
                 let probe = prove(&instances, &body).await;
                 let now = tenantflux_core::policy::signing::now();
-                if let Some(change) = tracker.observe(probe, now) {
-                    let (type_, reason, note) = match change {
-                        Change::Enforced => (
+                let event = match tracker.observe(probe, now) {
+                    // Proven again after a blip without a verdict (an API server restarting
+                    // serves no CRDs for a moment): nothing new to say.
+                    Some(Change::Enforced) if announced == Some(true) => None,
+                    Some(Change::Enforced) => {
+                        announced = Some(true);
+                        Some((
                             EventType::Normal,
                             "PolicyEnforced",
                             format!(
                                 "the API server enforces policy generation {generation}: a FluxInstance that it refuses was refused in a dry run"
                             ),
-                        ),
-                        Change::NotServed => (
-                            EventType::Normal,
-                            "PolicyEnforcementUnknown",
-                            format!(
-                                "the API server no longer serves FluxInstances in namespace {}: enforcement of policy generation {generation} is proven again once it does",
-                                config.operator_namespace
-                            ),
-                        ),
-                        Change::NotEnforced(why) => (
+                        ))
+                    }
+                    Some(Change::NotEnforced(why)) => {
+                        announced = Some(false);
+                        Some((
                             EventType::Warning,
                             "PolicyNotEnforced",
                             format!(
                                 "policy generation {generation} is NOT ENFORCED by the API server: {why}"
                             ),
-                        ),
-                    };
+                        ))
+                    }
+                    Some(Change::NotServed) => {
+                        tracing::info!(
+                            generation,
+                            namespace = %config.operator_namespace,
+                            "the API server serves no FluxInstances there: enforcement is proven again once it does"
+                        );
+                        None
+                    }
+                    None => None,
+                };
+                if let Some((type_, reason, note)) = event {
                     match type_ {
                         EventType::Warning => tracing::warn!(generation, "{note}"),
                         EventType::Normal => tracing::info!(generation, "{note}"),
