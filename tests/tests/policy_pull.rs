@@ -648,13 +648,14 @@ async fn keys_rotate_and_revoke_without_restarting_the_agent() {
     publish_keyring(&keyring(1, &[&k1_pub], &[], &root_key));
     publish_policy(&sign_with(1, &platform.key, ""));
     let root_pub = root_dir.join("root.pub");
+    let with_root = [
+        ("TENANTFLUX_POLICY_ROOT_KEYS", path(&root_pub)),
+        ("TENANTFLUX_POLICY_SOURCE", channel.as_str()),
+        ("TENANTFLUX_POLICY_SOURCE_INTERVAL", "1s"),
+        ("TENANTFLUX_POLICY_SOURCE_PLAIN_HTTP", "true"),
+    ];
     cluster
-        .restart_agent_with(&[
-            ("TENANTFLUX_POLICY_ROOT_KEYS", path(&root_pub)),
-            ("TENANTFLUX_POLICY_SOURCE", &channel),
-            ("TENANTFLUX_POLICY_SOURCE_INTERVAL", "1s"),
-            ("TENANTFLUX_POLICY_SOURCE_PLAIN_HTTP", "true"),
-        ])
+        .restart_agent_with(&with_root)
         .expect("agent with the root key");
     let pid = cluster.agent_pid();
     let shown = wait_shown(&platform, "generation 1 under keyring 1", |s| {
@@ -799,12 +800,7 @@ async fn keys_rotate_and_revoke_without_restarting_the_agent() {
     cluster.stop_agent().expect("stopping the agent");
     plant_older();
     cluster
-        .restart_agent_with(&[
-            ("TENANTFLUX_POLICY_ROOT_KEYS", path(&root_pub)),
-            ("TENANTFLUX_POLICY_SOURCE", &channel),
-            ("TENANTFLUX_POLICY_SOURCE_INTERVAL", "1s"),
-            ("TENANTFLUX_POLICY_SOURCE_PLAIN_HTTP", "true"),
-        ])
+        .restart_agent_with(&with_root)
         .expect("agent restarted");
     let shown = wait_shown(&platform, "the rolled-back keyring reported at start", |s| {
         policy_problems(s).iter().any(|p| {

@@ -102,25 +102,7 @@ fn refuses_non_compliant(cluster: &TestCluster) -> bool {
 
 /// The notes of the agent's Events about tampered admission objects.
 fn tamper_events(cluster: &TestCluster) -> Vec<String> {
-    let text = cluster
-        .kubectl_ok(&[
-            "-n",
-            AGENT_NAMESPACE,
-            "get",
-            "events.events.k8s.io",
-            "--field-selector",
-            "reason=AdmissionPolicyTampered",
-            "-o",
-            "json",
-        ])
-        .expect("kubectl get events");
-    let events: Value = serde_json::from_str(&text).expect("JSON");
-    events["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e["note"].as_str().map(str::to_owned))
-        .collect()
+    events(cluster, "AdmissionPolicyTampered")
 }
 
 /// Waits until `status` and `policy show` both report a problem containing every one of
@@ -276,11 +258,14 @@ async fn a_switched_off_admission_policy_is_restored_and_reported() {
     )
     .await;
 
-    // Enforcement holds, the policy held is the one pushed, and nothing else was written.
-    assert!(
-        refuses_non_compliant(&cluster),
-        "the policy is enforced again"
-    );
+    // Enforcement holds (once the API server has the restored binding), the policy held is
+    // the one pushed, and nothing else was written.
+    wait_for("the policy enforced again", Duration::from_secs(30), || {
+        let on = refuses_non_compliant(&cluster);
+        async move { on.then_some(()) }
+    })
+    .await
+    .expect("the policy is enforced again");
     let shown = plugin_ok(&cluster, None, &["policy", "show", "-o", "json"]);
     assert_eq!(shown["generation"], 7, "{shown:#}");
     assert_eq!(
@@ -735,8 +720,8 @@ async fn an_older_or_another_clusters_policy_is_refused() {
     .expect("store restored from the record");
 }
 
-/// The notes of the agent's Events with `reason`.
-fn events(cluster: &TestCluster, reason: &str) -> Vec<String> {
+/// The agent's Events (events.k8s.io) with `reason`.
+fn event_items(cluster: &TestCluster, reason: &str) -> Vec<Value> {
     let text = cluster
         .kubectl_ok(&[
             "-n",
@@ -750,33 +735,21 @@ fn events(cluster: &TestCluster, reason: &str) -> Vec<String> {
         ])
         .expect("kubectl get events");
     let events: Value = serde_json::from_str(&text).expect("JSON");
-    events["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    events["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// The notes of the agent's Events with `reason`.
+fn events(cluster: &TestCluster, reason: &str) -> Vec<String> {
+    event_items(cluster, reason)
+        .iter()
         .filter_map(|e| e["note"].as_str().map(str::to_owned))
         .collect()
 }
 
 /// How many times the agent recorded an Event with `reason` (a repeated one is a series).
 fn event_count(cluster: &TestCluster, reason: &str) -> u64 {
-    let text = cluster
-        .kubectl_ok(&[
-            "-n",
-            AGENT_NAMESPACE,
-            "get",
-            "events.events.k8s.io",
-            "--field-selector",
-            &format!("reason={reason}"),
-            "-o",
-            "json",
-        ])
-        .expect("kubectl get events");
-    let events: Value = serde_json::from_str(&text).expect("JSON");
-    events["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    event_items(cluster, reason)
+        .iter()
         .map(|e| e["series"]["count"].as_u64().unwrap_or(1))
         .sum()
 }

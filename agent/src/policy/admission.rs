@@ -28,7 +28,7 @@ use kube::{
     api::{ApiResource, DynamicObject, Patch, PatchParams},
     runtime::{
         WatchStreamExt,
-        events::{Event as KubeEvent, EventType},
+        events::{Event as KubeEvent, EventType, Recorder},
         watcher::{self, Event},
     },
 };
@@ -252,6 +252,28 @@ fn watched(
     }
 }
 
+/// A tamper the agent undid: a policy problem until the next push, and a Warning Event
+/// `AdmissionPolicyTampered` on the policy's ConfigMap, related to what was tampered with.
+async fn report_tamper(
+    store: &PolicyStore,
+    recorder: &Recorder,
+    store_ref: &ObjectReference,
+    problem: String,
+    tampered: ObjectReference,
+) {
+    store.report(problem.clone());
+    let event = KubeEvent {
+        type_: EventType::Warning,
+        reason: "AdmissionPolicyTampered".into(),
+        note: Some(problem),
+        action: "Restore".into(),
+        secondary: Some(tampered),
+    };
+    if let Err(err) = recorder.publish(&event, store_ref).await {
+        tracing::warn!(error = %err, "recording an Event on ConfigMap {STORE_NAME} failed");
+    }
+}
+
 /// Writes the rendered policy for every policy the store holds and keeps it as written, until
 /// the shutdown.
 pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: CancellationToken) {
@@ -318,20 +340,8 @@ pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: Cancellation
                             "ConfigMap {}/{RECORD_NAME} (what the agent last wrote of the admission objects) was deleted by someone other than the agent while it was not running, so a change to them meanwhile cannot be told; the agent rewrote both from policy generation {generation}",
                             store.namespace()
                         );
-                        store.report(problem.clone());
-                        let event = KubeEvent {
-                            type_: EventType::Warning,
-                            reason: "AdmissionPolicyTampered".into(),
-                            note: Some(problem),
-                            action: "Restore".into(),
-                            secondary: Some(crate::configmap_reference(
-                                store.namespace(),
-                                RECORD_NAME,
-                            )),
-                        };
-                        if let Err(err) = recorder.publish(&event, &store_ref).await {
-                            tracing::warn!(error = %err, "recording an Event on ConfigMap {STORE_NAME} failed");
-                        }
+                        let record = crate::configmap_reference(store.namespace(), RECORD_NAME);
+                        report_tamper(&store, &recorder, &store_ref, problem, record).await;
                     }
                     if map.is_none() {
                         // The intent first: a kill between it and the objects is no tamper.
@@ -386,17 +396,14 @@ pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: Cancellation
                                 "{} {NAME} {what} by someone other than the agent{while_stopped}; the agent restored it from policy generation {generation}",
                                 target.kind
                             );
-                            store.report(problem.clone());
-                            let event = KubeEvent {
-                                type_: EventType::Warning,
-                                reason: "AdmissionPolicyTampered".into(),
-                                note: Some(problem),
-                                action: "Restore".into(),
-                                secondary: Some(target.reference()),
-                            };
-                            if let Err(err) = recorder.publish(&event, &store_ref).await {
-                                tracing::warn!(error = %err, "recording an Event on ConfigMap {STORE_NAME} failed");
-                            }
+                            report_tamper(
+                                &store,
+                                &recorder,
+                                &store_ref,
+                                problem,
+                                target.reference(),
+                            )
+                            .await;
                         }
                     }
                 }
