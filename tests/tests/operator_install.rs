@@ -169,6 +169,54 @@ fn documents(yaml: &str) -> Vec<String> {
     yaml.split("\n---\n").map(str::to_owned).collect()
 }
 
+/// Every release the agent knows is accepted as its own `config/default`, read from the
+/// flux-operator module of that version; for one that is not, the entries to put into the
+/// table are printed.
+#[test]
+fn every_release_the_agent_knows_is_accepted_as_flux_operator_ships_it() {
+    use tenantflux_agent::operator::{
+        bundle::{Bundle, ImageRules, digest_of},
+        releases::{KNOWN, crd_fingerprint},
+    };
+    let rules = ImageRules {
+        registries: vec!["ghcr.io/controlplaneio-fluxcd/*".to_owned()],
+        ..ImageRules::default()
+    };
+    let versions: Vec<&str> = KNOWN.iter().map(|r| r.version).collect();
+    assert!(
+        versions.contains(&current_version().as_str()),
+        "the pinned release is known"
+    );
+    assert!(
+        versions.contains(&previous_version().as_str()),
+        "the previous release is known"
+    );
+    for release in KNOWN {
+        let text = bundle_text(release.version);
+        let checked = match Bundle::parse(&text, digest_of(text.as_bytes()), "flux-system", &rules)
+        {
+            Ok(bundle) => bundle.check_release(KNOWN, &[]),
+            Err(err) => Err(err),
+        };
+        if let Err(err) = checked {
+            let mut prints = String::new();
+            for doc in tenantflux_core::yaml::documents::<Value>(&text).unwrap() {
+                if doc["kind"] == "CustomResourceDefinition" {
+                    let (spec, schemas) = crd_fingerprint(&doc["spec"]);
+                    prints.push_str(&format!(
+                        "{}: spec {spec}, schemas {schemas:?}\n",
+                        doc["metadata"]["name"]
+                    ));
+                }
+            }
+            panic!(
+                "flux-operator {}: {err}\nits CRDs:\n{prints}",
+                release.version
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn configmap_bundle_installs_upgrades_restores_and_refuses_bad_bundles() {
     let _serial = SERIAL.lock().await;
@@ -472,6 +520,25 @@ async fn configmap_bundle_installs_upgrades_restores_and_refuses_bad_bundles() {
             ),
             format!("Deployment flux-operator says version \"v0.58.0\" (label app.kubernetes.io/version) but runs image tag \"{current}\""),
         ),
+        // A bundle equals its release but for images and allowed pod settings: another schema
+        // (here one that stops validating FluxInstance specs) or other manager flags is
+        // another program.
+        (
+            edited(&marked, |docs| {
+                let crd = object_named(docs, "CustomResourceDefinition", "fluxinstances.fluxcd.controlplane.io");
+                crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"] =
+                    json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+            }),
+            format!("CustomResourceDefinition fluxinstances.fluxcd.controlplane.io spec.versions[0].schema is not what flux-operator {current} ships"),
+        ),
+        (
+            edited(&marked, |docs| {
+                let deployment = object_named(docs, "Deployment", "flux-operator");
+                deployment["spec"]["template"]["spec"]["containers"][0]["args"] =
+                    json!(["--watch-configs-label-selector=tenantflux.test/none"]);
+            }),
+            format!("Deployment flux-system/flux-operator spec.template.spec.containers[0].args is not what flux-operator {current} ships (the release has nothing there)"),
+        ),
     ];
     for (bundle, reason) in &attacks {
         put_bundle(&cluster, bundle);
@@ -535,6 +602,20 @@ async fn configmap_bundle_installs_upgrades_restores_and_refuses_bad_bundles() {
     .await;
     let deployment = operator_deployment(&cluster).unwrap();
     assert_eq!(image(&deployment), pinned_image);
+}
+
+/// The bundle `text` with `change` made to its objects, as JSON documents (YAML too).
+fn edited(text: &str, change: impl FnOnce(&mut Vec<Value>)) -> String {
+    let mut docs = tenantflux_core::yaml::documents::<Value>(text).expect("the bundle parses");
+    change(&mut docs);
+    let docs: Vec<String> = docs.iter().map(Value::to_string).collect();
+    docs.join("\n---\n")
+}
+
+fn object_named<'a>(docs: &'a mut [Value], kind: &str, name: &str) -> &'a mut Value {
+    docs.iter_mut()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("the bundle holds {kind} {name}"))
 }
 
 /// `text` with `from` replaced by `to`, which must be there.

@@ -155,6 +155,10 @@ impl Installer {
             &self.config.images,
         )
         .and_then(|b| b.check_version(&allowed).map(|()| b))
+        .and_then(|b| {
+            b.check_release(releases::KNOWN, &self.config.images.pod_fields)
+                .map(|()| b)
+        })
         .map_err(|error| InstallError::Rejected {
             source_name: source_name.clone(),
             error,

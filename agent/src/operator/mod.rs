@@ -55,6 +55,7 @@ mod install;
 mod prune;
 mod rbac;
 mod record;
+pub mod releases;
 mod rollout;
 pub mod source;
 mod triggers;

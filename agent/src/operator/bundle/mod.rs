@@ -12,7 +12,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::rbac;
+use super::{
+    rbac,
+    releases::{self, Release},
+};
 
 mod checks;
 #[cfg(test)]
@@ -345,6 +348,30 @@ pub enum BundleError {
         why: &'static str,
     },
 
+    #[error(
+        "flux-operator {version} is not a release this agent knows ({known}): a bundle must \
+         equal one of those object by object; use one of them, or an agent that knows {version}"
+    )]
+    UnknownRelease { version: String, known: String },
+
+    #[error(
+        "{object} {field} is not what flux-operator {release} ships (the release has {expected}); \
+         a bundle may differ from its release only in the images and the pod settings \
+         --operator-allow-pod-fields names"
+    )]
+    DiffersFromRelease {
+        object: Box<ObjectRef>,
+        field: String,
+        release: &'static str,
+        expected: String,
+    },
+
+    #[error("{object} is not part of flux-operator {release}'s release; a bundle may not add it")]
+    NotInRelease {
+        object: Box<ObjectRef>,
+        release: &'static str,
+    },
+
     #[error("flux-operator {version} is outside {allowed}")]
     VersionNotAllowed {
         version: String,
@@ -440,6 +467,16 @@ impl Bundle {
                 allowed: allowed.clone(),
             })
         }
+    }
+
+    /// Refuses the bundle unless it is a release of `known` object by object, but for the images
+    /// and the pod settings `pod_fields` allows ([`releases`]).
+    pub fn check_release(
+        &self,
+        known: &[Release],
+        pod_fields: &[String],
+    ) -> Result<(), BundleError> {
+        releases::check(&self.objects, &self.version, known, pod_fields)
     }
 
     /// The objects of one stage, in the bundle's order.
