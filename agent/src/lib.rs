@@ -15,6 +15,7 @@ pub mod adopt;
 pub mod cli;
 pub mod inspect;
 pub mod instance;
+pub mod oci;
 pub mod operator;
 mod policy;
 mod runtime;

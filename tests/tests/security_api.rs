@@ -1,7 +1,7 @@
 //! Attacks on the agent's API, tried on the real control plane (docs/security.md lists what each
 //! test stands for):
-//! - a megabyte of input that the agent's answer would multiply, and an OCI artifact whose
-//!   layer is larger than the agent's memory (finding 6);
+//! - a megabyte of input that the agent's answer would multiply, an OCI artifact whose
+//!   layer is larger than the agent's memory, and a registry whose manifest never ends;
 //! - a watch kept open after its caller lost the right to it (finding 7);
 //! - client-certificate users, who now prove who they are with a CertificateSigningRequest,
 //!   and a caller who names someone else's CSR (finding 8);
@@ -301,6 +301,125 @@ async fn an_oversized_oci_layer_is_refused_before_it_is_downloaded() {
         ])
         .unwrap_or_default();
     assert_eq!(record, "", "no install was recorded");
+}
+
+/// A hostile registry on 127.0.0.1: `/v2/` answers 200, a HEAD of a manifest sends no digest
+/// header (so the agent must GET it to learn the digest), and a GET answers with a manifest
+/// that never ends (no Content-Length), 64 KiB at a time until the reader hangs up or 1 GiB
+/// was sent. Returns its port and the most one response sent.
+async fn endless_manifest_registry() -> (u16, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    };
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let most = Arc::new(AtomicU64::new(0));
+    let record = most.clone();
+    tokio::spawn(async move {
+        // Bounded: a few hundred connections at most, each at most 1 GiB.
+        for _ in 0..500 {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let record = record.clone();
+            tokio::spawn(async move {
+                let mut stream = BufReader::new(stream);
+                loop {
+                    let mut request = String::new();
+                    if stream.read_line(&mut request).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    loop {
+                        let mut header = String::new();
+                        if stream.read_line(&mut header).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if header == "\r\n" {
+                            break;
+                        }
+                    }
+                    let stream = stream.get_mut();
+                    if !request.contains("/manifests/") {
+                        let _ = stream
+                            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                            .await;
+                        continue;
+                    }
+                    let head = "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\n";
+                    if request.starts_with("HEAD ") {
+                        let _ = stream
+                            .write_all(format!("{head}Content-Length: 0\r\n\r\n").as_bytes())
+                            .await;
+                        continue;
+                    }
+                    let _ = stream
+                        .write_all(format!("{head}Connection: close\r\n\r\n").as_bytes())
+                        .await;
+                    let chunk = vec![b'a'; 64 * 1024];
+                    let mut sent = 0u64;
+                    while sent < 1 << 30 && stream.write_all(&chunk).await.is_ok() {
+                        sent += chunk.len() as u64;
+                        record.fetch_max(sent, Ordering::Relaxed);
+                    }
+                    return;
+                }
+            });
+        }
+    });
+    (port, most)
+}
+
+#[tokio::test]
+async fn a_registry_that_sends_an_endless_manifest_is_cut_off_at_the_limit() {
+    let _serial = SERIAL.lock().await;
+    let cluster = own_cluster();
+    cluster.ensure_flux_operator().expect("flux-operator");
+    let version = tenantflux_core::releases::OPERATOR_VERSION.to_owned();
+    let (port, most) = endless_manifest_registry().await;
+    let source =
+        format!("oci://127.0.0.1:{port}/controlplaneio-fluxcd/flux-operator-manifests:{version}");
+    cluster
+        .restart_agent_with(&[
+            ("TENANTFLUX_OPERATOR_BUNDLE", &source),
+            ("TENANTFLUX_OPERATOR_VERSION", &version),
+            ("TENANTFLUX_OPERATOR_BUNDLE_PLAIN_HTTP", "true"),
+        ])
+        .expect("agent");
+    let mut last = Value::Null;
+    let failed = wait_for("the endless manifest refused", TIMEOUT, || {
+        let output = cluster.kubectl_tenantflux(None, &["status", "-o", "json"]);
+        let operator = output
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| json(&o)["operator"].clone());
+        if let Some(o) = &operator {
+            last = o.clone();
+        }
+        let found = operator.filter(|o| o["phase"] == "failed");
+        async move { found }
+    })
+    .await
+    .unwrap_or_else(|err| panic!("{err}; last operator status: {last:#}"));
+    let reason = failed["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains(
+            "is more than the 65536 bytes the agent reads (the registry sent more); it stopped reading"
+        ),
+        "{reason}"
+    );
+    // What one response got out before the agent hung up is the limit plus what the two
+    // sockets' buffers hold, not the gigabyte on offer.
+    let sent = most.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        sent < 32 << 20,
+        "the registry sent {sent} bytes in one response"
+    );
+    let rss = agent_rss_kib(cluster);
+    assert!(rss < 200 * 1024, "the agent holds {rss} KiB");
 }
 
 /// A token of ServiceAccount `namespace/name`, created here, as `kubectl create token` gives.

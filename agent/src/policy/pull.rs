@@ -23,7 +23,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 use oci_client::{
     Reference,
-    client::{ClientConfig, ClientProtocol},
     manifest::{OCI_IMAGE_MEDIA_TYPE, OciImageManifest},
     secrets::RegistryAuth,
 };
@@ -37,6 +36,7 @@ use tenantflux_core::{
 use tokio_util::sync::CancellationToken;
 
 use super::store::{KeyringRefused, PolicyStore, PushError};
+use crate::oci::ManifestError;
 
 /// What `--policy-source` and its companions configure.
 #[derive(Clone, Debug)]
@@ -64,7 +64,7 @@ struct Puller {
     config: PullConfig,
     client: Client,
     store: Arc<PolicyStore>,
-    oci: oci_client::Client,
+    registry: crate::oci::Registry,
     /// The digest last offered to the store (or refused), so an unchanged tag costs one HEAD.
     seen: Option<String>,
     /// The same for the keyring's tag (`TAG-keyring`), checked first when the agent has
@@ -103,21 +103,16 @@ pub async fn run(
         loaded = held.wait_for(|h| h.loaded) => if loaded.is_err() { return },
     }
     drop(held);
-    let oci = oci_client::Client::new(ClientConfig {
-        protocol: if config.plain_http {
-            ClientProtocol::Http
-        } else {
-            ClientProtocol::Https
-        },
-        connect_timeout: Some(Duration::from_secs(10)),
-        read_timeout: Some(Duration::from_secs(30)),
-        ..ClientConfig::default()
-    });
+    let registry = crate::oci::Registry::new(
+        config.plain_http,
+        Duration::from_secs(10),
+        Duration::from_secs(30),
+    );
     let mut puller = Puller {
         config,
         client,
         store,
-        oci,
+        registry,
         seen: None,
         seen_keyring: None,
     };
@@ -321,7 +316,7 @@ impl Puller {
         Ok(RegistryAuth::Basic(user, password))
     }
 
-    /// The digest the tag points at (a HEAD; oci-client falls back to a GET when the
+    /// The digest the tag points at (a HEAD; a GET within the manifest limit when the
     /// registry sends no digest header); none when the registry has no such tag.
     async fn head(&self, channel: &Channel) -> Result<Option<String>, Fetch> {
         let auth = self.auth().await?;
@@ -330,10 +325,15 @@ impl Puller {
             channel.repository.clone(),
             channel.tag.clone(),
         );
-        match self.oci.fetch_manifest_digest(&tagged, &auth).await {
+        let accept = [OCI_IMAGE_MEDIA_TYPE];
+        match self
+            .registry
+            .resolve(&tagged, &auth, &accept, MAX_MANIFEST_BYTES)
+            .await
+        {
             Ok(digest) => Ok(Some(digest)),
-            Err(err) if not_found(&err) => Ok(None),
-            Err(err) => Err(Fetch::Unanswered(chain(&err))),
+            Err(ManifestError::NotFound { .. }) => Ok(None),
+            Err(err) => Err(manifest_problem(err)),
         }
     }
 
@@ -346,22 +346,16 @@ impl Puller {
             channel.repository.clone(),
             digest.to_owned(),
         );
-        let (raw, actual) = self
-            .oci
-            .pull_manifest_raw(&reference, &auth, &[OCI_IMAGE_MEDIA_TYPE])
+        let (raw, _) = self
+            .registry
+            .manifest(
+                &reference,
+                &auth,
+                &[OCI_IMAGE_MEDIA_TYPE],
+                MAX_MANIFEST_BYTES,
+            )
             .await
-            .map_err(|err| Fetch::Unanswered(chain(&err)))?;
-        if actual != digest {
-            return Err(Fetch::Refused(format!(
-                "the registry sent manifest {actual} for {digest}"
-            )));
-        }
-        if raw.len() > MAX_MANIFEST_BYTES {
-            return Err(Fetch::Refused(format!(
-                "its manifest is {} bytes, more than the {MAX_MANIFEST_BYTES} a policy artifact has",
-                raw.len()
-            )));
-        }
+            .map_err(manifest_problem)?;
         let manifest: OciImageManifest = serde_json::from_slice(&raw)
             .map_err(|_| Fetch::Refused("its manifest is not an OCI image manifest".into()))?;
         if manifest.artifact_type.as_deref() != Some(artifact_type) {
@@ -391,7 +385,8 @@ impl Puller {
             )));
         }
         let mut blob = crate::Limited::new(MAX_LAYER_BYTES);
-        self.oci
+        self.registry
+            .oci()
             .pull_blob(&reference, layer, &mut blob)
             .await
             .map_err(|err| match blob.exceeded {
@@ -405,16 +400,14 @@ impl Puller {
     }
 }
 
-/// Whether the registry answered that the tag (or repository) does not exist.
-fn not_found(err: &oci_client::errors::OciDistributionError) -> bool {
-    use oci_client::errors::{OciDistributionError as E, OciErrorCode as C};
+/// A manifest the registry sent too large or not the one asked for is refused (its writer
+/// holds the registry); anything else is an unanswered fetch, tried again.
+fn manifest_problem(err: ManifestError) -> Fetch {
     match err {
-        E::ServerError { code: 404, .. } | E::ImageManifestNotFoundError(_) => true,
-        E::RegistryError { envelope, .. } => envelope
-            .errors
-            .iter()
-            .any(|e| matches!(e.code, C::ManifestUnknown | C::NameUnknown)),
-        _ => false,
+        ManifestError::TooLarge { .. } | ManifestError::DigestMismatch { .. } => {
+            Fetch::Refused(err.to_string())
+        }
+        err => Fetch::Unanswered(chain(&err)),
     }
 }
 

@@ -8,13 +8,10 @@ use std::{fmt, path::PathBuf, str::FromStr};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
-use oci_client::{
-    Reference,
-    client::{ClientConfig, ClientProtocol},
-    secrets::RegistryAuth,
-};
+use oci_client::{Reference, manifest::OciImageManifest, secrets::RegistryAuth};
 
 use super::bundle::digest_of;
+use crate::oci::{IMAGE_MANIFEST_TYPES, ManifestError, Registry};
 
 mod layer;
 
@@ -31,6 +28,9 @@ pub const ARTIFACT_PATH: &str = "flux-operator/install.yaml";
 /// official artifact (every Flux distribution's manifests) is a few MiB; its install.yaml is
 /// about 100 KiB.
 pub const MAX_LAYER_BYTES: u64 = 32 * 1024 * 1024;
+/// The largest manifest the agent reads for a bundle (flux-operator-manifests' is under 2 KiB);
+/// a registry that answers with more is cut off there ([`crate::oci`]).
+pub const MAX_MANIFEST_BYTES: usize = 64 * 1024;
 
 /// A configured bundle source (`--operator-bundle`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -326,22 +326,31 @@ impl Fetcher {
     ) -> Result<Fetched, SourceError> {
         let name = source.to_string();
         let auth = self.registry_auth(&artifact.registry).await?;
-        let client = oci_client::Client::new(ClientConfig {
-            protocol: if self.plain_http {
-                ClientProtocol::Http
-            } else {
-                ClientProtocol::Https
-            },
-            connect_timeout: Some(std::time::Duration::from_secs(10)),
-            read_timeout: Some(std::time::Duration::from_secs(60)),
-            ..ClientConfig::default()
-        });
+        let client = Registry::new(
+            self.plain_http,
+            std::time::Duration::from_secs(10),
+            std::time::Duration::from_secs(60),
+        );
+        let tag = artifact.tag.clone().unwrap_or_default();
         let registry = |step: &'static str| {
             let artifact = name.clone();
-            move |err: oci_client::errors::OciDistributionError| SourceError::Registry {
-                step,
-                artifact,
-                message: tenantflux_core::text::chain(&err),
+            let tag = tag.clone();
+            move |err: ManifestError| match err {
+                ManifestError::DigestMismatch { expected, actual } => SourceError::DigestMismatch {
+                    artifact,
+                    tag,
+                    pinned: expected,
+                    actual,
+                },
+                ManifestError::TooLarge { .. } => SourceError::Artifact {
+                    artifact,
+                    problem: err.to_string(),
+                },
+                err => SourceError::Registry {
+                    step,
+                    artifact,
+                    message: tenantflux_core::text::chain(&err),
+                },
             }
         };
         // The digest to pull: the pin, after checking that the tag (when given) still points
@@ -349,7 +358,7 @@ impl Fetcher {
         let digest = match (artifact.tagged(), &artifact.digest) {
             (Some(tagged), pinned) => {
                 let actual = client
-                    .fetch_manifest_digest(&tagged, &auth)
+                    .resolve(&tagged, &auth, IMAGE_MANIFEST_TYPES, MAX_MANIFEST_BYTES)
                     .await
                     .map_err(registry("resolving the tag"))?;
                 if let Some(pinned) = pinned
@@ -368,18 +377,15 @@ impl Fetcher {
             (None, None) => unreachable!("BundleSource::from_str refuses a reference without both"),
         };
         let reference = artifact.by_digest(&digest);
-        let (manifest, manifest_digest) = client
-            .pull_image_manifest(&reference, &auth)
+        let (raw, manifest_digest) = client
+            .manifest(&reference, &auth, IMAGE_MANIFEST_TYPES, MAX_MANIFEST_BYTES)
             .await
             .map_err(registry("pulling the manifest"))?;
-        if manifest_digest != digest {
-            return Err(SourceError::DigestMismatch {
-                artifact: name,
-                tag: artifact.tag.clone().unwrap_or_default(),
-                pinned: digest,
-                actual: manifest_digest,
-            });
-        }
+        let manifest: OciImageManifest =
+            serde_json::from_slice(&raw).map_err(|err| SourceError::Artifact {
+                artifact: name.clone(),
+                problem: format!("its manifest is not an OCI image manifest: {err}"),
+            })?;
         let layer = manifest
             .layers
             .first()
@@ -400,6 +406,7 @@ impl Fetcher {
         }
         let mut blob = crate::Limited::new(MAX_LAYER_BYTES);
         client
+            .oci()
             .pull_blob(&reference, layer, &mut blob)
             .await
             .map_err(|err| match blob.exceeded {
@@ -410,7 +417,11 @@ impl Fetcher {
                         layer.digest, layer.size
                     ),
                 },
-                false => registry("pulling the layer")(err),
+                false => SourceError::Registry {
+                    step: "pulling the layer",
+                    artifact: name.clone(),
+                    message: tenantflux_core::text::chain(&err),
+                },
             })?;
         let yaml =
             install_yaml_from_layer(&blob.bytes).map_err(|problem| SourceError::Artifact {
