@@ -1,6 +1,6 @@
 //! Policy at fleet scale (issue 20) on the real control plane and the real local OCI registry
 //! (distribution): signed claims with an expiry (envelope v2; v1 still read), a channel the
-//! platform publishes to and the agent pulls from. docs/security.md lists what each test stands
+//! platform publishes to and the agent pulls from. SECURITY.md lists what each test stands
 //! for.
 
 use std::{path::Path, path::PathBuf, time::Duration};

@@ -1,4 +1,4 @@
-//! Attacks on the plugin, tried on the real control plane (docs/security.md lists what each test
+//! Attacks on the plugin, tried on the real control plane (SECURITY.md lists what each test
 //! stands for):
 //! - a Secret writer's kubeconfig that would run a command or read the platform's files on
 //!   the next `fleet status` / `fleet policy push` (finding 1);

@@ -1,4 +1,4 @@
-//! Attacks on the agent's API, tried on the real control plane (docs/security.md lists what each
+//! Attacks on the agent's API, tried on the real control plane (SECURITY.md lists what each
 //! test stands for):
 //! - a megabyte of input that the agent's answer would multiply, an OCI artifact whose
 //!   layer is larger than the agent's memory, and a registry whose manifest never ends;

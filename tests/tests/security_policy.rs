@@ -1,5 +1,5 @@
 //! Attacks on the policy's enforcement, tried on the real control plane with the real
-//! flux-operator's CRDs (docs/security.md lists what each test stands for):
+//! flux-operator's CRDs (SECURITY.md lists what each test stands for):
 //! - a cluster-admin switching off the API server's own check: deleting the
 //!   ValidatingAdmissionPolicyBinding, adding a `matchConditions` entry that matches nothing,
 //!   narrowing the binding with a `namespaceSelector` (finding 3);

@@ -271,7 +271,6 @@ fn the_pages_for_users_carry_no_history() {
     let dated = [
         "README.md",
         "SECURITY.md",
-        "docs/security.md",
         "docs/reliability.md",
         "docs/benchmarks.md",
     ];
