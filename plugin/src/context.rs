@@ -81,8 +81,8 @@ pub struct GlobalArgs {
     )]
     pub token: Option<Token>,
 
-    /// Send the kubeconfig user's own bearer token (token or tokenFile) to the agent, as
-    /// earlier versions did. Off by default: the agent's pod is the tenant's process, and the
+    /// Send the kubeconfig user's own bearer token (token or tokenFile) to the agent. Off by
+    /// default: the agent's pod is the tenant's process, and the
     /// token works wherever the API server accepts it; without it the plugin proves who you
     /// are with an identity CSR (or acts as ServiceAccount tenantflux-client).
     #[arg(long, global = true, env = "TENANTFLUX_FORWARD_TOKEN", value_parser = clap::builder::FalseyValueParser::new())]

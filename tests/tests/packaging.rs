@@ -127,6 +127,10 @@ affinity:
       nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/os, operator: In, values: [linux]}]}]
 podAnnotations: {example.com/team: platform}
 podLabels: {example.com/tier: system}
+# OpenShift's restricted-v2 assigns the user and group.
+podSecurityContext: {runAsUser: null, runAsGroup: null}
+priorityClassName: ""
+serviceAccount: {annotations: {iam.example.com/role: tenantflux-agent}}
 networkPolicy:
   adminFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]
 userSubjects: [{kind: Group, apiGroup: rbac.authorization.k8s.io, name: tenant-admins}]
@@ -159,22 +163,120 @@ fn chart_lints_with_default_and_all_values() {
 #[test]
 fn chart_rejects_values_outside_its_schema() {
     let chart = chart_dir();
-    let output = Command::new(tool("HELM"))
-        .args([
-            "template",
-            "t",
-            chart.to_str().expect("UTF-8 path"),
-            "--set",
-            "logFormat=xml",
-        ])
-        .output()
-        .expect("run helm template");
-    assert!(!output.status.success(), "logFormat=xml rendered");
-    assert!(
-        String::from_utf8_lossy(&output.stderr).contains("logFormat"),
-        "the error names the value: {}",
-        String::from_utf8_lossy(&output.stderr)
+    // Each bad setting, and what the error must name.
+    let cases: [(&[&str], &str); 5] = [
+        (&["--set", "logFormat=xml"], "logFormat"),
+        // A typo is refused, not ignored: the key would be silently off.
+        (&["--set", "policy.publickey=MCowBQ"], "publickey"),
+        (&["--set", "imagePullSecret=x"], "imagePullSecret"),
+        // A bundle without the versions the agent may install from it crash-loops the agent.
+        (
+            &[
+                "--set",
+                "operatorBundle=oci://registry.example/flux-operator-manifests:v0.59.0",
+            ],
+            "operatorVersion",
+        ),
+        // ValidatingAdmissionPolicy, which enforces the policy, is GA from 1.30.
+        (&["--kube-version", "1.29.0"], "kubeVersion"),
+    ];
+    for (args, named) in cases {
+        let output = Command::new(tool("HELM"))
+            .args(["template", "t", chart.to_str().expect("UTF-8 path")])
+            .args(args)
+            .output()
+            .expect("run helm template");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} rendered");
+        assert!(
+            stderr.contains(named),
+            "{args:?}: the error names {named}: {stderr}"
+        );
+    }
+}
+
+/// `helm install` of the chart on a real API server, then `helm upgrade` with a new policy key:
+/// the key's ConfigMap holds the new key and the Deployment rolls its pod (Recreate: the old
+/// ReplicaSet is scaled to zero before the new one runs), so the agent starts again and reads
+/// it. The agent itself is not in that pod here (the test environment's pods have no process;
+/// the agent runs as a local process in the other tests, which show it reads its keys at start).
+#[test]
+fn a_helm_upgrade_with_a_new_policy_key_restarts_the_agent() {
+    let cluster = TestCluster::start(&format!("pkg-helm-{}", std::process::id())).expect("cluster");
+    let chart = chart_dir();
+    let chart = chart.to_str().expect("UTF-8 path");
+    let kubeconfig = cluster
+        .kubeconfig()
+        .to_str()
+        .expect("UTF-8 path")
+        .to_owned();
+    let helm_in = |args: &[&str]| {
+        let mut all = vec!["--kubeconfig", kubeconfig.as_str()];
+        all.extend(args);
+        helm(&all)
+    };
+    let old_key = "MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=";
+    let new_key = "MCowBQYDK2VwAyEAAJo2V6z47o5JPkLf0pDerCk+u0Jec3ujwJ+uIXuOwtE=";
+    helm_in(&[
+        "install",
+        "tenantflux-agent",
+        chart,
+        "-n",
+        "kube-system",
+        "--wait",
+        "--timeout",
+        "120s",
+        "--set",
+        &format!("policy.publicKey={old_key}"),
+    ]);
+    let get = |what: &str| -> Value {
+        let text = cluster
+            .kubectl_ok(&["-n", "tenantflux-system", "get", what, "-o", "json"])
+            .unwrap_or_else(|err| panic!("{what}: {err}"));
+        serde_json::from_str(&text).expect("JSON")
+    };
+    let checksum = |deployment: &Value| {
+        deployment["spec"]["template"]["metadata"]["annotations"]["checksum/policy-key"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let before = checksum(&get("deployment/tenantflux-agent"));
+    assert_eq!(before.len(), 64, "{before}");
+    helm_in(&[
+        "upgrade",
+        "tenantflux-agent",
+        chart,
+        "-n",
+        "kube-system",
+        "--reuse-values",
+        "--wait",
+        "--timeout",
+        "120s",
+        "--set",
+        &format!("policy.publicKey={new_key}"),
+    ]);
+    assert_eq!(
+        get("configmap/tenantflux-policy-key")["data"]["ed25519.pub"],
+        new_key
     );
+    let deployment = get("deployment/tenantflux-agent");
+    assert_ne!(
+        checksum(&deployment),
+        before,
+        "the pod template did not change"
+    );
+    assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate");
+    // Two ReplicaSets: the old one at zero, the new one with the agent's one pod.
+    let sets = get("replicasets");
+    let mut replicas: Vec<i64> = sets["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|rs| rs["spec"]["replicas"].as_i64().unwrap_or(-1))
+        .collect();
+    replicas.sort_unstable();
+    assert_eq!(replicas, [0, 1], "{sets:#}");
 }
 
 /// The YAML files of `dir` by name, with their text.
@@ -351,6 +453,50 @@ fn chart_values_reach_the_objects() {
         pod["metadata"]["labels"]["app.kubernetes.io/name"],
         "tenantflux-agent"
     );
+    // The Linux default stays beside the platform's selector (Helm merges maps).
+    assert_eq!(pod["spec"]["nodeSelector"]["kubernetes.io/os"], "linux");
+    assert_eq!(
+        pod["spec"]["securityContext"],
+        serde_json::json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}})
+    );
+    assert!(pod["spec"]["priorityClassName"].is_null());
+    assert_eq!(
+        objects[&key("ServiceAccount", ns, "tenantflux-agent")]["metadata"]["annotations"],
+        serde_json::json!({"iam.example.com/role": "tenantflux-agent"})
+    );
+    assert_eq!(
+        deployment["spec"]["strategy"],
+        serde_json::json!({"type": "Recreate"})
+    );
+    // A new key changes the pod template, so that `helm upgrade` restarts the agent (it reads
+    // its keys at start); without a key there is nothing to watch.
+    let checksum = pod["metadata"]["annotations"]["checksum/policy-key"]
+        .as_str()
+        .expect("checksum/policy-key");
+    assert_eq!(checksum.len(), 64, "{checksum}");
+    let rotated = self::objects(&render(&[
+        "-f",
+        values.path().to_str().expect("UTF-8 path"),
+        "--set",
+        "policy.publicKey=MCowBQYDK2VwAyEAAJo2V6z47o5JPkLf0pDerCk+u0Jec3ujwJ+uIXuOwtE=",
+    ]));
+    let rotated = &rotated[&key("Deployment", ns, "tenantflux-agent")]["spec"]["template"];
+    assert_ne!(
+        rotated["metadata"]["annotations"]["checksum/policy-key"],
+        checksum
+    );
+    let defaults = self::objects(&render(&[]));
+    let default_pod =
+        &defaults[&key("Deployment", "tenantflux-system", "tenantflux-agent")]["spec"]["template"];
+    assert!(
+        default_pod["metadata"]["annotations"].is_null(),
+        "{default_pod}"
+    );
+    assert_eq!(
+        default_pod["spec"]["priorityClassName"],
+        "system-cluster-critical"
+    );
+    assert_eq!(default_pod["spec"]["securityContext"]["runAsUser"], 65532);
     let key_map = &objects[&key("ConfigMap", ns, "tenantflux-policy-key")];
     assert_eq!(
         key_map["data"]["ed25519.pub"],
@@ -423,6 +569,17 @@ fn readme_helmrelease_example_renders_with_the_chart() {
     );
     let users = &objects[&key("RoleBinding", "tenantflux-users")];
     assert_eq!(users["subjects"][0]["name"], "tenant-acme-developers");
+    // The example installs flux-operator, not only an agent that observes.
+    let env =
+        objects[&key("Deployment", "tenantflux-agent")]["spec"]["template"]["spec"]["containers"]
+            [0]["env"]
+            .to_string();
+    for name in ["TENANTFLUX_OPERATOR_BUNDLE", "TENANTFLUX_OPERATOR_VERSION"] {
+        assert!(
+            env.contains(&format!("\"name\":\"{name}\"")),
+            "{name}: {env}"
+        );
+    }
     // What `fleet` acts as with Kamaji's client-certificate kubeconfigs.
     assert!(objects.contains_key(&key("ServiceAccount", "tenantflux-platform")));
     assert!(objects.contains_key(&key("RoleBinding", "tenantflux-platform")));

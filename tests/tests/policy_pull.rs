@@ -811,4 +811,27 @@ async fn keys_rotate_and_revoke_without_restarting_the_agent() {
     assert_eq!(shown["keyringVersion"], 2, "{shown:#}");
     assert_eq!(shown["generation"], 3, "{shown:#}");
     assert!(stored_keyring().contains("version: 2"));
+
+    // The record deleted and the older keyring put back while the agent is stopped: the agent
+    // cannot tell the version it held, but it can tell that its record is gone, and says so.
+    cluster.stop_agent().expect("stopping the agent");
+    cluster
+        .kubectl_ok(&[
+            "-n",
+            "tenantflux-system",
+            "delete",
+            "configmap",
+            "tenantflux-policy-keyring-highest",
+        ])
+        .expect("delete the keyring record");
+    plant_older();
+    cluster
+        .restart_agent_with(&with_root)
+        .expect("agent restarted");
+    wait_shown(&platform, "the missing keyring record reported", |s| {
+        policy_problems(s).iter().any(|p| {
+            p.contains("ConfigMap tenantflux-system/tenantflux-policy-keyring-highest, the record of the highest keyring version, is missing beside the stored version 1: the record was deleted and a rollback cannot be ruled out")
+        })
+    })
+    .await;
 }

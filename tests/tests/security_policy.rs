@@ -718,6 +718,32 @@ async fn an_older_or_another_clusters_policy_is_refused() {
     })
     .await
     .expect("store restored from the record");
+
+    // 4. The record deleted and an older copy put in the store while the agent is down: the
+    // agent cannot tell the generation it held, but it can tell that its record is gone (it
+    // writes the record before the store), and says so.
+    cluster.stop_agent().expect("stopping the agent");
+    cluster
+        .kubectl_ok(&[
+            "-n",
+            AGENT_NAMESPACE,
+            "delete",
+            "configmap",
+            "tenantflux-policy-highest",
+        ])
+        .expect("delete the record");
+    plant(&cluster, &second);
+    restart();
+    let missing = "ConfigMap tenantflux-system/tenantflux-policy-highest, the record of the highest generation, is missing beside the stored generation 2";
+    let shown = wait_problem(&cluster, &[missing, "a rollback cannot be ruled out"]).await;
+    assert_eq!(shown["generation"], 2, "{shown:#}");
+    assert!(
+        events(&cluster, "PolicyTampered")
+            .iter()
+            .any(|n| n.contains(missing)),
+        "{:?}",
+        events(&cluster, "PolicyTampered")
+    );
 }
 
 /// The agent's Events (events.k8s.io) with `reason`.

@@ -300,7 +300,7 @@ pub fn check(
                     }
                 }
             }
-            "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding" => {}
+            "ClusterRole" | "ClusterRoleBinding" => {}
             kind => {
                 let name = &object.reference.name;
                 let expected = release_body(kind, name)

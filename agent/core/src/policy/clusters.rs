@@ -5,7 +5,7 @@
 //! A cluster is known by the UID of its `kube-system` namespace (created with the cluster,
 //! never recreated) and optionally by a name set at the agent's install. A policy with
 //! `spec.clusters` applies only to a cluster one of its entries matches; one without applies
-//! everywhere, as every policy did before the field existed.
+//! everywhere.
 
 use std::fmt;
 

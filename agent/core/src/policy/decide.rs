@@ -131,6 +131,9 @@ pub enum StartProblem {
     RecordRolledBack { recorded: u64, stored: u64 },
     /// The stored copy was `deleted` (or refused); the recorded `generation` replaces it.
     StoredReplaced { deleted: bool, generation: u64 },
+    /// No record beside a stored copy of `stored`: the agent records before it stores, so the
+    /// record was deleted, and a rollback to `stored` cannot be ruled out.
+    RecordMissing { stored: u64 },
 }
 
 /// Decides the stored copy against the record of the highest generation this `cluster`
@@ -143,6 +146,7 @@ pub fn at_start<T>(
     policy: impl Fn(&T) -> &Policy,
 ) -> Start<T> {
     let mut problems = Vec::new();
+    let record_absent = recorded.is_none();
     let recorded = recorded.and_then(|read| {
         read.and_then(|copy| match policy(&copy).is_for(cluster) {
             Ok(()) => Ok(copy),
@@ -170,6 +174,9 @@ pub fn at_start<T>(
     let hold = match (stored, recorded) {
         (Some(copy), _) => {
             let generation = policy(&copy).generation();
+            if record_absent {
+                problems.push(StartProblem::RecordMissing { stored: generation });
+            }
             if let Some(recorded) = highest.filter(|g| *g < generation) {
                 problems.push(StartProblem::RecordRolledBack {
                     recorded,

@@ -35,7 +35,7 @@ pub(super) fn check_contents(
         "ClusterRoleBinding" => rbac::check_cluster_role_binding(value, reference)?,
         _ => {}
     }
-    if matches!(kind.kind, "ClusterRoleBinding" | "RoleBinding") {
+    if kind.kind == "ClusterRoleBinding" {
         let subjects = value.get("subjects").and_then(Value::as_array);
         for (index, subject) in subjects.into_iter().flatten().enumerate() {
             let field = |name: &str| subject.get(name).and_then(Value::as_str).unwrap_or("");
@@ -72,7 +72,7 @@ pub(super) fn check_subjects(objects: &[BundleObject]) -> Result<(), BundleError
         .collect();
     for object in objects
         .iter()
-        .filter(|o| matches!(o.kind.kind, "ClusterRoleBinding" | "RoleBinding"))
+        .filter(|o| o.kind.kind == "ClusterRoleBinding")
     {
         let subjects = object.manifest.get("subjects").and_then(Value::as_array);
         for (index, subject) in subjects.into_iter().flatten().enumerate() {

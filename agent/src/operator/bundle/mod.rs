@@ -115,20 +115,6 @@ pub const KINDS: &[Kind] = &[
         stage: Stage::Access,
     },
     Kind {
-        api_version: "rbac.authorization.k8s.io/v1",
-        kind: "Role",
-        plural: "roles",
-        namespaced: true,
-        stage: Stage::Access,
-    },
-    Kind {
-        api_version: "rbac.authorization.k8s.io/v1",
-        kind: "RoleBinding",
-        plural: "rolebindings",
-        namespaced: true,
-        stage: Stage::Access,
-    },
-    Kind {
         api_version: "v1",
         kind: "Service",
         plural: "services",
@@ -210,7 +196,7 @@ pub enum BundleError {
 
     #[error(
         "the bundle holds {object} ({api_version}), a kind the agent does not install (allowed: \
-         CRDs, Namespace, ServiceAccount, Service, RBAC, Deployment)"
+         CRDs, Namespace, ServiceAccount, Service, ClusterRole, ClusterRoleBinding, Deployment)"
     )]
     UnsupportedKind { object: String, api_version: String },
 

@@ -161,6 +161,7 @@ impl PolicyStore {
         else {
             return;
         };
+        let record_absent = recorded.is_none();
         let stored = stored.map(|text| roots.verify(&text, None));
         let recorded = match recorded.map(|text| roots.verify(&text, None)) {
             Some(Err(err)) => {
@@ -178,7 +179,15 @@ impl PolicyStore {
         let keyring = match (stored, recorded) {
             (None, None) => return,
             (Some(Ok(stored)), None) => {
-                // Stored by an agent before the record existed: record it now.
+                // The agent records a keyring before it stores it, so a stored keyring
+                // without a record means the record was deleted.
+                if record_absent {
+                    self.tampered(format!(
+                        "ConfigMap {}/{KEYRING_HIGHEST_NAME}, the record of the highest keyring version, is missing beside the stored version {}: the record was deleted and a rollback cannot be ruled out; the agent recorded version {}",
+                        self.namespace, stored.version, stored.version
+                    ))
+                    .await;
+                }
                 self.write_keyring(KEYRING_HIGHEST_NAME, &stored).await;
                 stored
             }
@@ -335,6 +344,10 @@ impl PolicyStore {
                 ),
                 StartProblem::RecordRolledBack { recorded, stored } => format!(
                     "{} recorded generation {recorded}, lower than the stored generation {stored}: it was rolled back; the agent recorded generation {stored} again",
+                    self.where_recorded(),
+                ),
+                StartProblem::RecordMissing { stored } => format!(
+                    "{}, the record of the highest generation, is missing beside the stored generation {stored}: the agent records a push before it stores it, so the record was deleted and a rollback cannot be ruled out; the agent recorded generation {stored}",
                     self.where_recorded(),
                 ),
                 StartProblem::StoredReplaced {

@@ -313,10 +313,10 @@ fn at_start_with_no_copy_nothing_is_held() {
 }
 
 #[test]
-fn at_start_a_stored_copy_without_a_record_is_held_and_recorded() {
+fn at_start_a_stored_copy_without_a_record_is_held_recorded_and_reported() {
     let start = start(Some(Ok(policy(3, ""))), None);
     assert_eq!(held(&start), Some(("stored", 3, true)));
-    assert_eq!(start.problems, []);
+    assert_eq!(start.problems, [StartProblem::RecordMissing { stored: 3 }]);
 }
 
 #[test]
