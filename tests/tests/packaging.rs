@@ -106,6 +106,10 @@ operatorVersion: ">=0.58.0 <0.60.0"
 operatorBundlePullSecret: registry-credentials
 operatorRequireImageDigest: true
 operatorAllowPodFields: [hostNetwork, tolerations]
+operatorImageRegistries: ["registry.example/mirror/*", "ghcr.io/controlplaneio-fluxcd/*"]
+operatorResyncInterval: 10m
+streamRecheckInterval: 30s
+tokenAudience: tenantflux-acme
 clusterName: kubernetes-acme
 policy:
   publicKey: MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=
@@ -195,7 +199,8 @@ fn chart_rejects_values_outside_its_schema() {
     }
 }
 
-/// `helm install` of the chart on a real API server, then `helm upgrade` with a new policy key:
+/// `helm install -n tenantflux-system --create-namespace` of the chart on a real API server,
+/// then `helm upgrade` with a new policy key:
 /// the key's ConfigMap holds the new key and the Deployment rolls its pod (Recreate: the old
 /// ReplicaSet is scaled to zero before the new one runs), so the agent starts again and reads
 /// it. The agent itself is not in that pod here (the test environment's pods have no process;
@@ -217,12 +222,15 @@ fn a_helm_upgrade_with_a_new_policy_key_restarts_the_agent() {
     };
     let old_key = "MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=";
     let new_key = "MCowBQYDK2VwAyEAAJo2V6z47o5JPkLf0pDerCk+u0Jec3ujwJ+uIXuOwtE=";
+    // Into the agent's own namespace, which Helm creates: the chart then renders no Namespace
+    // of its own to collide with it.
     helm_in(&[
         "install",
         "tenantflux-agent",
         chart,
         "-n",
-        "kube-system",
+        "tenantflux-system",
+        "--create-namespace",
         "--wait",
         "--timeout",
         "120s",
@@ -248,7 +256,7 @@ fn a_helm_upgrade_with_a_new_policy_key_restarts_the_agent() {
         "tenantflux-agent",
         chart,
         "-n",
-        "kube-system",
+        "tenantflux-system",
         "--reuse-values",
         "--wait",
         "--timeout",
@@ -378,6 +386,13 @@ fn chart_values_reach_the_objects() {
         env["TENANTFLUX_OPERATOR_ALLOW_POD_FIELDS"],
         "hostNetwork,tolerations"
     );
+    assert_eq!(
+        env["TENANTFLUX_OPERATOR_IMAGE_REGISTRIES"],
+        "registry.example/mirror/*,ghcr.io/controlplaneio-fluxcd/*"
+    );
+    assert_eq!(env["TENANTFLUX_OPERATOR_RESYNC_INTERVAL"], "10m");
+    assert_eq!(env["TENANTFLUX_STREAM_RECHECK_INTERVAL"], "30s");
+    assert_eq!(env["TENANTFLUX_TOKEN_AUDIENCE"], "tenantflux-acme");
     assert!(!env.contains_key("TENANTFLUX_ADOPT"));
     // adopt: true (rendered apart: its Role lives in the operator namespace, which exists only
     // where Flux runs already) turns adoption on and lets the agent list Helm's release
@@ -485,6 +500,11 @@ fn chart_values_reach_the_objects() {
         rotated["metadata"]["annotations"]["checksum/policy-key"],
         checksum
     );
+    // Installed into its own namespace (`-n tenantflux-system --create-namespace`), the chart
+    // leaves the Namespace to Helm.
+    let own = self::objects(&render(&["-n", "tenantflux-system"]));
+    assert!(!own.contains_key(&key("Namespace", "", "tenantflux-system")));
+    assert!(own.contains_key(&key("Deployment", "tenantflux-system", "tenantflux-agent")));
     let defaults = self::objects(&render(&[]));
     let default_pod =
         &defaults[&key("Deployment", "tenantflux-system", "tenantflux-agent")]["spec"]["template"];
