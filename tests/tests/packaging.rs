@@ -134,6 +134,7 @@ podLabels: {example.com/tier: system}
 # OpenShift's restricted-v2 assigns the user and group.
 podSecurityContext: {runAsUser: null, runAsGroup: null}
 priorityClassName: ""
+commonLabels: {platform.example/tenant: acme}
 serviceAccount: {annotations: {iam.example.com/role: tenantflux-agent}}
 networkPolicy:
   adminFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]
@@ -468,6 +469,14 @@ fn chart_values_reach_the_objects() {
         pod["metadata"]["labels"]["app.kubernetes.io/name"],
         "tenantflux-agent"
     );
+    // The platform's labels are on every object and on the agent's pod.
+    for ((kind, namespace, name), object) in &objects {
+        assert_eq!(
+            object["metadata"]["labels"]["platform.example/tenant"], "acme",
+            "{kind} {namespace}/{name}"
+        );
+    }
+    assert_eq!(pod["metadata"]["labels"]["platform.example/tenant"], "acme");
     // The Linux default stays beside the platform's selector (Helm merges maps).
     assert_eq!(pod["spec"]["nodeSelector"]["kubernetes.io/os"], "linux");
     assert_eq!(
