@@ -135,6 +135,7 @@ podLabels: {example.com/tier: system}
 podSecurityContext: {runAsUser: null, runAsGroup: null}
 priorityClassName: ""
 commonLabels: {platform.example/tenant: acme}
+podDisruptionBudget: {enabled: true}
 serviceAccount: {annotations: {iam.example.com/role: tenantflux-agent}}
 networkPolicy:
   adminFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]
@@ -477,6 +478,30 @@ fn chart_values_reach_the_objects() {
         );
     }
     assert_eq!(pod["metadata"]["labels"]["platform.example/tenant"], "acme");
+    let budget = &objects[&key("PodDisruptionBudget", ns, "tenantflux-agent")];
+    assert_eq!(budget["spec"]["maxUnavailable"], 1);
+    assert_eq!(
+        budget["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"],
+        "tenantflux-agent"
+    );
+    // A ServiceMonitor only when asked for (its CRD is the Prometheus Operator's, which the
+    // API server of these tests does not serve, so it is checked as rendered).
+    let monitored = self::objects(&render(&[
+        "--set",
+        "serviceMonitor.create=true",
+        "--set",
+        "serviceMonitor.labels.release=kube-prometheus-stack",
+    ]));
+    let monitor = &monitored[&key("ServiceMonitor", "tenantflux-system", "tenantflux-agent")];
+    assert_eq!(
+        monitor["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    assert_eq!(
+        monitor["spec"]["endpoints"],
+        serde_json::json!([{"port": "admin", "path": "/metrics", "interval": "30s"}])
+    );
+    assert!(!objects.keys().any(|(kind, _, _)| kind == "ServiceMonitor"));
     // The Linux default stays beside the platform's selector (Helm merges maps).
     assert_eq!(pod["spec"]["nodeSelector"]["kubernetes.io/os"], "linux");
     assert_eq!(
