@@ -16,7 +16,7 @@
 //!
 //! One test, one cluster of its own (adoption moves the operator namespace): nothing to adopt
 //! says so (exit 0); the plan names what runs, Helm's releases and their records; two
-//! FluxInstances are refused naming both, with nothing changed; the policy's verdict for a
+//! FluxInstances, and two flux-operators, are refused naming both, with nothing changed; the policy's verdict for a
 //! non-compliant and a compliant policy; the agent started with `--adopt` is killed (SIGKILL)
 //! inside the adoption and, restarted, ends as an uninterrupted adoption does; the controllers'
 //! Deployments are unchanged and their processes keep their PIDs; the app is Ready at its
@@ -493,6 +493,42 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
     );
     cluster
         .kubectl_ok(&["-n", "flux-system", "delete", "fluxinstance", "flux"])
+        .unwrap();
+
+    // Two flux-operators (a second install in flux-system, a pod without a process here):
+    // refused naming both, nothing changed.
+    cluster
+        .apply_yaml(
+            "apiVersion: apps/v1\nkind: Deployment\n\
+             metadata: {name: flux-operator, namespace: flux-system, labels: {app.kubernetes.io/name: flux-operator}}\n\
+             spec:\n  selector: {matchLabels: {app.kubernetes.io/name: flux-operator}}\n\
+             \x20 template:\n    metadata: {labels: {app.kubernetes.io/name: flux-operator}}\n\
+             \x20   spec: {containers: [{name: manager, image: 'ghcr.io/controlplaneio-fluxcd/flux-operator:v0.59.0'}]}\n",
+        )
+        .unwrap();
+    let (refused, output) = plan(cluster);
+    assert_eq!(output.status.code(), Some(5), "{output:?}");
+    assert!(
+        refused["refusals"].to_string().contains(
+            "2 flux-operators run: Deployment cozy-fluxcd/flux-operator and Deployment flux-system/flux-operator"
+        ),
+        "{refused:#}"
+    );
+    let output = cluster
+        .kubectl_tenantflux(None, &["adopt", "apply"])
+        .unwrap();
+    assert_eq!(output.status.code(), Some(5), "{output:?}");
+    assert!(
+        stderr(&output).contains("Deployment flux-system/flux-operator"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
+        helm_owned(&instance(cluster)),
+        "a refused adoption changes nothing"
+    );
+    cluster
+        .kubectl_ok(&["-n", "flux-system", "delete", "deployment", "flux-operator"])
         .unwrap();
 
     // `adopt: true`, killed (SIGKILL) after recording that it adopts and before it did.
