@@ -4,10 +4,12 @@
 //! A bundle's source is whoever controls the OCI tag or the ConfigMap the platform names, and
 //! what it holds runs as cluster-admin. Checking names and images is not enough: a CRD with
 //! another schema, or a manager with other args, env or mounts, is another program. So every
-//! CRD of a bundle must be its release's byte for byte (compared by digest, schema by schema),
-//! and the Deployment, the Service, the ServiceAccount and the Namespace must be the release's
-//! except for the images (any tag or digest the image rules allow) and the pod settings the
-//! platform names in `--operator-allow-pod-fields`. Cluster RBAC is held to [`super::rbac`].
+//! CRD of a bundle must equal its release's (the digest of its JSON with keys sorted, schema by
+//! schema, so layout and key order do not count), and the Deployment, the Service and the
+//! ServiceAccount must be the release's except for the images (any tag or digest the image
+//! rules allow) and the pod settings the platform names in `--operator-allow-pod-fields`; a
+//! Namespace carries nothing but metadata and no Pod Security label. Metadata is not compared
+//! otherwise. Cluster RBAC is held to [`super::rbac`]; no release ships a namespaced Role.
 //!
 //! The table below is each release's `config/default` (what its `install.yaml` is built from),
 //! read from the flux-operator module of that version; the operator_install tests check it
