@@ -205,6 +205,26 @@ fn plan(cluster: &TestCluster) -> (Value, std::process::Output) {
 }
 
 /// Nothing of the agent's may garbage-collect or hold what it adopted.
+/// Both the plan and `adopt apply` refuse (exit 5), the plan's first refusal containing
+/// `in_plan` and apply's error `in_apply`, and the FluxInstance is still Helm's.
+fn assert_refused(cluster: &TestCluster, in_plan: &str, in_apply: &str) {
+    let (refused, output) = plan(cluster);
+    assert_eq!(output.status.code(), Some(5), "{output:?}");
+    assert!(
+        refused["refusals"][0].as_str().unwrap().contains(in_plan),
+        "{refused:#}"
+    );
+    let output = cluster
+        .kubectl_tenantflux(None, &["adopt", "apply"])
+        .unwrap();
+    assert_eq!(output.status.code(), Some(5), "{output:?}");
+    assert!(stderr(&output).contains(in_apply), "{}", stderr(&output));
+    assert!(
+        helm_owned(&instance(cluster)),
+        "a refused adoption changes nothing"
+    );
+}
+
 fn assert_no_agent_hold(cluster: &TestCluster) {
     let mut objects = vec![
         cluster.object("deployments", NS, "flux-operator").unwrap(),
@@ -469,27 +489,10 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
              spec: {distribution: {version: 2.9.x, registry: ghcr.io/fluxcd}}\n",
         )
         .unwrap();
-    let (refused, output) = plan(cluster);
-    assert_eq!(output.status.code(), Some(5), "{output:?}");
-    assert!(
-        refused["refusals"][0]
-            .as_str()
-            .unwrap()
-            .contains("FluxInstance cozy-fluxcd/flux and FluxInstance flux-system/flux"),
-        "{refused:#}"
-    );
-    let output = cluster
-        .kubectl_tenantflux(None, &["adopt", "apply"])
-        .unwrap();
-    assert_eq!(output.status.code(), Some(5), "{output:?}");
-    assert!(
-        stderr(&output).contains("flux-system/flux"),
-        "{}",
-        stderr(&output)
-    );
-    assert!(
-        helm_owned(&instance(cluster)),
-        "a refused adoption changes nothing"
+    assert_refused(
+        cluster,
+        "FluxInstance cozy-fluxcd/flux and FluxInstance flux-system/flux",
+        "flux-system/flux",
     );
     cluster
         .kubectl_ok(&["-n", "flux-system", "delete", "fluxinstance", "flux"])
@@ -506,26 +509,10 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
              \x20   spec: {containers: [{name: manager, image: 'ghcr.io/controlplaneio-fluxcd/flux-operator:v0.59.0'}]}\n",
         )
         .unwrap();
-    let (refused, output) = plan(cluster);
-    assert_eq!(output.status.code(), Some(5), "{output:?}");
-    assert!(
-        refused["refusals"].to_string().contains(
-            "2 flux-operators run: Deployment cozy-fluxcd/flux-operator and Deployment flux-system/flux-operator"
-        ),
-        "{refused:#}"
-    );
-    let output = cluster
-        .kubectl_tenantflux(None, &["adopt", "apply"])
-        .unwrap();
-    assert_eq!(output.status.code(), Some(5), "{output:?}");
-    assert!(
-        stderr(&output).contains("Deployment flux-system/flux-operator"),
-        "{}",
-        stderr(&output)
-    );
-    assert!(
-        helm_owned(&instance(cluster)),
-        "a refused adoption changes nothing"
+    assert_refused(
+        cluster,
+        "2 flux-operators run: Deployment cozy-fluxcd/flux-operator and Deployment flux-system/flux-operator",
+        "Deployment flux-system/flux-operator",
     );
     cluster
         .kubectl_ok(&["-n", "flux-system", "delete", "deployment", "flux-operator"])

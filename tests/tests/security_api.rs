@@ -203,6 +203,34 @@ fn oversized_bundle(dir: &Path, version: &str) -> std::path::PathBuf {
     padded
 }
 
+/// Restarts the agent installing flux-operator `version` from the plain-HTTP OCI `source` and
+/// waits until the install is `failed`; its reason.
+async fn failed_install(cluster: &TestCluster, source: &str, version: &str, what: &str) -> String {
+    cluster
+        .restart_agent_with(&[
+            ("TENANTFLUX_OPERATOR_BUNDLE", source),
+            ("TENANTFLUX_OPERATOR_VERSION", version),
+            ("TENANTFLUX_OPERATOR_BUNDLE_PLAIN_HTTP", "true"),
+        ])
+        .expect("agent");
+    let mut last = Value::Null;
+    let failed = wait_for(what, TIMEOUT, || {
+        let output = cluster.kubectl_tenantflux(None, &["status", "-o", "json"]);
+        let operator = output
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| json(&o)["operator"].clone());
+        if let Some(o) = &operator {
+            last = o.clone();
+        }
+        let found = operator.filter(|o| o["phase"] == "failed");
+        async move { found }
+    })
+    .await
+    .unwrap_or_else(|err| panic!("{err}; last operator status: {last:#}"));
+    failed["reason"].as_str().unwrap_or_default().to_owned()
+}
+
 #[tokio::test]
 async fn an_oversized_oci_layer_is_refused_before_it_is_downloaded() {
     let _serial = SERIAL.lock().await;
@@ -228,29 +256,13 @@ async fn an_oversized_oci_layer_is_refused_before_it_is_downloaded() {
     let log_from = std::fs::metadata(&registry_log).map_or(0, |m| m.len()) as usize;
 
     let source = format!("oci://{reference}@{digest}");
-    cluster
-        .restart_agent_with(&[
-            ("TENANTFLUX_OPERATOR_BUNDLE", &source),
-            ("TENANTFLUX_OPERATOR_VERSION", &version),
-            ("TENANTFLUX_OPERATOR_BUNDLE_PLAIN_HTTP", "true"),
-        ])
-        .expect("agent");
-    let mut last = Value::Null;
-    let failed = wait_for("the bundle refused for its size", TIMEOUT, || {
-        let output = cluster.kubectl_tenantflux(None, &["status", "-o", "json"]);
-        let operator = output
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| json(&o)["operator"].clone());
-        if let Some(o) = &operator {
-            last = o.clone();
-        }
-        let found = operator.filter(|o| o["phase"] == "failed");
-        async move { found }
-    })
-    .await
-    .unwrap_or_else(|err| panic!("{err}; last operator status: {last:#}"));
-    let reason = failed["reason"].as_str().unwrap_or_default();
+    let reason = failed_install(
+        cluster,
+        &source,
+        &version,
+        "the bundle refused for its size",
+    )
+    .await;
     assert!(
         reason.contains(
             "more than the 33554432 bytes (32 MiB) the agent downloads; nothing was downloaded"
@@ -382,29 +394,7 @@ async fn a_registry_that_sends_an_endless_manifest_is_cut_off_at_the_limit() {
     let (port, most) = endless_manifest_registry().await;
     let source =
         format!("oci://127.0.0.1:{port}/controlplaneio-fluxcd/flux-operator-manifests:{version}");
-    cluster
-        .restart_agent_with(&[
-            ("TENANTFLUX_OPERATOR_BUNDLE", &source),
-            ("TENANTFLUX_OPERATOR_VERSION", &version),
-            ("TENANTFLUX_OPERATOR_BUNDLE_PLAIN_HTTP", "true"),
-        ])
-        .expect("agent");
-    let mut last = Value::Null;
-    let failed = wait_for("the endless manifest refused", TIMEOUT, || {
-        let output = cluster.kubectl_tenantflux(None, &["status", "-o", "json"]);
-        let operator = output
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| json(&o)["operator"].clone());
-        if let Some(o) = &operator {
-            last = o.clone();
-        }
-        let found = operator.filter(|o| o["phase"] == "failed");
-        async move { found }
-    })
-    .await
-    .unwrap_or_else(|err| panic!("{err}; last operator status: {last:#}"));
-    let reason = failed["reason"].as_str().unwrap_or_default();
+    let reason = failed_install(cluster, &source, &version, "the endless manifest refused").await;
     assert!(
         reason.contains(
             "is more than the 65536 bytes the agent reads (the registry sent more); it stopped reading"

@@ -93,6 +93,14 @@ const RESOURCESETS_V059: Crd = Crd {
     )],
 };
 
+/// The CRDs of v0.58.0 and v0.58.1 (identical).
+const V058_CRDS: &[Crd] = &[
+    FLUXINSTANCES,
+    FLUXREPORTS,
+    RESOURCESETINPUTPROVIDERS_V058,
+    RESOURCESETS_V053,
+];
+
 /// Every release the agent knows, oldest first.
 pub const KNOWN: &[Release] = &[
     Release {
@@ -106,21 +114,11 @@ pub const KNOWN: &[Release] = &[
     },
     Release {
         version: "v0.58.0",
-        crds: &[
-            FLUXINSTANCES,
-            FLUXREPORTS,
-            RESOURCESETINPUTPROVIDERS_V058,
-            RESOURCESETS_V053,
-        ],
+        crds: V058_CRDS,
     },
     Release {
         version: "v0.58.1",
-        crds: &[
-            FLUXINSTANCES,
-            FLUXREPORTS,
-            RESOURCESETINPUTPROVIDERS_V058,
-            RESOURCESETS_V053,
-        ],
+        crds: V058_CRDS,
     },
     Release {
         version: "v0.59.0",
