@@ -151,6 +151,39 @@ fn all_values_file() -> tempfile::NamedTempFile {
     file
 }
 
+/// Chart.yaml's version and appVersion.
+fn chart_versions() -> (String, String) {
+    let text = std::fs::read_to_string(chart_dir().join("Chart.yaml")).expect("Chart.yaml");
+    let chart: Value = tenantflux_core::yaml::from_str(&text).expect("Chart.yaml is YAML");
+    let field = |name: &str| {
+        chart[name]
+            .as_str()
+            .unwrap_or_else(|| panic!("Chart.yaml has no {name}"))
+            .to_owned()
+    };
+    (field("version"), field("appVersion"))
+}
+
+/// The labels Helm's conventions give every object of release `release` of the chart at
+/// version `chart_version`: `what` (the object) fails the test without one of them.
+fn assert_release_labels(what: &str, labels: &Value, release: &str, chart_version: &str) {
+    let (_, app_version) = chart_versions();
+    let expected = [
+        ("app.kubernetes.io/part-of", "tenantflux".to_owned()),
+        ("app.kubernetes.io/instance", release.to_owned()),
+        ("app.kubernetes.io/version", app_version),
+        ("app.kubernetes.io/managed-by", "Helm".to_owned()),
+        // A label value cannot hold the "+" of a version's build metadata.
+        (
+            "helm.sh/chart",
+            format!("tenantflux-agent-{}", chart_version.replace('+', "_")),
+        ),
+    ];
+    for (label, value) in expected {
+        assert_eq!(labels[label], value.as_str(), "{what}: label {label}");
+    }
+}
+
 #[test]
 fn chart_lints_with_default_and_all_values() {
     let chart = chart_dir();
@@ -334,11 +367,37 @@ fn deploy_manifests_are_generated_from_the_chart() {
         Command::new(tool_path("KUBECTL")).args(["kustomize", manifests.to_str().expect("UTF-8")]),
         None,
     );
+    let kustomized = objects(&kustomized);
     assert_eq!(
-        objects(&kustomized).keys().collect::<Vec<_>>(),
+        kustomized.keys().collect::<Vec<_>>(),
         objects(&render(&[])).keys().collect::<Vec<_>>(),
         "kustomize of deploy/manifests gives the chart's objects"
     );
+    // Applied with kubectl, they belong to no Helm release and do not say they do; what they
+    // are part of and the agent's version stay.
+    let (_, app_version) = chart_versions();
+    for ((kind, namespace, name), object) in &kustomized {
+        let labels = &object["metadata"]["labels"];
+        for label in [
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/managed-by",
+            "helm.sh/chart",
+        ] {
+            assert!(
+                labels[label].is_null(),
+                "{kind} {namespace}/{name}: {label} in deploy/manifests"
+            );
+        }
+        assert_eq!(
+            labels["app.kubernetes.io/part-of"], "tenantflux",
+            "{kind} {name}"
+        );
+        assert_eq!(
+            labels["app.kubernetes.io/version"],
+            app_version.as_str(),
+            "{kind} {name}"
+        );
+    }
 }
 
 #[test]
@@ -470,14 +529,33 @@ fn chart_values_reach_the_objects() {
         pod["metadata"]["labels"]["app.kubernetes.io/name"],
         "tenantflux-agent"
     );
-    // The platform's labels are on every object and on the agent's pod.
+    // The platform's labels and the release's are on every object; the agent's pod has the
+    // platform's but not the release's, which would roll it on every chart release.
+    let (chart_version, _) = chart_versions();
     for ((kind, namespace, name), object) in &objects {
-        assert_eq!(
-            object["metadata"]["labels"]["platform.example/tenant"], "acme",
-            "{kind} {namespace}/{name}"
-        );
+        let what = format!("{kind} {namespace}/{name}");
+        let labels = &object["metadata"]["labels"];
+        assert_eq!(labels["platform.example/tenant"], "acme", "{what}");
+        assert_release_labels(&what, labels, "tenantflux-agent", &chart_version);
     }
-    assert_eq!(pod["metadata"]["labels"]["platform.example/tenant"], "acme");
+    let pod_labels: Vec<&String> = pod["metadata"]["labels"]
+        .as_object()
+        .expect("pod labels")
+        .keys()
+        .collect();
+    assert_eq!(
+        pod_labels,
+        [
+            "app.kubernetes.io/name",
+            "app.kubernetes.io/part-of",
+            "example.com/tier",
+            "platform.example/tenant"
+        ]
+    );
+    assert_eq!(
+        deployment["spec"]["selector"],
+        serde_json::json!({"matchLabels": {"app.kubernetes.io/name": "tenantflux-agent"}})
+    );
     let budget = &objects[&key("PodDisruptionBudget", ns, "tenantflux-agent")];
     assert_eq!(budget["spec"]["maxUnavailable"], 1);
     assert_eq!(
@@ -496,6 +574,12 @@ fn chart_values_reach_the_objects() {
     assert_eq!(
         monitor["metadata"]["labels"]["release"],
         "kube-prometheus-stack"
+    );
+    assert_release_labels(
+        "ServiceMonitor",
+        &monitor["metadata"]["labels"],
+        "tenantflux-agent",
+        &chart_version,
     );
     assert_eq!(
         monitor["spec"]["endpoints"],

@@ -3,6 +3,25 @@
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
+{{/* helm.sh/chart: the chart's name and version, as a label value (no "+", at most 63). */}}
+{{- define "tenantflux-agent.chart" -}}
+{{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The labels of every object the chart renders, after its own app.kubernetes.io/name: the
+  release's (deploy/manifests/generate leaves out those naming a Helm release) and the
+  platform's commonLabels. */}}
+{{- define "tenantflux-agent.labels" -}}
+app.kubernetes.io/part-of: tenantflux
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ include "tenantflux-agent.chart" . }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
 {{/* The rules every caller of the agent needs (Roles tenantflux-user and tenantflux-client). */}}
 {{- define "tenantflux-agent.callerRules" }}
   - apiGroups: [""]
