@@ -1,7 +1,8 @@
 //! What users install: the Helm chart (linted, the source deploy/manifests is generated from,
-//! accepted by the real API server), the agent image's static binary, the krew release
-//! (checked by krew's own validator and installed by krew), and shell completion through the
-//! real kubectl. helm and krew are built from their Go modules (`tests/env/cluster build-tools`).
+//! accepted by the real API server, installed from an OCI registry), the agent image's static
+//! binary, the krew release (checked by krew's own validator and installed by krew), and shell
+//! completion through the real kubectl. helm and krew are built from their Go modules
+//! (`tests/env/cluster build-tools`), the registry too (`tests/env/cluster oci-tools`).
 
 use std::{
     collections::BTreeMap,
@@ -320,6 +321,169 @@ fn a_helm_upgrade_with_a_new_policy_key_restarts_the_agent() {
         .collect();
     replicas.sort_unstable();
     assert_eq!(replicas, [0, 1], "{sets:#}");
+}
+
+/// The chart as a platform publishes it and a user installs it: `helm package`, `helm push` to
+/// an OCI registry (the test environment's, over plain HTTP), then `helm show chart`, `helm
+/// pull` and `helm install` from the oci:// reference into a real API server. The version has
+/// build metadata, which an OCI tag cannot hold (Helm tags it with "_" for "+"), nor a label.
+/// Every object of the release carries the release's labels on the API server.
+#[test]
+fn the_chart_installs_from_its_oci_reference() {
+    let cluster = TestCluster::start(&format!("pkg-oci-{}", std::process::id())).expect("cluster");
+    let registry = cluster.registry().expect("the cluster's registry");
+    let (chart_version, _) = chart_versions();
+    let version = format!("{chart_version}+oci");
+    let work = tempfile::tempdir().expect("a temporary directory");
+    // Helm's configuration, cache and data of the test's own: no registry login or repository
+    // of whoever runs it takes part.
+    let helm_here = |args: &[&str]| {
+        run(
+            Command::new(tool("HELM"))
+                .args(args)
+                .env("HELM_CONFIG_HOME", work.path().join("config"))
+                .env("HELM_CACHE_HOME", work.path().join("cache"))
+                .env("HELM_DATA_HOME", work.path().join("data"))
+                .env("KUBECONFIG", cluster.kubeconfig()),
+            None,
+        )
+    };
+    let dir = |name: &str| work.path().join(name).to_str().expect("UTF-8").to_owned();
+    let chart = chart_dir();
+    helm_here(&[
+        "package",
+        chart.to_str().expect("UTF-8 path"),
+        "--version",
+        &version,
+        "-d",
+        &dir("packaged"),
+    ]);
+    let package = work
+        .path()
+        .join(format!("packaged/tenantflux-agent-{version}.tgz"));
+    let charts = format!("oci://{registry}/charts");
+    helm_here(&[
+        "push",
+        package.to_str().expect("UTF-8 path"),
+        &charts,
+        "--plain-http",
+    ]);
+    let reference = format!("{charts}/tenantflux-agent");
+    let from_registry = ["--version", &version, "--plain-http"];
+
+    let shown = helm_here(&[&["show", "chart", &reference][..], &from_registry].concat());
+    let shown: Value = tenantflux_core::yaml::from_str(&shown).expect("Chart.yaml as YAML");
+    assert_eq!(shown["name"], "tenantflux-agent");
+    assert_eq!(shown["version"], version.as_str());
+    // helm pull writes into a directory that exists.
+    std::fs::create_dir(dir("pulled")).expect("a directory to pull into");
+    helm_here(
+        &[
+            &["pull", &reference, "-d", &dir("pulled")][..],
+            &from_registry,
+        ]
+        .concat(),
+    );
+    let pulled = work
+        .path()
+        .join(format!("pulled/tenantflux-agent-{version}.tgz"));
+    assert!(
+        std::fs::read(&pulled).expect("the pulled chart")
+            == std::fs::read(&package).expect("the package"),
+        "helm pull gives the package that was pushed"
+    );
+
+    // As the README has it, under a release name of its own: the instance label is the
+    // release's name, not the chart's.
+    let release = "agent-from-oci";
+    helm_here(
+        &[
+            &[
+                "install",
+                release,
+                &reference,
+                "-n",
+                "tenantflux-system",
+                "--create-namespace",
+                "--wait",
+                "--timeout",
+                "120s",
+            ][..],
+            &from_registry,
+        ]
+        .concat(),
+    );
+    let status: Value = serde_json::from_str(&helm_here(&[
+        "status",
+        release,
+        "-n",
+        "tenantflux-system",
+        "-o",
+        "json",
+    ]))
+    .expect("helm status as JSON");
+    assert_eq!(status["info"]["status"], "deployed", "{status:#}");
+
+    // What the release holds, and what the API server holds with its labels: the same objects.
+    let released = objects(&helm_here(&[
+        "get",
+        "manifest",
+        release,
+        "-n",
+        "tenantflux-system",
+    ]));
+    let kinds: std::collections::BTreeSet<&str> =
+        released.keys().map(|(kind, _, _)| kind.as_str()).collect();
+    let kinds = kinds.into_iter().collect::<Vec<_>>().join(",");
+    let live: Value = serde_json::from_str(
+        &cluster
+            .kubectl_ok(&[
+                "get",
+                &kinds,
+                "-A",
+                "-l",
+                &format!("app.kubernetes.io/instance={release}"),
+                "-o",
+                "json",
+            ])
+            .expect("the release's objects"),
+    )
+    .expect("JSON");
+    let live: BTreeMap<(String, String, String), &Value> = live["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|object| {
+            let field = |path: &str| {
+                object
+                    .pointer(path)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            (
+                (
+                    field("/kind"),
+                    field("/metadata/namespace"),
+                    field("/metadata/name"),
+                ),
+                object,
+            )
+        })
+        .collect();
+    assert_eq!(
+        live.keys().collect::<Vec<_>>(),
+        released.keys().collect::<Vec<_>>(),
+        "the objects labelled app.kubernetes.io/instance={release}"
+    );
+    for ((kind, namespace, name), object) in &live {
+        assert_release_labels(
+            &format!("{kind} {namespace}/{name}"),
+            &object["metadata"]["labels"],
+            release,
+            &version,
+        );
+    }
 }
 
 /// The YAML files of `dir` by name, with their text.
