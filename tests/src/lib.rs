@@ -113,7 +113,7 @@ fn run_cluster_script_with(args: &[&str], envs: &[(&str, &OsStr)]) -> Result<Str
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
-/// Runs `tests/env/cluster flux-operator ...` with the controller supervisor cargo built for
+/// Runs `tests/env/cluster flux-operator|controllers ...` with the controller supervisor cargo built for
 /// these tests (the script must not build it: cargo holds its build lock while tests run).
 fn flux_operator_command(args: &[&str]) -> Result<()> {
     let supervisor = bin_dir().join("tenantflux-test-supervisor");
@@ -389,6 +389,13 @@ impl TestCluster {
             &version,
             &namespace,
         ])
+    }
+
+    /// Runs only the supervisor of the Flux controllers in `namespace`: for Flux installed
+    /// without flux-operator (`flux install`), whose Deployments then run as local processes.
+    pub fn run_flux_controllers_in(&self, namespace: &str) -> Result<()> {
+        let namespace = format!("--namespace={namespace}");
+        flux_operator_command(&["controllers", &self.name, &namespace])
     }
 
     /// Stops the cluster's etcd and kube-apiserver (SIGSTOP) for `seconds`, then lets them go
