@@ -750,3 +750,339 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
         .await
         .expect("a new commit is applied with the agent gone");
 }
+
+/// Each controller Deployment's pod template in `namespace`, and each running process's pid.
+fn templates_and_pids(cluster: &TestCluster, namespace: &str, names: &[&str]) -> Value {
+    let mut out = serde_json::Map::new();
+    for name in names {
+        let deployment = cluster
+            .object("deployments", namespace, name)
+            .unwrap_or_else(|| panic!("Deployment {namespace}/{name}"));
+        out.insert((*name).into(), deployment["spec"]["template"].clone());
+    }
+    for name in RUNNING {
+        let pid = std::fs::read_to_string(cluster.dir().join(format!("controllers/{name}.pid")))
+            .unwrap_or_else(|err| panic!("{name}'s pidfile: {err}"));
+        out.insert(format!("{name} pid"), json!(pid.trim()));
+    }
+    Value::Object(out)
+}
+
+/// Flux installed with the real flux CLI (v2.9.5, `flux install`, its four default components),
+/// the real source-/kustomize-controller applying an app from Git, and an agent with the pinned
+/// flux-operator bundle: the agent installs flux-operator beside the controllers; the policy's
+/// create-once defaults are not rendered over them; the plan is a FluxInstance that matches
+/// what runs and a rollout it names beforehand (flux-operator pins images by digest); a policy
+/// the match is outside of is refused by field; `adopt apply` without `--allow-rollout` changes
+/// nothing; with it the FluxInstance is created, flux-operator takes the controllers over at the
+/// same version, the app is Ready at its revision and a new commit is applied.
+#[tokio::test]
+async fn a_flux_install_cluster_is_adopted_with_a_flux_instance_that_matches_it() {
+    const FLUX_NS: &str = "flux-system";
+    const DEFAULT_COMPONENTS: [&str; 4] = [
+        "source-controller",
+        "kustomize-controller",
+        "helm-controller",
+        "notification-controller",
+    ];
+    let cluster = TestCluster::own("tf-adopt-fi");
+    let work = tempfile::tempdir().unwrap();
+    let keys = work.path().join("keys");
+    let output = cluster
+        .kubectl_tenantflux(None, &["policy", "keygen", "--out", path(&keys)])
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let timeout = Duration::from_secs(180);
+
+    // `flux install` (the CLI embeds Flux v2.9.5's release manifests) and the controllers'
+    // processes, as a kubelet would run them.
+    let output = Command::new(tool_path("FLUX_CLI"))
+        .args(["install", "--kubeconfig"])
+        .arg(cluster.kubeconfig())
+        .args(["--namespace", FLUX_NS, "--timeout", "3m"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "flux install: {output:?}");
+    cluster
+        .run_flux_controllers_in(FLUX_NS)
+        .expect("the controllers' processes");
+    for name in RUNNING {
+        cluster
+            .flux_controller_runs(name, &format!("{name}-v1.9.4"))
+            .await
+            .unwrap_or_else(|err| panic!("{name}: {err}"));
+    }
+    let source = cluster
+        .object("deployments", FLUX_NS, "source-controller")
+        .unwrap();
+    assert_eq!(
+        source["metadata"]["labels"]["app.kubernetes.io/version"],
+        "v2.9.5"
+    );
+    // As `flux bootstrap` leaves it: the same install in Git (gotk-components.yaml), applied by
+    // Kustomization flux-system/flux-system.
+    let export = Command::new(tool_path("FLUX_CLI"))
+        .args(["install", "--export", "--namespace", FLUX_NS])
+        .output()
+        .unwrap();
+    assert!(export.status.success(), "flux install --export: {export:?}");
+    let components = String::from_utf8(export.stdout).unwrap();
+    let repo = GitRepo::new("flux-install-app").unwrap();
+    let config = |value: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: app, namespace: apps}}\ndata: {{value: {value}}}\n"
+        )
+    };
+    let rev1 = repo
+        .commit(
+            &[
+                ("app/configmap.yaml", &config("one")),
+                ("flux-system/gotk-components.yaml", &components),
+            ],
+            &[],
+            "one",
+        )
+        .unwrap();
+    let url = cluster.git_server(&repo).unwrap();
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\n\
+             metadata: {{name: flux-system, namespace: {FLUX_NS}}}\n\
+             spec: {{interval: 1m, path: ./flux-system, prune: true, sourceRef: {{kind: GitRepository, name: app, namespace: apps}}}}\n---\n\
+             apiVersion: v1\nkind: Namespace\nmetadata: {{name: apps}}\n---\n\
+             apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\n\
+             metadata: {{name: app, namespace: apps}}\n\
+             spec: {{interval: 5s, url: \"{url}\", ref: {{branch: main}}}}\n---\n\
+             apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\n\
+             metadata: {{name: app, namespace: apps}}\n\
+             spec: {{interval: 1m, path: ./app, prune: true, sourceRef: {{kind: GitRepository, name: app}}}}\n"
+        ))
+        .expect("the app");
+    cluster
+        .kustomization_applied("apps", "app", &revision(&rev1), timeout)
+        .await
+        .expect("flux install's controllers apply the app");
+    cluster
+        .kustomization_applied(FLUX_NS, "flux-system", &revision(&rev1), timeout)
+        .await
+        .expect("the controllers apply their own install from Git");
+
+    // The agent with the pinned bundle installs flux-operator beside them (it runs, with no
+    // FluxInstance to reconcile, and touches nothing of Flux).
+    let pinned = tool_path("FLUX_OPERATOR_VERSION")
+        .to_string_lossy()
+        .into_owned();
+    let bundle = format!("file:{}", operator_bundle(&pinned).unwrap().display());
+    let public_key = keys.join("ed25519.pub");
+    let env = [
+        ("TENANTFLUX_POLICY_PUBLIC_KEY", path(&public_key)),
+        ("TENANTFLUX_OPERATOR_BUNDLE", bundle.as_str()),
+        ("TENANTFLUX_OPERATOR_VERSION", pinned.as_str()),
+    ];
+    cluster.restart_agent_with(&env).expect("agent");
+    wait_for("the agent to install flux-operator", timeout, || async {
+        cluster
+            .object("configmaps", AGENT_NAMESPACE, "tenantflux-operator-install")
+            .map(drop)
+    })
+    .await
+    .unwrap();
+    cluster.run_flux_operator_process().expect("flux-operator");
+    let before = templates_and_pids(cluster, FLUX_NS, &DEFAULT_COMPONENTS);
+
+    // A policy whose versions leave 2.9 out: the matching FluxInstance would be refused by the
+    // API server, so the adoption is refused by field, before anything is written.
+    let platform = cluster.policy_pusher_kubeconfig().unwrap();
+    let key = keys.join("ed25519.key");
+    let strict = "apiVersion: tenantflux.io/v1alpha1\nkind: Policy\nmetadata: {name: platform}\n\
+                  spec:\n  generation: 1\n  distribution:\n    versions: \">=2.10.0 <3.0.0\"\n    registries: [ghcr.io/fluxcd]\n";
+    sign_and_push(cluster, work.path(), &key, &platform, strict, "strict");
+    let refused = wait_for("the plan to hold generation 1", timeout, || async {
+        let (refused, _) = plan(cluster);
+        refused["policy"]
+            .as_str()
+            .is_some_and(|p| p.contains("generation 1"))
+            .then_some(refused)
+    })
+    .await
+    .unwrap();
+    assert_eq!(refused["case"], "refused", "{refused:#}");
+    assert!(
+        refused["refusals"][0]
+            .as_str()
+            .unwrap()
+            .contains("(spec.distribution.version), so the API server would refuse it"),
+        "{refused:#}"
+    );
+
+    // A policy that allows it, with create-once defaults: they are not rendered over the Flux
+    // that runs (recorded as such), and no FluxInstance appears.
+    let lenient = "apiVersion: tenantflux.io/v1alpha1\nkind: Policy\nmetadata: {name: platform}\n\
+                   spec:\n  generation: 2\n  distribution:\n    versions: \">=2.7.0 <2.10.0\"\n    registries: [ghcr.io/fluxcd]\n\
+                   \x20 defaults:\n    distribution: {version: 2.9.x, registry: ghcr.io/fluxcd}\n    components: [source-controller, kustomize-controller]\n";
+    sign_and_push(cluster, work.path(), &key, &platform, lenient, "lenient");
+    wait_for("the defaults recorded as not needed", timeout, || async {
+        (defaults_record(cluster) == "flux-without-instance/2").then_some(())
+    })
+    .await
+    .unwrap();
+    assert!(
+        cluster
+            .object("fluxinstances.fluxcd.controlplane.io", FLUX_NS, "flux")
+            .is_none(),
+        "the defaults created a FluxInstance over flux install's controllers"
+    );
+    // The FluxInstance is admitted by the API server's policy, not only the agent's.
+    wait_enforced(cluster, 2)
+        .await
+        .expect("the API server enforces generation 2");
+
+    // The plan: a FluxInstance that matches what runs, and the rollout it costs, named.
+    let (planned, output) = plan(cluster);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(planned["case"], "flux-install", "{planned:#}");
+    assert_eq!(planned["namespace"], FLUX_NS);
+    assert_eq!(planned["violations"], json!([]), "{planned:#}");
+    assert_eq!(planned["rollout"], true);
+    assert!(
+        planned["rolloutReason"]
+            .as_str()
+            .unwrap()
+            .contains("pins their images by digest"),
+        "{planned:#}"
+    );
+    let expected = json!({
+        "distribution": {"version": "2.9.5", "registry": "ghcr.io/fluxcd"},
+        "components": DEFAULT_COMPONENTS,
+        "cluster": {"domain": "cluster.local"},
+    });
+    let planned_instance: Value =
+        tenantflux_core::yaml::from_str(planned["instance"].as_str().unwrap())
+            .unwrap_or_else(|err| panic!("the planned instance: {err}: {planned:#}"));
+    assert_eq!(planned_instance["spec"], expected, "{planned:#}");
+    assert!(
+        planned["changes"][0].as_str().unwrap().contains(&format!(
+            "flux-operator {pinned} (running in flux-system, the agent's install)"
+        )),
+        "{planned:#}"
+    );
+    assert!(
+        planned["changes"]
+            .to_string()
+            .contains("Kustomization flux-system/flux-system applies Flux's controllers"),
+        "{planned:#}"
+    );
+    let table = cluster
+        .kubectl_tenantflux(None, &["adopt", "plan"])
+        .unwrap();
+    let table = stdout(&table);
+    eprintln!("adopt plan:\n{table}");
+    assert!(table.contains("Rollout: yes"), "{table}");
+
+    // Without --allow-rollout: refused, nothing changed.
+    let output = cluster
+        .kubectl_tenantflux(None, &["adopt", "apply"])
+        .unwrap();
+    assert_eq!(output.status.code(), Some(5), "{output:?}");
+    assert!(
+        stderr(&output).contains("--allow-rollout"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
+        cluster
+            .object("fluxinstances.fluxcd.controlplane.io", FLUX_NS, "flux")
+            .is_none()
+    );
+    assert_eq!(
+        templates_and_pids(cluster, FLUX_NS, &DEFAULT_COMPONENTS),
+        before
+    );
+
+    // With it: the FluxInstance is created as planned, flux-operator renders the controllers
+    // at the same version (images now pinned by digest, each process replaced once), and the
+    // app is Ready again at its revision.
+    let output = cluster
+        .kubectl_tenantflux(
+            None,
+            &[
+                "adopt",
+                "apply",
+                "--allow-rollout",
+                "--timeout",
+                "3m",
+                "-o",
+                "json",
+            ],
+        )
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let result = json(&output);
+    assert!(
+        result["done"].to_string().contains("created FluxInstance"),
+        "{result:#}"
+    );
+    let kustomizations = result["kustomizations"].as_array().unwrap();
+    assert_eq!(kustomizations.len(), 2, "{result:#}");
+    for k in kustomizations {
+        assert_eq!(k["readyAgain"], true, "{result:#}");
+        assert_eq!(k["revision"], revision(&rev1));
+    }
+    let created = cluster
+        .object("fluxinstances.fluxcd.controlplane.io", FLUX_NS, "flux")
+        .expect("FluxInstance flux-system/flux");
+    assert_eq!(created["spec"]["distribution"], expected["distribution"]);
+    assert_eq!(created["spec"]["components"], expected["components"]);
+    assert_eq!(
+        created["metadata"]["ownerReferences"],
+        Value::Null,
+        "nothing of the agent's may garbage-collect it"
+    );
+    let after = templates_and_pids(cluster, FLUX_NS, &DEFAULT_COMPONENTS);
+    for name in DEFAULT_COMPONENTS {
+        let image = after[name]["spec"]["containers"][0]["image"]
+            .as_str()
+            .unwrap();
+        let was = before[name]["spec"]["containers"][0]["image"]
+            .as_str()
+            .unwrap();
+        assert!(
+            image.starts_with(&format!("{was}@sha256:")),
+            "{name}: {was} became {image}"
+        );
+    }
+    let source = cluster
+        .object("deployments", FLUX_NS, "source-controller")
+        .unwrap();
+    assert_eq!(
+        source["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "flux-operator"
+    );
+    for name in RUNNING {
+        cluster
+            .flux_controller_runs(name, &format!("{name}-v1.9.4"))
+            .await
+            .unwrap_or_else(|err| panic!("{name} after the rollout: {err}"));
+    }
+    let rev2 = repo
+        .commit(&[("app/configmap.yaml", &config("two"))], &[], "two")
+        .unwrap();
+    cluster
+        .kustomization_applied("apps", "app", &revision(&rev2), timeout)
+        .await
+        .expect("a new commit is applied under flux-operator");
+    // The bootstrap Kustomization applied rev2 too, and put none of gotk-components.yaml back
+    // over what flux-operator rendered (`kustomize.toolkit.fluxcd.io/ssa: Ignore`).
+    cluster
+        .kustomization_applied(FLUX_NS, "flux-system", &revision(&rev2), timeout)
+        .await
+        .expect("the bootstrap Kustomization is Ready at the new commit");
+    assert_eq!(
+        templates_and_pids(cluster, FLUX_NS, &DEFAULT_COMPONENTS),
+        after,
+        "the bootstrap Kustomization changed what flux-operator rendered"
+    );
+    let (adopted, _) = plan(cluster);
+    assert_eq!(adopted["adopted"], true, "{adopted:#}");
+    assert_eq!(adopted["case"], "operator", "{adopted:#}");
+}

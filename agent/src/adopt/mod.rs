@@ -202,6 +202,23 @@ impl Adopter {
             .or(facts.controllers.first())
             .map_or_else(|| self.operator_namespace.clone(), |f| f.namespace.clone());
         facts.helm_records = self.helm_records(&namespace).await;
+        facts.appliers = health::list(&self.client)
+            .await
+            .map_err(|e| AdoptError::NotReady(chain(&e)))?
+            .iter()
+            .filter(|k| {
+                plan::applied_controllers(k)
+                    .iter()
+                    .any(|d| d.starts_with(&format!("{namespace}/")))
+            })
+            .map(|k| {
+                format!(
+                    "{}/{}",
+                    k["metadata"]["namespace"].as_str().unwrap_or_default(),
+                    k["metadata"]["name"].as_str().unwrap_or_default()
+                )
+            })
+            .collect();
         let records: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.agent_namespace);
         facts.adopted = records
             .get_opt(RECORD_NAME)
@@ -326,12 +343,7 @@ impl Adopter {
                     kustomizations: Vec::new(),
                 });
             }
-            Case::FluxInstall => {
-                return Err(AdoptError::Refused(
-                    "adopting Flux installed without flux-operator is planned but not applied by this agent yet: install flux-operator and apply the planned FluxInstance (`kubectl tenantflux adopt plan -o yaml`)".into(),
-                ));
-            }
-            Case::Operator => {}
+            Case::FluxInstall | Case::Operator => {}
         }
         if plan.rollout && !options.allow_rollout {
             return Err(AdoptError::Refused(format!(
@@ -343,6 +355,11 @@ impl Adopter {
             .await
             .map_err(|e| AdoptError::NotReady(chain(&e)))?;
         let mut healthy = health::snapshot(&kustomizations);
+        let timeout = match options.timeout_seconds {
+            0 => DEFAULT_TIMEOUT,
+            s => Duration::from_secs(u64::from(s)),
+        };
+        let deadline = tokio::time::Instant::now() + timeout;
         self.record("adopting", &plan, options.allow_rollout)
             .await?;
         crate::failpoint("adopt-recorded-adopting").await;
@@ -354,12 +371,19 @@ impl Adopter {
                 instance.namespace
             ));
         }
+        if let Some(instance) = plan
+            .instance
+            .as_ref()
+            .filter(|_| plan.case == Case::FluxInstall)
+        {
+            self.create_instance(&plan.namespace, instance, deadline)
+                .await?;
+            done.push(format!(
+                "created FluxInstance {}/{INSTANCE_NAME} to match what runs; flux-operator reconciled it (Ready) and rendered Flux's controllers",
+                plan.namespace
+            ));
+        }
         self.request_reconciles(&healthy, &kustomizations).await?;
-        let timeout = match options.timeout_seconds {
-            0 => DEFAULT_TIMEOUT,
-            s => Duration::from_secs(u64::from(s)),
-        };
-        let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let live = health::list(&self.client)
                 .await
@@ -431,6 +455,67 @@ impl Adopter {
         Ok(())
     }
 
+    /// `flux install`: waits for a flux-operator in `namespace` (the agent's install loop
+    /// installs it from its bundle), creates the planned FluxInstance and waits until the
+    /// operator reports it Ready, i.e. it rendered and applied Flux's controllers.
+    async fn create_instance(
+        &self,
+        namespace: &str,
+        instance: &Value,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), AdoptError> {
+        let operators: Api<Deployment> = Api::namespaced(self.client.clone(), namespace);
+        loop {
+            let available = operators
+                .get_opt(OPERATOR_DEPLOYMENT)
+                .await
+                .map_err(kube_err(format!(
+                    "reading Deployment {namespace}/{OPERATOR_DEPLOYMENT}"
+                )))?
+                .and_then(|d| d.status?.available_replicas)
+                .is_some_and(|n| n > 0);
+            if available {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(AdoptError::NotReady(format!(
+                    "no flux-operator is available in {namespace}: the agent installs it from its --operator-bundle (`kubectl tenantflux status` shows that install); nothing of Flux was changed"
+                )));
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &flux_instance_resource());
+        // Server-side apply without force: a FluxInstance someone else wrote meanwhile is a
+        // conflict, reported, not overwritten. The same field manager as the policy defaults.
+        api.patch(
+            INSTANCE_NAME,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Apply(instance),
+        )
+        .await
+        .map_err(kube_err(format!(
+            "creating FluxInstance {namespace}/{INSTANCE_NAME}"
+        )))?;
+        crate::failpoint("adopt-instance-created").await;
+        loop {
+            let live = api.get(INSTANCE_NAME).await.map_err(kube_err(format!(
+                "reading FluxInstance {namespace}/{INSTANCE_NAME}"
+            )))?;
+            let (ready, message) = ready_condition(live.metadata.generation, &live.data);
+            if ready {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(AdoptError::NotReady(format!(
+                    "created FluxInstance {namespace}/{INSTANCE_NAME}, but flux-operator did not report it Ready in time{}; `kubectl tenantflux status` shows it",
+                    message.map(|m| format!(": {m}")).unwrap_or_default()
+                )));
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
     /// Asks each Kustomization Ready before to reconcile once, so the health check proves Flux
     /// works under its new owner.
     async fn request_reconciles(
@@ -471,6 +556,25 @@ impl Adopter {
         }
         Ok(())
     }
+}
+
+/// Whether an object's Ready condition (in `data`, its fields beside metadata) is True for its
+/// `generation`, and the condition's message.
+fn ready_condition(generation: Option<i64>, data: &Value) -> (bool, Option<String>) {
+    let Some(ready) = data
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+    else {
+        return (false, None);
+    };
+    let current = generation.is_none()
+        || ready["observedGeneration"].as_i64().is_none()
+        || ready["observedGeneration"].as_i64() == generation;
+    (
+        ready["status"] == "True" && current,
+        ready["message"].as_str().map(str::to_owned),
+    )
 }
 
 /// `--adopt`: adopts once at start (as `adopt apply` without `--allow-rollout`), retrying what

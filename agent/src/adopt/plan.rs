@@ -95,6 +95,9 @@ pub struct Facts {
     pub helm_records: Result<Vec<HelmRecord>, String>,
     /// Whether an adoption was recorded already.
     pub adopted: bool,
+    /// Kustomizations (`namespace/name`) whose inventory holds a controller Deployment, as
+    /// `flux bootstrap`'s `flux-system` holds `gotk-components.yaml`.
+    pub appliers: Vec<String>,
 }
 
 impl Default for Facts {
@@ -105,8 +108,24 @@ impl Default for Facts {
             controllers: Vec::new(),
             helm_records: Ok(Vec::new()),
             adopted: false,
+            appliers: Vec::new(),
         }
     }
+}
+
+/// The Deployments among Flux's controllers that a Kustomization's inventory (`status.inventory
+/// .entries[].id`, `NAMESPACE_NAME_GROUP_KIND`) holds, as `namespace/name`.
+pub fn applied_controllers(kustomization: &Value) -> Vec<String> {
+    kustomization
+        .pointer("/status/inventory/entries")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["id"].as_str()?.strip_suffix("_apps_Deployment"))
+        .filter_map(|id| id.split_once('_'))
+        .filter(|(_, name)| KNOWN_COMPONENTS.contains(name))
+        .map(|(namespace, name)| format!("{namespace}/{name}"))
+        .collect()
 }
 
 /// What the agent itself brings.
@@ -164,6 +183,8 @@ pub struct AdoptionPlan {
     pub instance: Option<Value>,
     pub cleanup: Vec<String>,
     pub adopted: bool,
+    /// See [`Facts::appliers`].
+    pub appliers: Vec<String>,
 }
 
 /// The names of Flux's controller Deployments (the components a FluxInstance lists).
@@ -200,6 +221,7 @@ pub fn plan(facts: &Facts, agent: &Agent<'_>) -> AdoptionPlan {
         instance: None,
         cleanup: Vec::new(),
         adopted: facts.adopted,
+        appliers: facts.appliers.clone(),
     };
     if facts.operators.len() > 1 {
         plan.refusals.push(format!(
@@ -265,6 +287,11 @@ pub fn plan(facts: &Facts, agent: &Agent<'_>) -> AdoptionPlan {
         return plan;
     }
     match (facts.operators.first(), facts.instances.first()) {
+        // Controllers without a FluxInstance: `flux install`, whether or not a flux-operator
+        // (e.g. the agent's own, installed from its bundle) runs beside them already.
+        (operator, None) if !facts.controllers.is_empty() => {
+            flux_install_case(&mut plan, operator, agent);
+        }
         (Some(operator), instance) => operator_case(&mut plan, operator, instance, agent),
         (None, Some(instance)) => {
             plan.case = Case::Refused;
@@ -274,7 +301,7 @@ pub fn plan(facts: &Facts, agent: &Agent<'_>) -> AdoptionPlan {
             ));
             plan.summary = format!("adoption refused: {}", plan.refusals.join("; "));
         }
-        (None, None) => flux_install_case(&mut plan, agent),
+        (None, None) => flux_install_case(&mut plan, None, agent),
     }
     plan
 }
@@ -360,6 +387,12 @@ fn operator_case(
         instance.version()
     ));
     verdict(plan, &instance.spec, agent);
+    if !plan.violations.is_empty() {
+        plan.keeps.push(format!(
+            "the FluxInstance outside {} keeps running as it is; `kubectl tenantflux upgrade plan` shows the way inside",
+            plan.policy
+        ));
+    }
     plan.summary = format!(
         "adopt flux-operator {running} and FluxInstance {}/{INSTANCE_NAME} ({}){}",
         plan.namespace,
@@ -377,11 +410,6 @@ fn verdict(plan: &mut AdoptionPlan, spec: &Value, agent: &Agent<'_>) {
         return;
     };
     plan.violations = policy.evaluate(spec).violations;
-    if !plan.violations.is_empty() {
-        plan.keeps.push(format!(
-            "the FluxInstance outside {policy} keeps running as it is; `kubectl tenantflux upgrade plan` shows the way inside"
-        ));
-    }
 }
 
 /// The value of `--name=VALUE` among `args`.
@@ -402,7 +430,10 @@ fn cluster_domain(address: &str) -> Option<String> {
     (!domain.is_empty()).then(|| domain.to_owned())
 }
 
-fn flux_install_case(plan: &mut AdoptionPlan, agent: &Agent<'_>) {
+/// Why taking over a `flux install` rolls the controllers out once.
+pub const FLUX_INSTALL_ROLLOUT: &str = "flux-operator renders Flux's controllers itself and pins their images by digest (`flux install` uses tags), so each controller's pod template changes and its pod restarts once; Flux's objects stay, and every Kustomization Ready before must be Ready again at its revision";
+
+fn flux_install_case(plan: &mut AdoptionPlan, operator: Option<&Found>, agent: &Agent<'_>) {
     plan.case = Case::FluxInstall;
     let controllers = &plan.controllers;
     let version = controllers
@@ -439,29 +470,57 @@ fn flux_install_case(plan: &mut AdoptionPlan, agent: &Agent<'_>) {
         "metadata": {"name": INSTANCE_NAME, "namespace": plan.namespace},
         "spec": spec,
     }));
+    match (operator, agent.bundle_version) {
+        (Some(operator), _) => plan.changes.push(format!(
+            "flux-operator {} (running in {}{}) takes Flux's controllers over",
+            operator.version(),
+            operator.namespace,
+            if operator.managers.iter().any(|m| m == tenantflux_core::FIELD_MANAGER) {
+                ", the agent's install"
+            } else {
+                ""
+            }
+        )),
+        (None, Some(bundle)) => plan.changes.push(format!(
+            "flux-operator {bundle} is installed into {} from the agent's bundle",
+            plan.namespace
+        )),
+        (None, None) => plan.refusals.push(
+            "Flux runs without flux-operator and the agent has no --operator-bundle to install it from".into(),
+        ),
+    }
     plan.changes.push(format!(
-        "flux-operator is installed into {} and FluxInstance {}/{INSTANCE_NAME} is created to match what runs: distribution {version} from {registry}, components {}, cluster domain {domain}",
-        plan.namespace,
+        "FluxInstance {}/{INSTANCE_NAME} is created to match what runs: distribution {version} from {registry}, components {}, cluster domain {domain}; the tenant owns it from then on",
         plan.namespace,
         components.join(", ")
     ));
+    plan.rollout = true;
+    plan.rollout_reason = FLUX_INSTALL_ROLLOUT.into();
     if version.is_empty() {
         plan.refusals.push(
             "Flux's controllers carry no app.kubernetes.io/version label (as `flux install` sets it), so the distribution they run is unknown: write the FluxInstance yourself (`kubectl tenantflux instance apply`)".into(),
         );
     }
-    if agent.bundle_version.is_none() {
-        plan.refusals.push(
-            "Flux runs without flux-operator and the agent has no --operator-bundle to install it from".into(),
-        );
+    plan.keeps.push(format!(
+        "Flux {version} as it runs: the same version, components, registry and cluster domain; Flux's objects and what they applied"
+    ));
+    for applier in plan.appliers.clone() {
+        plan.changes.push(format!(
+            "Kustomization {applier} applies Flux's controllers (as `flux bootstrap`'s gotk-components.yaml does): flux-operator marks what it renders `kustomize.toolkit.fluxcd.io/ssa: Ignore` and `prune: disabled`, so that Kustomization no longer changes or prunes them; remove Flux's components from its source afterwards"
+        ));
     }
-    plan.keeps.push(
-        "the controllers as they run: flux-operator takes them over at the same version".into(),
-    );
     verdict(plan, &spec, agent);
+    if !plan.violations.is_empty() {
+        let fields: Vec<&str> = plan.violations.iter().map(|v| v.field.as_str()).collect();
+        plan.refusals.push(format!(
+            "the FluxInstance that matches what runs is outside {} ({}), so the API server would refuse it; Flux keeps running as it is until the policy allows it or Flux is changed to fit",
+            plan.policy,
+            fields.join(", ")
+        ));
+    }
     if plan.refusals.is_empty() {
         plan.summary = format!(
-            "adopt Flux {version} installed without flux-operator in {}",
+            "adopt Flux {version} installed without flux-operator in {}; its controllers restart once (--allow-rollout)",
             plan.namespace
         );
     } else {
@@ -531,7 +590,7 @@ mod tests {
                 release: "fluxcd".into(),
                 status: "deployed".into(),
             }]),
-            adopted: false,
+            ..Facts::default()
         }
     }
 
@@ -624,6 +683,101 @@ mod tests {
             plan.refusals[0].contains("operatorNamespace: cozy-fluxcd"),
             "{:?}",
             plan.refusals
+        );
+    }
+
+    fn flux_install() -> Facts {
+        let mut source = deployment(
+            "flux-system",
+            "source-controller",
+            "ghcr.io/fluxcd/source-controller:v1.9.5",
+        );
+        source
+            .labels
+            .insert("app.kubernetes.io/version".into(), "v2.9.5".into());
+        let kustomize = deployment(
+            "flux-system",
+            "kustomize-controller",
+            "ghcr.io/fluxcd/kustomize-controller:v1.9.5",
+        );
+        Facts {
+            controllers: vec![source, kustomize],
+            ..Facts::default()
+        }
+    }
+
+    #[test]
+    fn a_flux_install_is_a_rollout_taken_over_by_the_operator_that_runs() {
+        let flux_system = |bundle, policy| Agent {
+            operator_namespace: "flux-system",
+            bundle_version: bundle,
+            policy,
+        };
+        // Without an operator or a bundle: refused, saying what is missing.
+        let refused = plan(&flux_install(), &flux_system(None, None));
+        assert_eq!(refused.case, Case::Refused);
+        assert!(refused.refusals[0].contains("no --operator-bundle"));
+        // The agent's own operator, installed from its bundle beside the controllers.
+        let mut facts = flux_install();
+        let mut operator = deployment(
+            "flux-system",
+            "flux-operator",
+            "ghcr.io/controlplaneio-fluxcd/flux-operator:v0.59.0",
+        );
+        operator.managers = vec![tenantflux_core::FIELD_MANAGER.into()];
+        facts.operators.push(operator);
+        let planned = plan(&facts, &flux_system(Some("v0.59.0"), None));
+        assert_eq!(planned.case, Case::FluxInstall, "{:?}", planned.refusals);
+        assert!(planned.rollout);
+        assert_eq!(planned.rollout_reason, FLUX_INSTALL_ROLLOUT);
+        assert_eq!(
+            planned.changes[0],
+            "flux-operator v0.59.0 (running in flux-system, the agent's install) takes Flux's controllers over"
+        );
+        assert!(planned.summary.ends_with("(--allow-rollout)"));
+        // A policy the matching instance is outside of: refused by field, before anything.
+        let policy = Policy::parse(
+            "apiVersion: tenantflux.io/v1alpha1\nkind: Policy\nmetadata: {name: platform}\n\
+             spec:\n  generation: 3\n  distribution:\n    versions: \">=2.10.0\"\n    registries: [ghcr.io/fluxcd]\n",
+        )
+        .unwrap();
+        let outside = plan(&facts, &flux_system(Some("v0.59.0"), Some(&policy)));
+        assert_eq!(outside.case, Case::Refused);
+        assert_eq!(outside.violations[0].field, "spec.distribution.version");
+        assert!(
+            outside.refusals[0]
+                .contains("(spec.distribution.version), so the API server would refuse it"),
+            "{:?}",
+            outside.refusals
+        );
+    }
+
+    #[test]
+    fn a_bootstrap_kustomization_that_applies_the_controllers_is_named() {
+        let kustomization = json!({"status": {"inventory": {"entries": [
+            {"id": "flux-system_source-controller_apps_Deployment", "v": "v1"},
+            {"id": "flux-system_flux-system_source.toolkit.fluxcd.io_GitRepository", "v": "v1"},
+            {"id": "apps_web_apps_Deployment", "v": "v1"},
+        ]}}});
+        assert_eq!(
+            applied_controllers(&kustomization),
+            ["flux-system/source-controller"]
+        );
+        let mut facts = flux_install();
+        facts.appliers = vec!["flux-system/flux-system".into()];
+        let planned = plan(
+            &facts,
+            &Agent {
+                operator_namespace: "flux-system",
+                bundle_version: Some("v0.59.0"),
+                policy: None,
+            },
+        );
+        assert!(
+            planned.changes.iter().any(|c| c
+                .starts_with("Kustomization flux-system/flux-system applies Flux's controllers")),
+            "{:?}",
+            planned.changes
         );
     }
 

@@ -7,14 +7,14 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::ConfigMap};
 use kube::{
     Api, Client,
-    api::{DynamicObject, Patch, PatchParams},
+    api::{DynamicObject, ListParams, Patch, PatchParams},
 };
 use serde_json::{Value, json};
 use tenantflux_core::{
-    flux::{INSTANCE_API_VERSION, INSTANCE_KIND, INSTANCE_NAME},
+    flux::{INSTANCE_API_VERSION, INSTANCE_KIND, INSTANCE_NAME, KNOWN_COMPONENTS},
     policy::Policy,
     text::chain,
 };
@@ -72,23 +72,42 @@ pub enum Decision<'a> {
     Create { generation: u64, spec: &'a Value },
     /// A FluxInstance exists already: the tenant owns it; record that defaults are never needed.
     RecordExisting { generation: u64 },
+    /// No FluxInstance, but Flux's controllers run (`flux install`): that Flux is the tenant's,
+    /// and defaults rendered over it could change what runs; record that they are never
+    /// needed (`kubectl tenantflux adopt` creates the instance that matches it).
+    RecordFluxRunning { generation: u64 },
     /// A create was under way when the agent stopped, and the instance is there: record it as
     /// created, as an uninterrupted create would have.
     RecordCreated { generation: u64 },
 }
 
-/// Decides, from the held policy, whether FluxInstance `flux` exists, and what the record
-/// says, what to do about the policy's defaults.
-pub fn decide(policy: Option<&Policy>, instance_present: bool, recorded: Recorded) -> Decision<'_> {
+/// What runs of Flux, as far as the defaults care.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Present {
+    /// FluxInstance `flux` exists.
+    Instance,
+    /// No FluxInstance, but Flux's controllers run (`flux install`).
+    Controllers,
+    Nothing,
+}
+
+/// Decides, from the held policy, what of Flux runs, and what the record says, what to do
+/// about the policy's defaults.
+pub fn decide(policy: Option<&Policy>, present: Present, recorded: Recorded) -> Decision<'_> {
     let Some((policy, spec)) = policy.and_then(|p| p.defaults().map(|d| (p, d))) else {
         return Decision::Nothing;
     };
     let generation = policy.generation();
-    match (recorded, instance_present) {
+    match (recorded, present) {
         (Recorded::Done, _) => Decision::Nothing,
-        (Recorded::Creating { generation }, true) => Decision::RecordCreated { generation },
-        (Recorded::No, true) => Decision::RecordExisting { generation },
-        (Recorded::No | Recorded::Creating { .. }, false) => Decision::Create { generation, spec },
+        (Recorded::Creating { generation }, Present::Instance) => {
+            Decision::RecordCreated { generation }
+        }
+        (Recorded::No, Present::Instance) => Decision::RecordExisting { generation },
+        (Recorded::No, Present::Controllers) => Decision::RecordFluxRunning { generation },
+        // Our own create was cut short: the controllers may be the ones it rendered.
+        (Recorded::Creating { .. }, Present::Controllers | Present::Nothing)
+        | (Recorded::No, Present::Nothing) => Decision::Create { generation, spec },
     }
 }
 
@@ -112,6 +131,11 @@ pub enum DefaultsError {
         #[source]
         source: Box<kube::Error>,
     },
+    #[error("looking for Flux's controller Deployments")]
+    ReadControllers {
+        #[source]
+        source: Box<kube::Error>,
+    },
     #[error(
         "creating FluxInstance {namespace}/{INSTANCE_NAME} from the defaults of policy generation {generation} (is flux-operator installed?)"
     )]
@@ -126,6 +150,8 @@ pub enum DefaultsError {
 struct Defaults {
     records: Api<ConfigMap>,
     instances: Api<DynamicObject>,
+    /// Deployments in every namespace, read by name (Flux's controllers).
+    deployments: Api<Deployment>,
     agent_namespace: String,
     operator_namespace: String,
 }
@@ -154,7 +180,14 @@ impl Defaults {
                     source: Box::new(source),
                 })?
                 .is_some();
-        match decide(Some(policy), instance_present, recorded) {
+        let present = if instance_present {
+            Present::Instance
+        } else if recorded == Recorded::No && self.controllers_run().await? {
+            Present::Controllers
+        } else {
+            Present::Nothing
+        };
+        match decide(Some(policy), present, recorded) {
             Decision::Nothing => Ok(recorded == Recorded::Done),
             Decision::RecordCreated { generation } => {
                 tracing::info!(
@@ -170,6 +203,14 @@ impl Defaults {
                     "a FluxInstance exists: the policy's defaults are not needed"
                 );
                 self.record(generation, "existed").await?;
+                Ok(true)
+            }
+            Decision::RecordFluxRunning { generation } => {
+                tracing::info!(
+                    generation,
+                    "Flux's controllers run without a FluxInstance: the policy's defaults are not applied over them; `kubectl tenantflux adopt plan` shows the FluxInstance that matches them"
+                );
+                self.record(generation, "flux-without-instance").await?;
                 Ok(true)
             }
             Decision::Create { generation, spec } => {
@@ -212,6 +253,28 @@ impl Defaults {
         }
     }
 
+    /// Whether any of Flux's controller Deployments exists, in any namespace (listed by name:
+    /// the agent's RBAC names them).
+    async fn controllers_run(&self) -> Result<bool, DefaultsError> {
+        for name in KNOWN_COMPONENTS {
+            let list = self
+                .deployments
+                .list_metadata(
+                    &ListParams::default()
+                        .fields(&format!("metadata.name={name}"))
+                        .limit(1),
+                )
+                .await
+                .map_err(|source| DefaultsError::ReadControllers {
+                    source: Box::new(source),
+                })?;
+            if !list.items.is_empty() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     async fn record(&self, generation: u64, outcome: &str) -> Result<(), DefaultsError> {
         let data = [
             ("policyGeneration".to_owned(), generation.to_string()),
@@ -239,6 +302,7 @@ pub async fn run(
 ) {
     let defaults = Defaults {
         records: Api::namespaced(client.clone(), agent_namespace),
+        deployments: Api::all(client.clone()),
         instances: Api::namespaced_with(client, operator_namespace, &flux_instance_resource()),
         agent_namespace: agent_namespace.to_owned(),
         operator_namespace: operator_namespace.to_owned(),
@@ -291,22 +355,43 @@ mod tests {
         let with = policy(3, "  defaults: {distribution: {version: 2.9.x}}\n");
         let spec = with.defaults().unwrap();
         assert_eq!(
-            decide(Some(&with), false, Recorded::No),
+            decide(Some(&with), Present::Nothing, Recorded::No),
             Decision::Create {
                 generation: 3,
                 spec
             }
         );
         assert_eq!(
-            decide(Some(&with), true, Recorded::No),
+            decide(Some(&with), Present::Instance, Recorded::No),
             Decision::RecordExisting { generation: 3 }
         );
         // Recorded: never again, whether the tenant deleted the instance or kept it.
         assert_eq!(
-            decide(Some(&with), false, Recorded::Done),
+            decide(Some(&with), Present::Nothing, Recorded::Done),
             Decision::Nothing
         );
-        assert_eq!(decide(Some(&with), true, Recorded::Done), Decision::Nothing);
+        assert_eq!(
+            decide(Some(&with), Present::Instance, Recorded::Done),
+            Decision::Nothing
+        );
+    }
+
+    #[test]
+    fn defaults_are_never_rendered_over_controllers_that_run_without_an_instance() {
+        let with = policy(5, "  defaults: {distribution: {version: 2.9.x}}\n");
+        assert_eq!(
+            decide(Some(&with), Present::Controllers, Recorded::No),
+            Decision::RecordFluxRunning { generation: 5 }
+        );
+        // The agent's own create cut short may have left the controllers it rendered.
+        assert!(matches!(
+            decide(
+                Some(&with),
+                Present::Controllers,
+                Recorded::Creating { generation: 4 }
+            ),
+            Decision::Create { generation: 5, .. }
+        ));
     }
 
     #[test]
@@ -316,12 +401,12 @@ mod tests {
         // The instance was created before the agent stopped: it is recorded as created, from
         // the generation whose defaults made it.
         assert_eq!(
-            decide(Some(&with), true, creating),
+            decide(Some(&with), Present::Instance, creating),
             Decision::RecordCreated { generation: 3 }
         );
         // It was not: create it now.
         assert_eq!(
-            decide(Some(&with), false, creating),
+            decide(Some(&with), Present::Nothing, creating),
             Decision::Create {
                 generation: 4,
                 spec: with.defaults().unwrap()
@@ -357,10 +442,11 @@ mod tests {
     fn no_policy_or_no_defaults_does_nothing() {
         let without = policy(3, "");
         for (present, recorded) in [
-            (false, Recorded::No),
-            (true, Recorded::No),
-            (false, Recorded::Done),
-            (true, Recorded::Creating { generation: 3 }),
+            (Present::Nothing, Recorded::No),
+            (Present::Instance, Recorded::No),
+            (Present::Controllers, Recorded::No),
+            (Present::Nothing, Recorded::Done),
+            (Present::Instance, Recorded::Creating { generation: 3 }),
         ] {
             assert_eq!(decide(None, present, recorded), Decision::Nothing);
             assert_eq!(decide(Some(&without), present, recorded), Decision::Nothing);

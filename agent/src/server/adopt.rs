@@ -26,10 +26,21 @@ impl From<AdoptError> for tonic::Status {
                     "{message}; the agent's RBAC lacks it (see deploy/manifests/agent-rbac.yaml)"
                 ))
             }
+            // The API server refused the write (admission, a conflict, an invalid object):
+            // retrying as it is will not pass.
+            AdoptError::Kube { ref source, .. } if refused_by_api_server(source) => {
+                tonic::Status::failed_precondition(message)
+            }
             AdoptError::Kube { .. } => tonic::Status::unavailable(message),
-            AdoptError::NotReady(_) => tonic::Status::deadline_exceeded(message),
+            // The agent answered; what it waited for did not happen in time.
+            AdoptError::NotReady(_) => tonic::Status::aborted(message),
         }
     }
+}
+
+/// A 4xx answer other than 429 (too many requests): the request itself was refused.
+fn refused_by_api_server(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(s) if (400..500).contains(&s.code) && s.code != 429)
 }
 
 fn found(f: &plan::Found) -> FoundObject {
