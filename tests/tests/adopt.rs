@@ -704,6 +704,69 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
     assert_eq!(result["kustomizations"][0]["revision"], revision(&rev2));
     assert_eq!(controllers_now(cluster), before);
 
+    // A stray `helm upgrade` of the old release while its records exist: Helm updates what its
+    // last release holds without checking ownership, so it writes the FluxInstance and its
+    // ownership again. The agent reports that as a problem until `adopt apply` removes Helm's
+    // ownership again; with the records deleted (the plan's commands), Helm has no release left
+    // to upgrade.
+    let upgrade = |cluster: &TestCluster| {
+        Command::new(tool_path("HELM"))
+            .args(["upgrade", "fluxcd"])
+            .arg(&flux)
+            .args(["-n", NS, "--kubeconfig"])
+            .arg(cluster.kubeconfig())
+            .output()
+            .unwrap()
+    };
+    let output = upgrade(cluster);
+    assert!(output.status.success(), "helm upgrade: {output:?}");
+    assert!(helm_owned(&instance(cluster)));
+    let problem = "adopted from Helm release cozy-fluxcd/fluxcd, carries Helm's ownership again";
+    let status = |cluster: &TestCluster| {
+        json(
+            &cluster
+                .kubectl_tenantflux(None, &["status", "-o", "json"])
+                .unwrap(),
+        )
+        .to_string()
+    };
+    wait_for("the agent to report Helm's write", timeout, || async {
+        status(cluster).contains(problem).then_some(())
+    })
+    .await
+    .unwrap();
+    let output = cluster
+        .kubectl_tenantflux(None, &["adopt", "apply"])
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert!(!helm_owned(&instance(cluster)));
+    wait_for("the problem to clear", timeout, || async {
+        (!status(cluster).contains(problem)).then_some(())
+    })
+    .await
+    .unwrap();
+    let (cleaned, _) = plan(cluster);
+    for command in cleaned["cleanup"].as_array().unwrap() {
+        let command = command.as_str().unwrap();
+        let args: Vec<&str> = command
+            .strip_prefix("kubectl ")
+            .unwrap()
+            .split(' ')
+            .collect();
+        cluster
+            .kubectl_ok(&args)
+            .unwrap_or_else(|err| panic!("{command}: {err}"));
+    }
+    let output = upgrade(cluster);
+    assert!(!output.status.success(), "helm upgrade: {output:?}");
+    assert!(
+        stderr(&output).contains("has no deployed releases"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!helm_owned(&instance(cluster)));
+    assert_eq!(controllers_now(cluster), before);
+
     // The agent uninstalled: Flux keeps running and applying.
     cluster.stop_agent().unwrap();
     cluster

@@ -19,6 +19,9 @@ pub const OPERATOR_DEPLOYMENT: &str = "flux-operator";
 pub const OPERATOR_RECONCILE_ANNOTATION: &str = "fluxcd.controlplane.io/reconcile";
 /// The annotation every Flux controller reads as "reconcile now" (`flux reconcile` sets it).
 pub const REQUESTED_AT_ANNOTATION: &str = "reconcile.fluxcd.io/requestedAt";
+/// Set on a FluxInstance adopted from a Helm release (`namespace/name`) when the adoption
+/// removes Helm's ownership, so that Helm writing it again is recognised and reported.
+pub const ADOPTED_FROM_HELM_ANNOTATION: &str = "tenantflux.io/adopted-from-helm-release";
 
 /// The CRDs a flux-operator install holds: without them nobody can manage Flux.
 pub const OPERATOR_CRDS: [&str; 4] = [

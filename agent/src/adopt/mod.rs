@@ -27,7 +27,9 @@ use kube::{
 use serde_json::{Value, json};
 use tenantflux_core::{
     FIELD_MANAGER,
-    flux::{INSTANCE_NAME, OPERATOR_DEPLOYMENT, REQUESTED_AT_ANNOTATION},
+    flux::{
+        ADOPTED_FROM_HELM_ANNOTATION, INSTANCE_NAME, OPERATOR_DEPLOYMENT, REQUESTED_AT_ANNOTATION,
+    },
     policy::Policy,
     text::chain,
 };
@@ -437,7 +439,11 @@ impl Adopter {
         }
         let patch = json!({"metadata": {
             "labels": labels,
-            "annotations": {plan::HELM_RELEASE_NAME: null, plan::HELM_RELEASE_NAMESPACE: null},
+            "annotations": {
+                plan::HELM_RELEASE_NAME: null,
+                plan::HELM_RELEASE_NAMESPACE: null,
+                ADOPTED_FROM_HELM_ANNOTATION: instance.helm_release().unwrap_or_default(),
+            },
         }});
         api.patch(
             INSTANCE_NAME,

@@ -353,7 +353,7 @@ fn operator_case(
             .map(|r| format!(" of Helm release {r}"))
             .unwrap_or_default();
         plan.changes.push(format!(
-            "FluxInstance {}/{INSTANCE_NAME}: Helm's ownership ({MANAGED_BY}: {HELM_MANAGED_BY}, {HELM_RELEASE_NAME}, {HELM_RELEASE_NAMESPACE}){release} is removed, so `helm upgrade` of that release cannot silently revert it",
+            "FluxInstance {}/{INSTANCE_NAME}: Helm's ownership ({MANAGED_BY}: {HELM_MANAGED_BY}, {HELM_RELEASE_NAME}, {HELM_RELEASE_NAMESPACE}){release} is removed, and a later write by Helm is reported; delete the release's records to end it (Helm upgrades what its last release holds whatever the ownership)",
             instance.namespace
         ));
     }

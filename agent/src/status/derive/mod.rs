@@ -12,7 +12,11 @@ use super::model::{
 };
 
 use tenantflux_core::{
-    flux::{OPERATOR_DEPLOYMENT, OPERATOR_RECONCILE_ANNOTATION, image_tag},
+    MANAGED_BY_LABEL,
+    flux::{
+        ADOPTED_FROM_HELM_ANNOTATION, INSTANCE_NAME, OPERATOR_DEPLOYMENT,
+        OPERATOR_RECONCILE_ANNOTATION, image_tag,
+    },
     policy::Policy,
 };
 
@@ -112,6 +116,13 @@ pub fn derive(facts: &AgentFacts, observed: &Observed) -> Status {
             verdict.reason
         ));
     }
+    problems.extend(
+        observed
+            .instance
+            .object
+            .as_ref()
+            .and_then(|i| helm_wrote_adopted(&i.metadata)),
+    );
     Status {
         agent: AgentInfo {
             version: facts.version.clone(),
@@ -281,6 +292,34 @@ fn operator_version(deployment: &Deployment) -> String {
         .and_then(image_tag)
         .unwrap_or_default()
         .to_owned()
+}
+
+/// A FluxInstance adopted from a Helm release that carries Helm's ownership again: Helm wrote
+/// it after the adoption (`helm upgrade --take-ownership`), and its next upgrade may revert
+/// the tenant's spec. Reported as a problem until the ownership is removed again.
+pub fn helm_wrote_adopted(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<String> {
+    let annotations = meta.annotations.as_ref()?;
+    let adopted_from = annotations.get(ADOPTED_FROM_HELM_ANNOTATION)?;
+    let helm_label = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .is_some_and(|v| v == "Helm");
+    let release = annotations.get("meta.helm.sh/release-name");
+    if !helm_label && release.is_none() {
+        return None;
+    }
+    let namespace = meta.namespace.as_deref().unwrap_or_default();
+    let release = match (annotations.get("meta.helm.sh/release-namespace"), release) {
+        (Some(ns), Some(name)) => format!("{ns}/{name}"),
+        (None, Some(name)) => format!("{namespace}/{name}"),
+        _ => adopted_from.clone(),
+    };
+    Some(format!(
+        "FluxInstance {namespace}/{INSTANCE_NAME}, adopted from Helm release {adopted_from}, carries Helm's ownership again (release {release}): Helm wrote it after the adoption, and its next upgrade may revert the tenant's spec; run `kubectl tenantflux adopt apply` to remove Helm's ownership again, and delete the release's records (`kubectl tenantflux adopt plan` names them)"
+    ))
 }
 
 fn instance_status(

@@ -304,3 +304,56 @@ fn policy_status_carries_the_upgrade_deadline_for_the_fleet_view() {
     .unwrap();
     assert_eq!(policy_status(&without, None).upgrade_deadline, None);
 }
+
+#[test]
+fn helm_writing_an_adopted_instance_again_is_a_problem() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let meta = |labels: &[(&str, &str)], annotations: &[(&str, &str)]| ObjectMeta {
+        name: Some("flux".into()),
+        namespace: Some("cozy-fluxcd".into()),
+        labels: Some(
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect(),
+        ),
+        annotations: Some(
+            annotations
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect(),
+        ),
+        ..ObjectMeta::default()
+    };
+    let adopted = (
+        "tenantflux.io/adopted-from-helm-release",
+        "cozy-fluxcd/fluxcd",
+    );
+    // Adopted and released from Helm: nothing to report; Helm's, never adopted: not ours to say.
+    assert_eq!(super::helm_wrote_adopted(&meta(&[], &[adopted])), None);
+    assert_eq!(
+        super::helm_wrote_adopted(&meta(
+            &[("app.kubernetes.io/managed-by", "Helm")],
+            &[("meta.helm.sh/release-name", "fluxcd")]
+        )),
+        None
+    );
+    // Adopted, then written by Helm again (`helm upgrade --take-ownership`).
+    let problem = super::helm_wrote_adopted(&meta(
+        &[("app.kubernetes.io/managed-by", "Helm")],
+        &[
+            adopted,
+            ("meta.helm.sh/release-name", "fluxcd"),
+            ("meta.helm.sh/release-namespace", "cozy-fluxcd"),
+        ],
+    ))
+    .unwrap();
+    assert!(
+        problem.starts_with("FluxInstance cozy-fluxcd/flux, adopted from Helm release cozy-fluxcd/fluxcd, carries Helm's ownership again (release cozy-fluxcd/fluxcd)"),
+        "{problem}"
+    );
+    assert!(
+        problem.contains("kubectl tenantflux adopt apply"),
+        "{problem}"
+    );
+}
