@@ -245,17 +245,34 @@ pub fn refusal(
 }
 
 /// The directory cached credentials live in: `$XDG_CACHE_HOME/tenantflux/tokens`, else
-/// `~/.cache/tenantflux/tokens`.
+/// `~/.cache/tenantflux/tokens`; on Windows `%LOCALAPPDATA%\tenantflux\tokens`.
 pub fn default_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .filter(|d| d.is_absolute())
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|h| !h.is_empty())
-                .map(|home| PathBuf::from(home).join(".cache"))
-        })?;
+    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    dir_from(
+        env("XDG_CACHE_HOME"),
+        env("HOME"),
+        env("LOCALAPPDATA"),
+        cfg!(windows),
+    )
+}
+
+/// [`default_dir`] from the environment's values, pure.
+fn dir_from(
+    xdg_cache_home: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+    local_app_data: Option<std::ffi::OsString>,
+    windows: bool,
+) -> Option<PathBuf> {
+    let absolute = |d: std::ffi::OsString| Some(PathBuf::from(d)).filter(|d| d.is_absolute());
+    let base = xdg_cache_home.and_then(absolute).or_else(|| {
+        if windows {
+            // The user's own profile: its inherited ACL admits the user, SYSTEM and the
+            // Administrators, not other users.
+            local_app_data.and_then(absolute)
+        } else {
+            home.map(|home| PathBuf::from(home).join(".cache"))
+        }
+    })?;
     Some(base.join("tenantflux").join("tokens"))
 }
 
@@ -378,9 +395,20 @@ fn open_dir(dir: &Path) -> Result<(), String> {
     }
 }
 
+/// Elsewhere (Windows) the plugin reads no ACLs: the directory must be a directory of its own,
+/// not a symbolic link or junction; its access is what it inherits (under `%LOCALAPPDATA%`,
+/// the user, SYSTEM and the Administrators).
 #[cfg(not(unix))]
-fn open_dir(_dir: &Path) -> Result<(), String> {
-    Err("file permissions cannot be checked on this platform".to_owned())
+fn open_dir(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|err| format!("cannot create it: {err}"))?;
+    let meta = std::fs::symlink_metadata(dir).map_err(|err| err.to_string())?;
+    if meta.file_type().is_symlink() {
+        return Err("it is a symbolic link or junction".to_owned());
+    }
+    if !meta.is_dir() {
+        return Err("it is not a directory".to_owned());
+    }
+    Ok(())
 }
 
 /// The file's text; None when there is none; Err(reason) when it must not be used.
@@ -411,8 +439,24 @@ fn read_checked(path: &Path) -> Result<Option<String>, String> {
 }
 
 #[cfg(not(unix))]
-fn read_checked(_path: &Path) -> Result<Option<String>, String> {
-    Ok(None)
+fn read_checked(path: &Path) -> Result<Option<String>, String> {
+    use std::io::Read as _;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(err.to_string()),
+    };
+    if meta.file_type().is_symlink() {
+        return Err("it is a symbolic link or junction".to_owned());
+    }
+    if !meta.is_file() {
+        return Err("it is not a regular file".to_owned());
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(64 * 1024).read_to_string(&mut text))
+        .map_err(|err| err.to_string())?;
+    Ok(Some(text))
 }
 
 fn hex(bytes: &[u8]) -> String {

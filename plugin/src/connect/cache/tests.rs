@@ -237,3 +237,29 @@ fn stored_files_are_0600_in_a_0700_directory_and_loose_ones_are_not_used() {
     assert!(CredentialCache::open(&dir).is_none());
     cache.remove(&key);
 }
+
+#[test]
+fn the_cache_lives_in_the_users_own_cache_directory_on_each_platform() {
+    let os = |s: &str| Some(std::ffi::OsString::from(s));
+    // XDG_CACHE_HOME first, when absolute, on every platform.
+    assert_eq!(
+        dir_from(os("/x/cache"), os("/home/u"), None, false),
+        Some(PathBuf::from("/x/cache/tenantflux/tokens"))
+    );
+    assert_eq!(
+        dir_from(os("relative"), os("/home/u"), None, false),
+        Some(PathBuf::from("/home/u/.cache/tenantflux/tokens"))
+    );
+    // Windows: %LOCALAPPDATA%, never HOME (which Git Bash or MSYS may set to anything).
+    let local = if cfg!(windows) {
+        r"C:\Users\u\AppData\Local"
+    } else {
+        "/c/Users/u/AppData/Local"
+    };
+    assert_eq!(
+        dir_from(None, os("/home/u"), os(local), true),
+        Some(PathBuf::from(local).join("tenantflux").join("tokens"))
+    );
+    assert_eq!(dir_from(None, os("/home/u"), None, true), None);
+    assert_eq!(dir_from(None, None, None, false), None);
+}
