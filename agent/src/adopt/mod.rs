@@ -204,9 +204,12 @@ impl Adopter {
             .or(facts.controllers.first())
             .map_or_else(|| self.operator_namespace.clone(), |f| f.namespace.clone());
         facts.helm_records = self.helm_records(&namespace).await;
-        facts.appliers = health::list(&self.client)
-            .await
-            .map_err(|e| AdoptError::NotReady(chain(&e)))?
+        // Best effort: the plan is still right without them, only less helpful.
+        let kustomizations = health::list(&self.client).await.unwrap_or_else(|err| {
+            tracing::warn!(error = %chain(&err), "adopt plan: listing Kustomizations");
+            Vec::new()
+        });
+        facts.appliers = kustomizations
             .iter()
             .filter(|k| {
                 plan::applied_controllers(k)
@@ -492,8 +495,21 @@ impl Adopter {
         }
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), namespace, &flux_instance_resource());
-        // Server-side apply without force: a FluxInstance someone else wrote meanwhile is a
-        // conflict, reported, not overwritten. The same field manager as the policy defaults.
+        // Server-side apply without force, as the policy defaults do (the agent's RBAC names
+        // FluxInstance `flux`, which a create cannot be limited to): one that appeared since
+        // the plan is refused here, and one written meanwhile with other values is a conflict.
+        if api
+            .get_opt(INSTANCE_NAME)
+            .await
+            .map_err(kube_err(format!(
+                "reading FluxInstance {namespace}/{INSTANCE_NAME}"
+            )))?
+            .is_some()
+        {
+            return Err(AdoptError::Refused(format!(
+                "FluxInstance {namespace}/{INSTANCE_NAME} appeared since the plan: run `kubectl tenantflux adopt plan` again"
+            )));
+        }
         api.patch(
             INSTANCE_NAME,
             &PatchParams::apply(FIELD_MANAGER),
