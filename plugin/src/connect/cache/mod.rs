@@ -218,7 +218,8 @@ pub fn now() -> i64 {
 
 /// Why a cache file or directory must not be used, from its metadata: `None` when it is a
 /// `want` (file or directory, never a symbolic link) owned by `me` that no one else may read
-/// or write.
+/// or write. Unix only (mode bits and owners); compiled everywhere for its unit test.
+#[cfg_attr(not(unix), allow(dead_code))]
 pub fn refusal(
     is_dir: bool,
     is_file: bool,
