@@ -14,15 +14,18 @@
 //! (helm-controller, notification-controller, the image controllers, source-watcher) stay
 //! Deployments without a process, as elsewhere.
 //!
-//! One test, one cluster of its own (adoption moves the operator namespace): nothing to adopt
+//! Each test has a cluster of its own (adoption moves the operator namespace). The Cozystack
+//! test: nothing to adopt
 //! says so (exit 0); the plan names what runs, Helm's releases and their records; two
 //! FluxInstances, and two flux-operators, are refused naming both, with nothing changed; the policy's verdict for a
 //! non-compliant and a compliant policy; the agent started with `--adopt` is killed (SIGKILL)
 //! inside the adoption and, restarted, ends as an uninterrupted adoption does; the controllers'
 //! Deployments are unchanged and their processes keep their PIDs; the app is Ready at its
-//! revision and a new commit is applied; `adopt apply` again changes nothing; and with the agent
-//! uninstalled, flux-operator, the FluxInstance and the controllers still run and a new commit
-//! is still applied.
+//! revision and a new commit is applied; `adopt apply` again changes nothing; a stray
+//! `helm upgrade` of the old release succeeds while its records exist and is reported until
+//! `adopt apply` releases the instance again, and fails once the records are deleted; and with
+//! the agent uninstalled, flux-operator, the FluxInstance and the controllers still run and a
+//! new commit is still applied. The `flux install` test is described where it is defined.
 
 use std::{
     path::{Path, PathBuf},
@@ -848,7 +851,9 @@ async fn a_flux_install_cluster_is_adopted_with_a_flux_instance_that_matches_it(
         "helm-controller",
         "notification-controller",
     ];
-    let cluster = TestCluster::own("tf-adopt-fi");
+    // Not `own`: that is one cluster per test binary, which the Cozystack test holds.
+    let cluster = &TestCluster::start(&format!("tf-adopt-fi-{}", std::process::id()))
+        .expect("a cluster of this test's own");
     let work = tempfile::tempdir().unwrap();
     let keys = work.path().join("keys");
     let output = cluster
