@@ -1079,32 +1079,37 @@ fn krew_manifest_covers_every_platform() {
     validate_krew_manifest(&manifest);
 }
 
-#[test]
-fn krew_release_validates_and_installs_with_krew() {
-    let version = concat!("v", env!("CARGO_PKG_VERSION"));
-    let dist = tempfile::tempdir().expect("temporary directory");
+/// `deploy/krew/release` for `platforms` only ("linux/amd64 windows/amd64"), unoptimized (the
+/// tests check how the archives and binaries are made, not how fast they run); the manifest.
+fn krew_release(platforms: &str, dist: &Path) -> PathBuf {
     let manifest = run(
         Command::new(repo_root().join("deploy/krew/release"))
-            .arg(version)
-            .arg(dist.path()),
+            .arg(concat!("v", env!("CARGO_PKG_VERSION")))
+            .arg(dist)
+            .env("TENANTFLUX_RELEASE_PLATFORMS", platforms)
+            .env("TENANTFLUX_RELEASE_PROFILE", "dev"),
         None,
     );
-    let manifest = PathBuf::from(manifest.trim());
-    validate_krew_manifest(&manifest);
+    PathBuf::from(manifest.trim())
+}
 
-    // krew installs the linux/amd64 archive as a user's `kubectl krew install` would, checking
-    // its sha256 against the manifest; then the real kubectl finds the plugin krew installed.
-    let archive = dist
-        .path()
-        .join(format!("kubectl-tenantflux_{version}_linux_amd64.tar.gz"));
-    let krew_root = tempfile::tempdir().expect("temporary directory");
+/// `kubectl krew install` of one platform's archive, as a user on that platform would run it
+/// (krew picks the platform from KREW_OS/KREW_ARCH and checks the archive's sha256 against the
+/// manifest); the PATH on which kubectl then finds what krew installed.
+fn krew_install(
+    manifest: &Path,
+    archive: &Path,
+    os: &str,
+    arch: &str,
+    krew_root: &Path,
+) -> std::ffi::OsString {
     let path = std::env::join_paths(
         [
             tool("KUBECTL_KREW")
                 .parent()
                 .expect("krew's directory")
                 .to_path_buf(),
-            krew_root.path().join("bin"),
+            krew_root.join("bin"),
         ]
         .into_iter()
         .chain(std::env::split_paths(
@@ -1115,15 +1120,32 @@ fn krew_release_validates_and_installs_with_krew() {
     run(
         Command::new(tool("KUBECTL_KREW"))
             .args(["install", "--manifest"])
-            .arg(&manifest)
+            .arg(manifest)
             .arg("--archive")
-            .arg(&archive)
-            .env("KREW_ROOT", krew_root.path())
-            .env("KREW_OS", "linux")
-            .env("KREW_ARCH", "amd64")
+            .arg(archive)
+            .env("KREW_ROOT", krew_root)
+            .env("KREW_OS", os)
+            .env("KREW_ARCH", arch)
             .env("PATH", &path),
         None,
     );
+    path
+}
+
+#[test]
+fn krew_release_validates_and_installs_with_krew() {
+    let version = concat!("v", env!("CARGO_PKG_VERSION"));
+    let dist = tempfile::tempdir().expect("temporary directory");
+    let manifest = krew_release("linux/amd64", dist.path());
+    validate_krew_manifest(&manifest);
+
+    // krew installs the linux/amd64 archive as a user's `kubectl krew install` would; then the
+    // real kubectl finds the plugin krew installed.
+    let archive = dist
+        .path()
+        .join(format!("kubectl-tenantflux_{version}_linux_amd64.tar.gz"));
+    let krew_root = tempfile::tempdir().expect("temporary directory");
+    let path = krew_install(&manifest, &archive, "linux", "amd64", krew_root.path());
     let store = krew_root.path().join("store/tenantflux").join(version);
     for file in [
         "LICENSE",
@@ -1136,6 +1158,12 @@ fn krew_release_validates_and_installs_with_krew() {
             store.display()
         );
     }
+    // Static (musl): it runs on any Linux distribution, whatever its libc.
+    let (types, needs_libraries) =
+        elf_facts(&std::fs::read(store.join("kubectl-tenantflux")).expect("the plugin"));
+    const PT_INTERP: u32 = 3;
+    assert!(!types.contains(&PT_INTERP), "no dynamic loader: {types:?}");
+    assert!(!needs_libraries, "no shared library needed");
     let version_output = run(
         Command::new(tool_path("KUBECTL"))
             .args(["tenantflux", "version", "--client", "-o", "json"])
@@ -1144,6 +1172,467 @@ fn krew_release_validates_and_installs_with_krew() {
     );
     let version_json: Value = serde_json::from_str(&version_output).expect("JSON");
     assert_eq!(version_json["client"]["version"], version);
+}
+
+/// The members of a zip archive as deploy/krew/release writes them (deflated, sizes in each
+/// local header, no data descriptors): name, Unix mode, contents.
+fn unzip(bytes: &[u8]) -> Vec<(String, u32, Vec<u8>)> {
+    let u16_at =
+        |at: usize| u16::from_le_bytes(bytes[at..at + 2].try_into().expect("2 bytes")) as usize;
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    let mut members = Vec::new();
+    let mut at = 0;
+    // Local file headers, then the central directory (which carries the modes).
+    while u32_at(at) == 0x0403_4b50 {
+        assert_eq!(u16_at(at + 6) & 0x8, 0, "no data descriptor");
+        assert_eq!(u16_at(at + 8), 8, "deflated");
+        let size = u32_at(at + 18) as usize;
+        let (name_len, extra_len) = (u16_at(at + 26), u16_at(at + 28));
+        let name =
+            String::from_utf8(bytes[at + 30..at + 30 + name_len].to_vec()).expect("UTF-8 name");
+        let data = at + 30 + name_len + extra_len;
+        let mut contents = Vec::new();
+        std::io::Read::read_to_end(
+            &mut flate2::read::DeflateDecoder::new(&bytes[data..data + size]),
+            &mut contents,
+        )
+        .expect("inflate");
+        assert_eq!(contents.len(), u32_at(at + 22) as usize, "{name}: size");
+        members.push((name, 0, contents));
+        at = data + size;
+    }
+    for member in &mut members {
+        assert_eq!(u32_at(at), 0x0201_4b50, "a central directory entry");
+        let (name_len, extra_len, comment_len) =
+            (u16_at(at + 28), u16_at(at + 30), u16_at(at + 32));
+        assert_eq!(&bytes[at + 46..at + 46 + name_len], member.0.as_bytes());
+        member.1 = u32_at(at + 38) >> 16;
+        at += 46 + name_len + extra_len + comment_len;
+    }
+    members
+}
+
+/// The members of a .tar.gz archive: name, mode, contents.
+fn untar(bytes: &[u8]) -> Vec<(String, u32, Vec<u8>)> {
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
+    archive
+        .entries()
+        .expect("tar entries")
+        .map(|entry| {
+            let mut entry = entry.expect("tar entry");
+            let name = entry.path().expect("name").to_string_lossy().into_owned();
+            let mode = entry.header().mode().expect("mode");
+            let mut contents = Vec::new();
+            std::io::Read::read_to_end(&mut entry, &mut contents).expect("read");
+            (name, mode, contents)
+        })
+        .collect()
+}
+
+/// A Mach-O executable's CPU type, minimum macOS (`LC_BUILD_VERSION`, as 0xMMMMmmpp), the
+/// dylibs it loads, and whether it carries a code signature whose page hashes match the file.
+/// 64-bit little-endian only.
+struct MachO {
+    cpu: u32,
+    min_macos: Option<u32>,
+    dylibs: Vec<String>,
+    signed: bool,
+}
+
+/// Whether the code signature at `offset` (`LC_CODE_SIGNATURE`) holds a SHA-256 code directory
+/// whose hash of every page matches the file: what macOS checks as it maps the pages in, and
+/// what a change after signing (such as stripping) would break.
+fn code_signature_matches(bytes: &[u8], offset: usize) -> bool {
+    use sha2::Digest as _;
+    let be32 = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    const SUPERBLOB: u32 = 0xfade_0cc0;
+    const CODE_DIRECTORY: u32 = 0xfade_0c02;
+    const SHA256: u8 = 2;
+    assert_eq!(be32(offset), SUPERBLOB, "an embedded signature");
+    let Some(directory) = (0..be32(offset + 8) as usize)
+        .map(|i| offset + be32(offset + 12 + 8 * i + 4) as usize)
+        .find(|&blob| be32(blob) == CODE_DIRECTORY)
+    else {
+        return false;
+    };
+    let (hash_offset, code_slots, code_limit) = (
+        be32(directory + 16) as usize,
+        be32(directory + 28) as usize,
+        be32(directory + 32) as usize,
+    );
+    let (hash_size, hash_type, page_size) = (
+        bytes[directory + 36] as usize,
+        bytes[directory + 37],
+        1usize << bytes[directory + 39],
+    );
+    hash_type == SHA256
+        && code_slots == code_limit.div_ceil(page_size)
+        && (0..code_slots).all(|page| {
+            let code = &bytes[page * page_size..((page + 1) * page_size).min(code_limit)];
+            let stored = directory + hash_offset + page * hash_size;
+            sha2::Sha256::digest(code)[..hash_size] == bytes[stored..stored + hash_size]
+        })
+}
+
+fn macho_facts(bytes: &[u8]) -> MachO {
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    assert_eq!(u32_at(0), 0xfeed_facf, "a 64-bit Mach-O file");
+    const MH_EXECUTE: u32 = 2;
+    assert_eq!(u32_at(12), MH_EXECUTE, "an executable");
+    let mut facts = MachO {
+        cpu: u32_at(4),
+        min_macos: None,
+        dylibs: Vec::new(),
+        signed: false,
+    };
+    let mut at = 32;
+    for _ in 0..u32_at(16) {
+        let (command, size) = (u32_at(at), u32_at(at + 4) as usize);
+        const LC_LOAD_DYLIB: u32 = 0xc;
+        const LC_LOAD_WEAK_DYLIB: u32 = 0x8000_0018;
+        const LC_CODE_SIGNATURE: u32 = 0x1d;
+        const LC_BUILD_VERSION: u32 = 0x32;
+        const PLATFORM_MACOS: u32 = 1;
+        match command {
+            LC_LOAD_DYLIB | LC_LOAD_WEAK_DYLIB => {
+                let name = &bytes[at + u32_at(at + 8) as usize..at + size];
+                let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+                facts
+                    .dylibs
+                    .push(String::from_utf8(name[..end].to_vec()).expect("UTF-8 dylib path"));
+            }
+            LC_CODE_SIGNATURE => {
+                facts.signed = code_signature_matches(bytes, u32_at(at + 8) as usize)
+            }
+            LC_BUILD_VERSION => {
+                assert_eq!(u32_at(at + 8), PLATFORM_MACOS, "built for macOS");
+                facts.min_macos = Some(u32_at(at + 12));
+            }
+            _ => {}
+        }
+        at += size;
+    }
+    facts
+}
+
+/// A PE executable's machine, whether it is a console program, and the DLLs it imports.
+fn pe_facts(bytes: &[u8]) -> (u16, bool, Vec<String>) {
+    let u16_at = |at: usize| u16::from_le_bytes(bytes[at..at + 2].try_into().expect("2 bytes"));
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    assert_eq!(&bytes[..2], b"MZ", "a DOS/PE file");
+    let pe = u32_at(0x3c) as usize;
+    assert_eq!(&bytes[pe..pe + 4], b"PE\0\0", "a PE file");
+    let (machine, sections, optional_size) = (
+        u16_at(pe + 4),
+        u16_at(pe + 6) as usize,
+        u16_at(pe + 20) as usize,
+    );
+    let optional = pe + 24;
+    assert_eq!(u16_at(optional), 0x20b, "PE32+");
+    const IMAGE_SUBSYSTEM_WINDOWS_CUI: u16 = 3;
+    let console = u16_at(optional + 68) == IMAGE_SUBSYSTEM_WINDOWS_CUI;
+    // Where a virtual address lies in the file, from the section table.
+    let table = optional + optional_size;
+    let file_offset = |rva: u32| -> usize {
+        (0..sections)
+            .map(|i| table + i * 40)
+            .find_map(|s| {
+                let (address, size, raw) = (u32_at(s + 12), u32_at(s + 16), u32_at(s + 20));
+                (address..address + size)
+                    .contains(&rva)
+                    .then(|| (rva - address + raw) as usize)
+            })
+            .expect("an address inside a section")
+    };
+    // The import directory (data directory 1): one 20-byte descriptor per DLL, then zeros.
+    let mut imports = Vec::new();
+    let mut descriptor = file_offset(u32_at(optional + 112 + 8));
+    while u32_at(descriptor + 12) != 0 {
+        let name = &bytes[file_offset(u32_at(descriptor + 12))..];
+        let end = name
+            .iter()
+            .position(|&b| b == 0)
+            .expect("a NUL-terminated DLL name");
+        imports.push(String::from_utf8(name[..end].to_vec()).expect("ASCII DLL name"));
+        descriptor += 20;
+    }
+    (machine, console, imports)
+}
+
+/// What Windows 10 and later ship: a binary importing only these runs without a redistributable.
+fn is_system_dll(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name.starts_with("api-ms-win-")
+        || [
+            "kernel32.dll",
+            "ntdll.dll",
+            "advapi32.dll",
+            "bcrypt.dll",
+            "bcryptprimitives.dll",
+            "crypt32.dll",
+            "ncrypt.dll",
+            "secur32.dll",
+            "userenv.dll",
+            "ws2_32.dll",
+        ]
+        .contains(&name.as_str())
+}
+
+/// Where a program this machine may lack is on PATH; failing, what to install.
+fn installed(program: &str, package: &str) -> PathBuf {
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| panic!("{program} is not installed: apt-get install {package}"))
+}
+
+/// Wine 8 (Debian 12's) has no bcryptprimitives.dll, from which Rust's std on Windows 10 and
+/// later takes its randomness (`ProcessPrng`): a DLL next to the .exe gives it, by the
+/// `BCryptGenRandom` Wine has, compiled by the zig deploy/krew/release installed.
+fn wine_process_prng_dll(dir: &Path) {
+    let release = std::fs::read_to_string(repo_root().join("deploy/krew/release"))
+        .expect("deploy/krew/release");
+    let zig_version = release
+        .lines()
+        .find_map(|line| line.strip_prefix("zig_version="))
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("deploy/krew/release pins zig_version=");
+    let cache = std::env::var_os("TENANTFLUX_CACHE").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/tenantflux"),
+        PathBuf::from,
+    );
+    let source = dir.join("process_prng.c");
+    std::fs::write(
+        &source,
+        r#"#include <windows.h>
+#include <bcrypt.h>
+__declspec(dllexport) BOOL WINAPI ProcessPrng(PBYTE data, SIZE_T len) {
+  while (len) {
+    ULONG n = len > 0x10000000 ? 0x10000000 : (ULONG)len;
+    if (BCryptGenRandom(NULL, data, n, BCRYPT_USE_SYSTEM_PREFERRED_RNG) != 0) return FALSE;
+    data += n, len -= n;
+  }
+  return TRUE;
+}
+"#,
+    )
+    .expect("write the DLL's source");
+    run(
+        Command::new(cache.join(format!("zig-{zig_version}/bin/python3")))
+            .args([
+                "-m",
+                "ziglang",
+                "cc",
+                "-target",
+                "x86_64-windows-gnu",
+                "-shared",
+                "-o",
+            ])
+            .arg(dir.join("bcryptprimitives.dll"))
+            .arg(&source)
+            .arg("-lbcrypt"),
+        None,
+    );
+}
+
+#[test]
+fn krew_release_cross_builds_every_other_platform() {
+    // Every platform of the manifest but linux/amd64 (krew_release_validates_and_installs_with_krew),
+    // built here as a release does and installed by krew for its platform. linux/arm64 runs
+    // under qemu, windows/amd64 under wine; darwin and windows/arm64 are built, not run.
+    let version = concat!("v", env!("CARGO_PKG_VERSION"));
+    let platforms = [
+        ("linux", "arm64"),
+        ("darwin", "amd64"),
+        ("darwin", "arm64"),
+        ("windows", "amd64"),
+        ("windows", "arm64"),
+    ];
+    let dist = tempfile::tempdir().expect("temporary directory");
+    let manifest = krew_release(
+        &platforms.map(|(os, arch)| format!("{os}/{arch}")).join(" "),
+        dist.path(),
+    );
+    validate_krew_manifest(&manifest);
+    let work = tempfile::tempdir().expect("temporary directory");
+    for (os, arch) in platforms {
+        let (exe, ext) = if os == "windows" {
+            (".exe", "zip")
+        } else {
+            ("", "tar.gz")
+        };
+        let archive = dist
+            .path()
+            .join(format!("kubectl-tenantflux_{version}_{os}_{arch}.{ext}"));
+        let bytes = std::fs::read(&archive).expect("the archive");
+        let mut members = if os == "windows" {
+            unzip(&bytes)
+        } else {
+            untar(&bytes)
+        };
+        members.sort();
+        let names: Vec<&str> = members.iter().map(|(name, _, _)| name.as_str()).collect();
+        let (plugin, complete) = (
+            format!("kubectl-tenantflux{exe}"),
+            format!("kubectl_complete-tenantflux{exe}"),
+        );
+        assert_eq!(names, ["LICENSE", &plugin, &complete], "{os}/{arch}");
+        for (name, mode, _) in &members[1..] {
+            assert_eq!(mode & 0o111, 0o111, "{os}/{arch}: {name} is executable");
+        }
+        let krew_root = work.path().join(format!("krew-{os}-{arch}"));
+        krew_install(&manifest, &archive, os, arch, &krew_root);
+        let store = krew_root.join("store/tenantflux").join(version);
+        let dir = work.path().join(format!("{os}-{arch}"));
+        std::fs::create_dir(&dir).expect("a directory per platform");
+        for (name, _, contents) in &members {
+            assert!(
+                store.join(name).is_file(),
+                "krew installed {name} for {os}/{arch}"
+            );
+            std::fs::write(dir.join(name), contents).expect("extract");
+            std::fs::set_permissions(
+                dir.join(name),
+                std::os::unix::fs::PermissionsExt::from_mode(0o755),
+            )
+            .expect("chmod");
+        }
+        let binaries = [dir.join(&plugin), dir.join(&complete)];
+        match os {
+            "linux" => linux_arm64_is_static_and_runs_under_qemu(&binaries, version),
+            "darwin" => darwin_is_what_macos_loads(arch, &binaries),
+            _ => windows_imports_only_windows(arch, &binaries),
+        }
+        if (os, arch) == ("windows", "amd64") {
+            windows_amd64_runs_under_wine(&binaries, &dir, version);
+        }
+    }
+}
+
+fn linux_arm64_is_static_and_runs_under_qemu(binaries: &[PathBuf; 2], version: &str) {
+    for binary in binaries {
+        let bytes = std::fs::read(binary).expect("the binary");
+        const EM_AARCH64: u16 = 183;
+        assert_eq!(u16::from_le_bytes([bytes[0x12], bytes[0x13]]), EM_AARCH64);
+        let (types, needs_libraries) = elf_facts(&bytes);
+        const PT_INTERP: u32 = 3;
+        assert!(!types.contains(&PT_INTERP), "no dynamic loader: {types:?}");
+        assert!(!needs_libraries, "no shared library needed");
+    }
+    let qemu = installed("qemu-aarch64", "qemu-user");
+    let out = run(
+        Command::new(&qemu)
+            .arg(&binaries[0])
+            .args(["version", "--client", "-o", "json"]),
+        None,
+    );
+    let json: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(json["client"]["version"], version, "linux/arm64 under qemu");
+    let out = run(Command::new(&qemu).arg(&binaries[1]).arg("stat"), None);
+    assert!(
+        out.starts_with("status\t"),
+        "linux/arm64 completion under qemu: {out}"
+    );
+}
+
+/// Built, not run (no macOS here): what macOS's loader checks before it starts a program.
+fn darwin_is_what_macos_loads(arch: &str, binaries: &[PathBuf; 2]) {
+    const CPU_TYPE_X86_64: u32 = 0x0100_0007;
+    const CPU_TYPE_ARM64: u32 = 0x0100_000c;
+    let cpu = if arch == "amd64" {
+        CPU_TYPE_X86_64
+    } else {
+        CPU_TYPE_ARM64
+    };
+    for binary in binaries {
+        let facts = macho_facts(&std::fs::read(binary).expect("the binary"));
+        assert_eq!(facts.cpu, cpu, "darwin/{arch}: the CPU type");
+        assert_eq!(
+            facts.min_macos,
+            Some(0x000b_0000),
+            "darwin/{arch}: macOS 11 or later"
+        );
+        // Only what every macOS has: libSystem, libiconv and the system frameworks (the stubs
+        // in deploy/krew/darwin-frameworks name them).
+        assert!(
+            facts.dylibs.iter().all(|d| d.starts_with("/usr/lib/")
+                || d.starts_with("/System/Library/Frameworks/")),
+            "darwin/{arch}: {:?}",
+            facts.dylibs
+        );
+        assert!(
+            facts
+                .dylibs
+                .iter()
+                .any(|d| d == "/usr/lib/libSystem.B.dylib"),
+            "{:?}",
+            facts.dylibs
+        );
+        // Apple silicon starts no code without a valid signature (zig signs ad hoc).
+        assert!(
+            facts.signed || arch == "amd64",
+            "darwin/{arch}: code signature"
+        );
+    }
+}
+
+fn windows_imports_only_windows(arch: &str, binaries: &[PathBuf; 2]) {
+    const IMAGE_FILE_MACHINE_AMD64: u16 = 0x8664;
+    const IMAGE_FILE_MACHINE_ARM64: u16 = 0xaa64;
+    let machine = if arch == "amd64" {
+        IMAGE_FILE_MACHINE_AMD64
+    } else {
+        IMAGE_FILE_MACHINE_ARM64
+    };
+    for binary in binaries {
+        let (found, console, dlls) = pe_facts(&std::fs::read(binary).expect("the binary"));
+        assert_eq!(found, machine, "windows/{arch}: the machine");
+        assert!(console, "windows/{arch}: a console program");
+        assert!(
+            dlls.iter().all(|dll| is_system_dll(dll)),
+            "windows/{arch}: only Windows' own DLLs: {dlls:?}"
+        );
+    }
+}
+
+fn windows_amd64_runs_under_wine(binaries: &[PathBuf; 2], dir: &Path, version: &str) {
+    let wine = installed("wine", "wine wine64");
+    wine_process_prng_dll(dir);
+    let prefix = dir.join("wine");
+    let wine_run = |binary: &Path, args: &[&str]| {
+        run(
+            Command::new(&wine)
+                .arg(binary)
+                .args(args)
+                .env("WINEPREFIX", &prefix)
+                .env("WINEDEBUG", "-all")
+                .env_remove("DISPLAY"),
+            None,
+        )
+    };
+    let out = wine_run(&binaries[0], &["version", "--client", "-o", "json"]);
+    let json: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(
+        json["client"]["version"], version,
+        "windows/amd64 under wine"
+    );
+    let script = wine_run(&binaries[0], &["completion", "powershell"]);
+    assert!(
+        script.contains("Register-ArgumentCompleter") && script.contains("kubectl-tenantflux"),
+        "{script}"
+    );
+    let out = wine_run(&binaries[1], &["stat"]);
+    assert!(
+        out.starts_with("status\t"),
+        "windows/amd64 completion under wine: {out}"
+    );
+    // wine's server outlives the programs a few seconds: wait for it, then the prefix goes.
+    run(
+        Command::new(installed("wineserver", "wine"))
+            .arg("-w")
+            .env("WINEPREFIX", &prefix),
+        None,
+    );
 }
 
 /// What `kubectl __complete tenantflux ARGS` offers (the protocol bash/zsh/fish completion of
