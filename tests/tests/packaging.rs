@@ -1378,12 +1378,48 @@ fn is_system_dll(name: &str) -> bool {
         .contains(&name.as_str())
 }
 
-/// Where a program this machine may lack is on PATH; failing, what to install.
-fn installed(program: &str, package: &str) -> PathBuf {
-    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-        .map(|dir| dir.join(program))
-        .find(|candidate| candidate.is_file())
-        .unwrap_or_else(|| panic!("{program} is not installed: apt-get install {package}"))
+/// Where a program this machine may lack is on PATH, installing `packages` with apt-get
+/// (as root, or through `sudo -n`) when it is missing, as deploy/image/build installs buildah:
+/// the suite runs on a fresh machine. Failing, what to install.
+fn installed(program: &str, packages: &str) -> PathBuf {
+    let find = || {
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|dir| dir.join(program))
+            .find(|candidate| candidate.is_file())
+    };
+    if let Some(found) = find() {
+        return found;
+    }
+    static APT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = APT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(found) = find() {
+        return found;
+    }
+    let apt = |args: &[&str]| {
+        let mut command = if rustix::process::geteuid().is_root() {
+            Command::new("apt-get")
+        } else {
+            let mut sudo = Command::new("sudo");
+            sudo.args(["-n", "apt-get"]);
+            sudo
+        };
+        command
+            .args(["-o", "DPkg::Lock::Timeout=300", "-y", "-q"])
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let install: Vec<&str> = std::iter::once("install")
+        .chain(packages.split(' '))
+        .collect();
+    eprintln!("{program} is missing: apt-get install {packages}");
+    let _ = apt(&install) || (apt(&["update"]) && apt(&install));
+    find().unwrap_or_else(|| {
+        panic!("{program} is not installed and apt-get could not install it: apt-get install {packages}")
+    })
 }
 
 /// Wine 8 (Debian 12's) has no bcryptprimitives.dll, from which Rust's std on Windows 10 and
