@@ -55,6 +55,13 @@ const CONTROLLERS: [&str; 7] = [
 /// The controllers that run as processes here.
 const RUNNING: [&str; 2] = ["source-controller", "kustomize-controller"];
 
+/// The app both tests reconcile: ConfigMap apps/app holding `value`.
+fn app_config(value: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: app, namespace: apps}}\ndata: {{value: {value}}}\n"
+    )
+}
+
 fn helm(cluster: &TestCluster, args: &[&str]) -> String {
     let output = Command::new(tool_path("HELM"))
         .args(args)
@@ -346,13 +353,8 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
             .unwrap_or_else(|err| panic!("{name}: {err}"));
     }
     let repo = GitRepo::new("cozy-app").unwrap();
-    let config = |value: &str| {
-        format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: app, namespace: apps}}\ndata: {{value: {value}}}\n"
-        )
-    };
     let rev1 = repo
-        .commit(&[("app/configmap.yaml", &config("one"))], &[], "one")
+        .commit(&[("app/configmap.yaml", &app_config("one"))], &[], "one")
         .unwrap();
     let url = cluster.git_server(&repo).unwrap();
     cluster
@@ -568,7 +570,7 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
 
     // Flux works under its new owner.
     let rev2 = repo
-        .commit(&[("app/configmap.yaml", &config("two"))], &[], "two")
+        .commit(&[("app/configmap.yaml", &app_config("two"))], &[], "two")
         .unwrap();
     cluster
         .kustomization_applied("apps", "app", &revision(&rev2), timeout)
@@ -809,7 +811,11 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
     assert_no_agent_hold(cluster);
     assert_eq!(controllers_now(cluster), before);
     let rev3 = repo
-        .commit(&[("app/configmap.yaml", &config("three"))], &[], "three")
+        .commit(
+            &[("app/configmap.yaml", &app_config("three"))],
+            &[],
+            "three",
+        )
         .unwrap();
     cluster
         .kustomization_applied("apps", "app", &revision(&rev3), timeout)
@@ -896,15 +902,10 @@ async fn a_flux_install_cluster_is_adopted_with_a_flux_instance_that_matches_it(
     assert!(export.status.success(), "flux install --export: {export:?}");
     let components = String::from_utf8(export.stdout).unwrap();
     let repo = GitRepo::new("flux-install-app").unwrap();
-    let config = |value: &str| {
-        format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: app, namespace: apps}}\ndata: {{value: {value}}}\n"
-        )
-    };
     let rev1 = repo
         .commit(
             &[
-                ("app/configmap.yaml", &config("one")),
+                ("app/configmap.yaml", &app_config("one")),
                 ("flux-system/gotk-components.yaml", &components),
             ],
             &[],
@@ -1133,7 +1134,7 @@ async fn a_flux_install_cluster_is_adopted_with_a_flux_instance_that_matches_it(
             .unwrap_or_else(|err| panic!("{name} after the rollout: {err}"));
     }
     let rev2 = repo
-        .commit(&[("app/configmap.yaml", &config("two"))], &[], "two")
+        .commit(&[("app/configmap.yaml", &app_config("two"))], &[], "two")
         .unwrap();
     cluster
         .kustomization_applied("apps", "app", &revision(&rev2), timeout)
