@@ -5,7 +5,9 @@
 //! the service-account volume with a TokenRequest token bound to that Pod, the policy-key
 //! ConfigMap), so the agent takes the in-cluster configuration path every real install takes.
 //! Then: /readyz, `status` and a policy push through the plugin (kwok's port-forward routed to
-//! the container), and a clean stop on SIGTERM within the pod's grace period.
+//! the container), and a clean stop on SIGTERM within the pod's grace period. Before that, the
+//! index the build wrote: exactly linux/amd64 and linux/arm64, and the arm64 image's agent run
+//! under qemu-user.
 
 use std::{
     collections::BTreeMap,
@@ -101,6 +103,119 @@ impl Drop for Container<'_> {
     fn drop(&mut self) {
         let _ = output_of(&mut self.podman.command(&["rm", "--force", &self.name]));
     }
+}
+
+/// Where a program this machine may lack is on PATH, installing `packages` with apt-get (as
+/// root, or through `sudo -n`) when it is missing: the suite runs on a fresh machine. Failing,
+/// what to install. (packaging.rs has the same function.)
+fn installed(program: &str, packages: &str) -> PathBuf {
+    let find = || {
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|dir| dir.join(program))
+            .find(|candidate| candidate.is_file())
+    };
+    if let Some(found) = find() {
+        return found;
+    }
+    let apt = |args: &[&str]| {
+        let mut command = if rustix::process::geteuid().is_root() {
+            Command::new("apt-get")
+        } else {
+            let mut sudo = Command::new("sudo");
+            sudo.args(["-n", "apt-get"]);
+            sudo
+        };
+        command
+            .args(["-o", "DPkg::Lock::Timeout=300", "-y", "-q"])
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let install: Vec<&str> = std::iter::once("install")
+        .chain(packages.split(' '))
+        .collect();
+    eprintln!("{program} is missing: apt-get install {packages}");
+    let _ = apt(&install) || (apt(&["update"]) && apt(&install));
+    find().unwrap_or_else(|| {
+        panic!("{program} is not installed and apt-get could not install it: apt-get install {packages}")
+    })
+}
+
+/// The index `image` names holds linux/amd64 and linux/arm64, nothing else; the arm64 image is
+/// the chart's pod's (user, entrypoint) and its agent, taken out of the image, is an aarch64
+/// program that runs under qemu-user. Returns what it printed for `--version`.
+fn arm64_image_runs_under_qemu(podman: &Podman, image: &str, dir: &Path) -> String {
+    let index: Value = serde_json::from_str(&run(
+        Command::new("buildah").args(["manifest", "inspect", image])
+    ))
+    .expect("buildah manifest inspect JSON");
+    let manifests = index["manifests"].as_array().expect("manifests");
+    let mut platforms: Vec<String> = manifests
+        .iter()
+        .map(|m| {
+            format!(
+                "{}/{}",
+                str_at(m, "/platform/os"),
+                str_at(m, "/platform/architecture")
+            )
+        })
+        .collect();
+    platforms.sort();
+    assert_eq!(platforms, ["linux/amd64", "linux/arm64"], "{index:#}");
+    let arm64 = manifests
+        .iter()
+        .find(|m| m["platform"]["architecture"] == "arm64")
+        .map(|m| str_at(m, "/digest"))
+        .expect("the arm64 manifest");
+
+    // podman resolves a local index to this machine's image whatever `--platform` says: the
+    // arm64 image is named by its digest (podman warns that its platform is not this one's).
+    let repository = match image.rsplit_once(':') {
+        Some((repository, tag)) if !tag.contains('/') => repository,
+        _ => image,
+    };
+    let reference = format!("{repository}@{arm64}");
+    let inspected: Value =
+        serde_json::from_str(&podman.ok(&["image", "inspect", &reference])).expect("JSON");
+    assert_eq!(inspected[0]["Architecture"], "arm64", "{reference}");
+    let config = &inspected[0]["Config"];
+    assert_eq!(config["User"], "65532:65532", "{reference}: {config:#}");
+    assert_eq!(
+        config["Entrypoint"],
+        serde_json::json!(["/tenantflux-agent"]),
+        "{reference}"
+    );
+
+    let name = format!("tf-image-arm64-{}", std::process::id());
+    podman.ok(&["create", "--pull=never", "--name", &name, &reference]);
+    let agent = dir.join("tenantflux-agent-arm64");
+    {
+        let _container = Container {
+            podman,
+            name: name.clone(),
+        };
+        podman.ok(&["cp", &format!("{name}:/tenantflux-agent"), path(&agent)]);
+    }
+    let bytes = std::fs::read(&agent).expect("the arm64 agent");
+    assert_eq!(&bytes[..4], b"\x7fELF", "{reference}: an ELF file");
+    const EM_AARCH64: u16 = 183;
+    assert_eq!(
+        u16::from_le_bytes([bytes[0x12], bytes[0x13]]),
+        EM_AARCH64,
+        "{reference}: e_machine"
+    );
+    let qemu = installed("qemu-aarch64", "qemu-user");
+    let version = run(Command::new(qemu).arg(&agent).arg("--version"));
+    let version = version.trim();
+    assert_eq!(
+        version,
+        concat!("tenantflux-agent ", env!("CARGO_PKG_VERSION")),
+        "{reference} under qemu"
+    );
+    version.to_owned()
 }
 
 fn free_port() -> u16 {
@@ -483,6 +598,12 @@ async fn agent_image_runs_as_the_charts_pod_against_the_api_server() {
         "image {image}: {:.1} MiB, built in {:.0?}",
         size as f64 / (1024.0 * 1024.0),
         build_time
+    );
+    let checking = Instant::now();
+    let version = arm64_image_runs_under_qemu(&podman, image, dir.path());
+    println!(
+        "arm64 agent under qemu: {version} (index and arm64 image checked in {:.1?})",
+        checking.elapsed()
     );
 
     let cluster = TestCluster::start(&format!("tf-image-{}", std::process::id()))
