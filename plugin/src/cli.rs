@@ -6,6 +6,7 @@ use clap::{CommandFactory as _, Parser, Subcommand};
 use crate::{
     commands::{
         adopt::{self, AdoptCommand},
+        dashboard::{self, DashboardArgs},
         fleet::{self, FleetCommand},
         inspect::{self, EventsArgs, StatsArgs, TraceArgs, TreeArgs},
         instance::{self, InstanceCommand},
@@ -72,6 +73,12 @@ pub enum Command {
     Trace(TraceArgs),
     /// Per kind: how many Flux objects run, fail and are suspended, and sources' storage.
     Stats(StatsArgs),
+    /// Serve a live web page of the cluster's Flux on 127.0.0.1 (objects, inventories, Events,
+    /// the cluster's state; suspend, resume, reconcile), through the agent as you.
+    #[command(
+        after_help = "The page shows what your credentials may watch: every namespace, or with -n one. It\nlistens on 127.0.0.1 only; the printed address signs one browser in, once. Ctrl-C stops it.\n\nExamples:\n  kubectl tenantflux dashboard\n  kubectl tenantflux dashboard -n apps --port 8900 --no-open"
+    )]
+    Dashboard(DashboardArgs),
     /// The platform's policy: keygen, sign and verify (local), push and show (the agent).
     #[command(subcommand)]
     #[command(
@@ -163,6 +170,7 @@ impl Cli {
                 Command::Tree(args) => inspect::tree(&options, &printer, args).await,
                 Command::Trace(args) => inspect::trace(&options, &printer, args).await,
                 Command::Stats(args) => inspect::stats(&options, &printer, args).await,
+                Command::Dashboard(args) => dashboard::run(&options, args).await,
                 Command::Policy(command) => policy::run_remote(command, &options, &printer).await,
                 Command::Instance(command) => {
                     return instance::run(command, &options, &printer).await;

@@ -14,3 +14,4 @@ pub mod flux_cli;
 pub mod grammar;
 pub mod output;
 pub mod timings;
+pub mod web;

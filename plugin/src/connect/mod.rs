@@ -238,14 +238,17 @@ impl Agent {
     /// Starts a watch: the agent's status now, then again at every change. The watch owns the
     /// connection, and ends when the agent closes the stream or the connection breaks.
     pub async fn watch_status(self) -> Result<StatusWatch, CallError> {
-        let mut client = self.client.clone();
-        let stream = self
-            .call(client.watch_status(WatchStatusRequest {}))
-            .await?;
+        let stream = self.status_stream().await?;
         Ok(StatusWatch {
             stream,
             agent: self,
         })
+    }
+
+    /// The WatchStatus stream on this connection, which the caller reads with [`Agent::next`].
+    pub async fn status_stream(&self) -> Result<Streaming<Status>, CallError> {
+        let mut client = self.client.clone();
+        self.call(client.watch_status(WatchStatusRequest {})).await
     }
 
     /// A client of the agent's Workloads service on the same connection.

@@ -19,7 +19,7 @@ mod view;
 use self::{args::Control, bulk::Action, view::ListView};
 pub use self::{
     args::{ControlArgs, GetArgs, ReconcileArgs, TargetArgs, control_help},
-    view::{ObjectView, TableOptions, render_tables},
+    view::{ConditionView, ObjectView, RefView, TableOptions, render_tables},
 };
 use crate::{
     connect::{Agent, ConnectOptions},

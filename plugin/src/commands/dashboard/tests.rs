@@ -1,0 +1,214 @@
+use tenantflux_proto::v1 as pb;
+
+use super::{
+    live::{Key, Scope},
+    pages::{self, Filter},
+    requested,
+};
+use crate::commands::{
+    status::StatusView,
+    workloads::{ConditionView, ObjectView},
+};
+
+fn kind(name: &str, revision_column: &str) -> pb::FluxKind {
+    pb::FluxKind {
+        kind: name.to_owned(),
+        served: true,
+        revision_column: revision_column.to_owned(),
+        ..Default::default()
+    }
+}
+
+fn object(kind: &str, namespace: &str, name: &str, ready: &str, message: &str) -> ObjectView {
+    ObjectView {
+        kind: kind.to_owned(),
+        api_version: "kustomize.toolkit.fluxcd.io/v1".to_owned(),
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        revision: "main@sha1:0123abcd".to_owned(),
+        suspended: false,
+        ready: Some(ConditionView {
+            status: ready.to_owned(),
+            reason: String::new(),
+            message: message.to_owned(),
+        }),
+        labels: Default::default(),
+        generation: 1,
+        observed_generation: 1,
+        last_handled_reconcile_at: String::new(),
+        source: None,
+    }
+}
+
+fn key(o: &ObjectView) -> Key {
+    Key {
+        order: 0,
+        kind: o.kind.clone(),
+        namespace: o.namespace.clone(),
+        name: o.name.clone(),
+    }
+}
+
+#[test]
+fn a_filter_survives_its_query_and_selects_what_it_says() {
+    let filter = Filter::from_query("namespace=apps&kind=Kustomization&not_ready=1");
+    assert_eq!(Filter::from_query(&filter.query()), filter);
+    assert!(filter.passes(&object("Kustomization", "apps", "a", "False", "")));
+    assert!(filter.passes(&object("Kustomization", "apps", "a", "Unknown", "")));
+    assert!(!filter.passes(&object("Kustomization", "apps", "a", "True", "")));
+    assert!(!filter.passes(&object("Kustomization", "other", "a", "False", "")));
+    assert!(!filter.passes(&object("HelmRelease", "apps", "a", "False", "")));
+    assert!(Filter::default().passes(&object("HelmRelease", "x", "y", "True", "")));
+    assert_eq!(Filter::from_query("not_ready=false"), Filter::default());
+}
+
+#[test]
+fn messages_from_the_cluster_are_escaped_not_run() {
+    let hostile = object(
+        "Kustomization",
+        "apps",
+        "web",
+        "False",
+        "<img src=x onerror=alert(1)><script>alert(2)</script>",
+    );
+    let html =
+        pages::row(&key(&hostile), &kind("Kustomization", "REVISION"), &hostile).into_string();
+    assert!(!html.contains("<img"), "{html}");
+    assert!(!html.contains("<script"), "{html}");
+    assert!(
+        html.contains("&lt;img src=x onerror=alert(1)&gt;"),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"data-key="Kustomization/apps/web""#),
+        "{html}"
+    );
+    assert!(html.contains("main@sha1:0123abcd"), "{html}");
+}
+
+#[test]
+fn the_index_groups_by_kind_and_hides_empty_kinds() {
+    let objects: Vec<(Key, ObjectView)> = [
+        object("Kustomization", "apps", "web", "True", ""),
+        object("Kustomization", "apps", "db", "False", "broken"),
+    ]
+    .into_iter()
+    .map(|o| (key(&o), o))
+    .collect();
+    let kinds = [
+        kind("GitRepository", "REVISION"),
+        kind("Kustomization", "REVISION"),
+    ];
+    let scope = Scope {
+        namespace: String::new(),
+        notice: None,
+    };
+    let html = pages::index(
+        "Flux",
+        &scope,
+        &kinds,
+        &objects,
+        &Filter::from_query("not_ready=1"),
+        maud::html! {},
+    )
+    .into_string();
+    assert!(
+        html.contains(r#"<section id="kind-GitRepository" hidden>"#),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"<section id="kind-Kustomization">"#),
+        "{html}"
+    );
+    assert!(html.contains("Kustomization/apps/db"));
+    assert!(
+        !html.contains("Kustomization/apps/web"),
+        "ready ones are filtered out"
+    );
+    assert!(html.contains("1 of 2 objects"));
+    assert!(html.contains(r#"data-live="/live?not_ready=1""#), "{html}");
+    assert!(!html.contains("<script>"), "no inline script");
+}
+
+#[test]
+fn read_only_kinds_offer_no_actions_and_suspended_ones_offer_resume() {
+    let report = object("FluxReport", "flux-system", "flux", "True", "");
+    assert!(pages::actions(&kind("FluxReport", ""), &report).is_empty());
+    let mut ks = object("Kustomization", "apps", "web", "True", "");
+    assert_eq!(
+        pages::actions(&kind("Kustomization", "R"), &ks),
+        ["suspend", "reconcile"]
+    );
+    ks.suspended = true;
+    assert_eq!(
+        pages::actions(&kind("Kustomization", "R"), &ks),
+        ["resume", "reconcile"]
+    );
+}
+
+#[test]
+fn the_confirmation_posts_the_action_with_the_csrf_token() {
+    let object = pb::ObjectRef {
+        kind: "Kustomization".to_owned(),
+        namespace: "apps".to_owned(),
+        name: "web".to_owned(),
+    };
+    let html = pages::confirm("suspend", &object, "c5rf").into_string();
+    assert!(
+        html.contains(r#"<form method="post" action="/action">"#),
+        "{html}"
+    );
+    assert!(html.contains(r#"name="csrf" value="c5rf""#), "{html}");
+    assert!(html.contains("Suspend Kustomization apps/web"), "{html}");
+}
+
+#[test]
+fn only_the_three_actions_on_a_named_object_are_accepted() {
+    let fields = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let ok = requested(&fields(&[
+        ("action", "resume"),
+        ("kind", "ks"),
+        ("name", "a"),
+    ]));
+    assert_eq!(
+        ok.map(|(a, o)| (a, o.name)),
+        Ok(("resume".to_owned(), "a".to_owned()))
+    );
+    let delete = requested(&fields(&[
+        ("action", "delete"),
+        ("kind", "ks"),
+        ("name", "a"),
+    ]));
+    assert!(delete.unwrap_err().contains("unknown action 'delete'"));
+    assert!(requested(&fields(&[("action", "suspend")])).is_err());
+}
+
+#[test]
+fn a_policy_the_api_server_does_not_enforce_is_shown_as_not_enforced() {
+    let status = StatusView::from(pb::Status {
+        policy: Some(pb::PolicyStatus {
+            generation: 3,
+            name: "tenants".to_owned(),
+            compliant: true,
+            enforcement: Some(pb::Enforcement {
+                enforced: false,
+                reason: "the ValidatingAdmissionPolicyBinding was deleted".to_owned(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let html = pages::cluster(&Ok(Some(status)), None, None).into_string();
+    assert!(html.contains("NOT ENFORCED"), "{html}");
+    assert!(
+        html.contains("the ValidatingAdmissionPolicyBinding was deleted"),
+        "{html}"
+    );
+    assert!(html.contains(r#"class="card bad""#), "{html}");
+}

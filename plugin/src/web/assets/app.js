@@ -1,0 +1,61 @@
+// The dashboards' one script: follows the page's server-sent events (the body's data-live) and
+// puts what they carry in place. Every fragment is HTML the server rendered and escaped.
+"use strict";
+(function () {
+  const address = document.body.dataset.live;
+  if (!address) {
+    return;
+  }
+  const state = document.getElementById("live-state");
+  const fragment = (html) => {
+    const template = document.createElement("template");
+    template.innerHTML = html;
+    return template.content.firstElementChild;
+  };
+  const byKey = (attribute, value) =>
+    document.querySelector("[" + attribute + "=\"" + CSS.escape(value) + "\"]");
+  const source = new EventSource(address);
+  source.onopen = () => {
+    state.textContent = "live";
+    state.classList.add("on");
+  };
+  source.onerror = () => {
+    state.textContent = "reconnecting…";
+    state.classList.remove("on");
+  };
+  // A row of a table: replaced where it is, else added to its kind's table.
+  source.addEventListener("upsert", (event) => {
+    const message = JSON.parse(event.data);
+    const row = fragment(message.html);
+    const old = byKey("data-key", message.key);
+    if (old) {
+      old.replaceWith(row);
+      return;
+    }
+    const body = byKey("data-kind", message.kind);
+    if (!body) {
+      window.location.reload();
+      return;
+    }
+    body.appendChild(row);
+    const section = body.closest("section");
+    if (section) {
+      section.hidden = false;
+    }
+  });
+  source.addEventListener("remove", (event) => {
+    const old = byKey("data-key", JSON.parse(event.data).key);
+    if (old) {
+      old.remove();
+    }
+  });
+  // A part of the page rendered anew (the cluster's state, a fleet's tiles).
+  source.addEventListener("part", (event) => {
+    const message = JSON.parse(event.data);
+    const old = document.getElementById(message.id);
+    if (old) {
+      old.replaceWith(fragment(message.html));
+    }
+  });
+  source.addEventListener("reload", () => window.location.reload());
+})();
