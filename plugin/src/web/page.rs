@@ -76,3 +76,50 @@ pub fn facts(pairs: &[(&str, Markup)]) -> Markup {
         }
     }
 }
+
+/// Percent-encodes a value for a path segment or a query (names of Kubernetes objects need
+/// little of it).
+pub fn encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A horizontal bar chart as inline SVG: one bar per (label, count), longest for the largest
+/// count, each with its label and count as text. Sizes are attributes, not styles: the
+/// Content-Security-Policy allows no inline style.
+pub fn bar_chart(title: &str, bars: &[(String, usize)]) -> Markup {
+    const LABEL: usize = 170;
+    const BAR: usize = 240;
+    const ROW: usize = 24;
+    const WIDTH: usize = LABEL + BAR + 50;
+    let most = bars.iter().map(|(_, n)| *n).max().unwrap_or(0).max(1);
+    let height = (bars.len().max(1)) * ROW + 4;
+    html! {
+        figure.chart {
+            figcaption { (title) }
+            svg.chart xmlns="http://www.w3.org/2000/svg" role="img" aria-label=(title)
+                width=(WIDTH) height=(height) viewBox={ "0 0 " (WIDTH) " " (height) } {
+                title { (title) }
+                @if bars.is_empty() {
+                    text x="0" y="16" { "none" }
+                }
+                @for (i, (label, count)) in bars.iter().enumerate() {
+                    @let y = i * ROW + 2;
+                    @let width = (count * BAR).div_ceil(most).max(1);
+                    g.bar data-label=(label) data-count=(count) {
+                        text x="0" y=(y + 15) { (label) }
+                        rect x=(LABEL) y=(y) width=(width) height=(ROW - 6) {}
+                        text x=(LABEL + width + 6) y=(y + 15) { (count) }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -63,6 +63,14 @@ pub enum FleetCommand {
         #[arg(long, requires = "channel")]
         plain_http: bool,
     },
+    /// Serve the fleet as a live web page on 127.0.0.1: a tile per cluster coloured by its
+    /// policy (current, behind, stale, not enforced, unreachable), charts of the Flux versions
+    /// and policy generations, and each cluster's detail. The fleet is read again every
+    /// --interval, as `fleet status` reads it, and the page follows without reloading.
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux fleet dashboard\n  kubectl tenantflux fleet dashboard --fleet-file fleet.yaml --interval 1m\n  kubectl tenantflux fleet dashboard -l tier=gold --concurrency 32 --port 8080 --no-open\n  kubectl tenantflux fleet dashboard --channel oci://registry.example/platform/policy:stable --public-key ed25519.pub"
+    )]
+    Dashboard(FleetDashboardArgs),
     /// The platform's policy across the fleet.
     #[command(subcommand)]
     #[command(
@@ -94,6 +102,41 @@ pub enum FleetPolicyCommand {
         #[command(flatten)]
         fan_out: FanOutArgs,
     },
+}
+
+/// `fleet dashboard`'s flags.
+#[derive(Debug, Args)]
+pub struct FleetDashboardArgs {
+    #[command(flatten)]
+    pub discovery: DiscoveryArgs,
+    #[command(flatten)]
+    pub fan_out: FanOutArgs,
+    /// How often the fleet is read again (at least 5s: each round asks every cluster).
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_dashboard_interval)]
+    pub interval: Duration,
+    /// A policy channel (oci://REGISTRY/REPOSITORY:TAG), read once and verified with
+    /// --public-key: a cluster is behind when it holds an older generation than the channel
+    /// (without one: than the newest in the fleet). Credentials:
+    /// TENANTFLUX_REGISTRY_USERNAME/_PASSWORD.
+    #[arg(
+        long,
+        value_name = "oci://REGISTRY/REPOSITORY:TAG",
+        requires = "public_key"
+    )]
+    pub channel: Option<tenantflux_core::policy::channel::Channel>,
+    /// The platform's policy public key(s) (PEM, e.g. ed25519.pub) the channel's policy must
+    /// be signed with.
+    #[arg(long = "public-key", value_name = "PATH", requires = "channel", value_hint = ValueHint::FilePath)]
+    pub public_key: Vec<PathBuf>,
+    /// Read --channel over plain HTTP (local development registries).
+    #[arg(long, requires = "channel")]
+    pub plain_http: bool,
+    /// The port on 127.0.0.1 to serve on (default: a free one).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Print the address only; do not open a browser.
+    #[arg(long)]
+    pub no_open: bool,
 }
 
 /// Where the fleet comes from, and which of it to act on.
@@ -194,4 +237,15 @@ pub(super) fn parse_interval(text: &str) -> Result<Duration, String> {
     text.parse::<RequestTimeout>()?
         .get()
         .ok_or_else(|| "the interval must be longer than 0s".to_owned())
+}
+
+/// The dashboard's interval: every round asks every cluster, so not more often than 5s.
+fn parse_dashboard_interval(text: &str) -> Result<Duration, String> {
+    let interval = parse_interval(text)?;
+    if interval < Duration::from_secs(5) {
+        return Err(format!(
+            "{text} is too often: every round asks every cluster, so at least 5s"
+        ));
+    }
+    Ok(interval)
 }

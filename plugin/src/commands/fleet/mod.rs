@@ -3,6 +3,7 @@
 //! cluster's agent at once, a bounded number at a time, each within its own timeout.
 
 mod args;
+mod dashboard;
 pub mod discover;
 mod reach;
 mod render;
@@ -18,7 +19,9 @@ use tenantflux_core::policy::{
     signing::{self, SignedPolicy},
 };
 
-pub use self::args::{DiscoveryArgs, FanOutArgs, FleetCommand, FleetPolicyCommand};
+pub use self::args::{
+    DiscoveryArgs, FanOutArgs, FleetCommand, FleetDashboardArgs, FleetPolicyCommand,
+};
 use self::reach::Fleet;
 use self::{
     discover::Member,
@@ -127,6 +130,7 @@ pub async fn run(
                 interrupted = tokio::signal::ctrl_c() => interrupted.context("cannot listen for Ctrl-C"),
             }
         }
+        FleetCommand::Dashboard(args) => dashboard::run(args, options).await,
         FleetCommand::Policy(FleetPolicyCommand::Push {
             file,
             all: _,
