@@ -4,7 +4,10 @@
 
 use std::{
     collections::BTreeMap,
-    sync::{Arc, RwLock},
+    sync::{
+        Arc, RwLock,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
@@ -18,6 +21,8 @@ use crate::{
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How long the start waits for the first snapshot of the objects.
+const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
 
 /// An object's place: the kind's position in the agent's catalog first, so tables come in the
 /// order `get all` shows them.
@@ -42,7 +47,7 @@ pub enum Change {
     Object(Key),
     Removed(Key),
     Status,
-    /// The watch started over: every page loads anew.
+    /// The watch sent its snapshot (again, after a reconnect): every page loads anew.
     Reset,
 }
 
@@ -65,6 +70,9 @@ pub struct Live {
     /// Why the object watch is down, while it is.
     watch_error: RwLock<Option<String>>,
     changes: broadcast::Sender<Change>,
+    /// Counts the changes announced: a page rendered at one version and a stream started at
+    /// another have missed what lies between.
+    version: AtomicU64,
 }
 
 impl Live {
@@ -109,9 +117,22 @@ impl Live {
             upgrade: RwLock::default(),
             watch_error: RwLock::default(),
             changes,
+            version: AtomicU64::new(0),
         });
+        // The address is printed once the first page can be whole: after the watch's snapshot.
+        let mut changes = live.subscribe();
         tokio::spawn(follow_objects(live.clone(), stream));
         tokio::spawn(follow_status(live.clone()));
+        let synced = async {
+            loop {
+                match changes.recv().await {
+                    Ok(Change::Reset) | Err(broadcast::error::RecvError::Closed) => break,
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                }
+            }
+        };
+        // A watch that cannot finish its snapshot is shown on the page rather than waited for.
+        let _ = tokio::time::timeout(SNAPSHOT_WAIT, synced).await;
         Ok(live)
     }
 
@@ -162,8 +183,14 @@ impl Live {
     }
 
     fn announce(&self, change: Change) {
+        self.version.fetch_add(1, Ordering::SeqCst);
         // No page listening is fine.
         let _ = self.changes.send(change);
+    }
+
+    /// The number of changes so far; read it before the state a page renders.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::SeqCst)
     }
 
     /// One new connection in place of the current one, for a call the old one failed (an
@@ -203,10 +230,9 @@ async fn watch(
 
 async fn follow_objects(live: Arc<Live>, mut stream: tonic::Streaming<pb::ObjectEvent>) {
     let mut agent = live.agent();
-    let mut first = true;
     let mut attempt = 0;
     loop {
-        let lost = read_objects(&live, &agent, &mut stream, &mut first).await;
+        let lost = read_objects(&live, &agent, &mut stream).await;
         *write(&live.watch_error) = Some(format!("{lost}; reconnecting"));
         live.announce(Change::Status);
         stream = loop {
@@ -225,7 +251,6 @@ async fn read_objects(
     live: &Live,
     agent: &Agent,
     stream: &mut tonic::Streaming<pb::ObjectEvent>,
-    first: &mut bool,
 ) -> String {
     let mut initial = BTreeMap::new();
     let mut synced = false;
@@ -241,9 +266,7 @@ async fn read_objects(
                 synced = true;
                 *write(&live.objects) = std::mem::take(&mut initial);
                 *write(&live.watch_error) = None;
-                if !std::mem::replace(first, false) {
-                    live.announce(Change::Reset);
-                }
+                live.announce(Change::Reset);
             }
             continue;
         };

@@ -89,6 +89,7 @@ fn routes(app: Arc<App>) -> Router {
 async fn index(State(app): State<Arc<App>>, RawQuery(query): RawQuery) -> Response {
     let filter = Filter::from_query(query.as_deref().unwrap_or_default());
     let live = &app.live;
+    let version = live.version();
     let cluster = pages::cluster(
         &live.status(),
         live.upgrade().as_ref(),
@@ -100,6 +101,7 @@ async fn index(State(app): State<Arc<App>>, RawQuery(query): RawQuery) -> Respon
         &live.kinds,
         &live.objects(),
         &filter,
+        version,
         cluster,
     )
     .into_response()
@@ -129,10 +131,46 @@ async fn live_events(
     State(app): State<Arc<App>>,
     RawQuery(query): RawQuery,
 ) -> Sse<impl Stream<Item = Result<Event, std::convert::Infallible>>> {
-    let filter = Filter::from_query(query.as_deref().unwrap_or_default());
+    let query = query.unwrap_or_default();
+    let filter = Filter::from_query(&query);
+    let since = web::form_field(query.as_bytes(), "since").and_then(|v| v.parse::<u64>().ok());
+    // Subscribed before the state is read, so nothing falls between the two.
     let changes = BroadcastStream::new(app.live.subscribe());
-    let stream = changes.map(move |change| Ok(event(&app, &filter, change.ok())));
+    let missed = since != Some(app.live.version());
+    let resync = missed.then(|| resync(&app, &filter));
+    let app_for_changes = app.clone();
+    let stream = futures::stream::iter(resync.into_iter().flatten().map(Ok))
+        .chain(changes.map(move |change| Ok(event(&app_for_changes, &filter, change.ok()))));
     Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+/// What a page rendered before its stream started may lack: its objects and the cluster,
+/// rendered now.
+fn resync(app: &App, filter: &Filter) -> Vec<Event> {
+    let objects = pages::objects_part(
+        &app.live.kinds,
+        &app.live.objects(),
+        filter,
+        filter.name.is_empty(),
+    );
+    vec![
+        part("objects", objects.into_string()),
+        part("cluster", cluster_part(app).into_string()),
+    ]
+}
+
+fn cluster_part(app: &App) -> maud::Markup {
+    pages::cluster(
+        &app.live.status(),
+        app.live.upgrade().as_ref(),
+        app.live.watch_error().as_deref(),
+    )
+}
+
+fn part(id: &'static str, html: String) -> Event {
+    Event::default()
+        .event("part")
+        .data(serde_json::to_string(&Part { id, html }).unwrap_or_else(|_| "{}".to_owned()))
 }
 
 /// The server-sent event of one change (`None`: some were missed, so the page reloads).
@@ -155,18 +193,7 @@ fn event(app: &App, filter: &Filter, change: Option<Change>) -> Event {
             _ => json("remove", &Remove { key: key.dom() }),
         },
         Some(Change::Removed(key)) => json("remove", &Remove { key: key.dom() }),
-        Some(Change::Status) => json(
-            "part",
-            &Part {
-                id: "cluster",
-                html: pages::cluster(
-                    &app.live.status(),
-                    app.live.upgrade().as_ref(),
-                    app.live.watch_error().as_deref(),
-                )
-                .into_string(),
-            },
-        ),
+        Some(Change::Status) => part("cluster", cluster_part(app).into_string()),
         Some(Change::Reset) | None => Event::default().event("reload").data("{}"),
     }
 }
@@ -207,11 +234,9 @@ async fn object(
     State(app): State<Arc<App>>,
     Path((kind, namespace, name)): Path<(String, String, String)>,
 ) -> Response {
-    let Some((key, object)) = find(&app, &kind, &namespace, &name) else {
+    let version = app.live.version();
+    let Some((_, object)) = find(&app, &kind, &namespace, &name) else {
         return not_found(&format!("{kind} {namespace}/{name}"));
-    };
-    let Some((_, flux_kind)) = app.live.kind(&key.kind) else {
-        return not_found(&kind);
     };
     let agent = app.live.agent();
     let reference = pb::ObjectRef {
@@ -244,7 +269,15 @@ async fn object(
         .await
         .map(|e| e.events)
         .map_err(|err| err.to_string());
-    pages::object_page(&key, flux_kind, &object, &pages::Detail { tree, events }).into_response()
+    let objects = app.live.objects();
+    pages::object_page(
+        &app.live.kinds,
+        &objects,
+        &object,
+        version,
+        &pages::Detail { tree, events },
+    )
+    .into_response()
 }
 
 /// The action a form names, checked: one of the three, on an object of a known kind.

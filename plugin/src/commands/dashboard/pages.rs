@@ -305,6 +305,38 @@ fn policy_card(status: &StatusView) -> Markup {
     }
 }
 
+/// The tables of the objects a filter shows, one per served kind (empty ones hidden, so a row
+/// of a new object has a table to go to), with a count when `count`.
+pub fn objects_part(
+    kinds: &[pb::FluxKind],
+    objects: &[(Key, ObjectView)],
+    filter: &Filter,
+    count: bool,
+) -> Markup {
+    let shown: Vec<&(Key, ObjectView)> = objects.iter().filter(|(_, o)| filter.passes(o)).collect();
+    html! {
+        div #objects {
+            @if count { p.muted #count { (shown.len()) " of " (objects.len()) " objects" } }
+            @for kind in kinds.iter().filter(|k| k.served) {
+                @if filter.kind.is_empty() || filter.kind == kind.kind {
+                    (kind_table(kind, &shown.iter().copied().filter(|(k, _)| k.kind == kind.kind).collect::<Vec<_>>()))
+                }
+            }
+        }
+    }
+}
+
+/// The address of a page's live stream: its filter, and the state version it was rendered at
+/// (a stream that starts later sends what changed in between).
+pub fn live_url(filter: &Filter, version: u64) -> String {
+    let query = filter.query();
+    if query.is_empty() {
+        format!("/live?since={version}")
+    } else {
+        format!("/live?{query}&since={version}")
+    }
+}
+
 /// The list page.
 pub fn index(
     title: &str,
@@ -312,6 +344,7 @@ pub fn index(
     kinds: &[pb::FluxKind],
     objects: &[(Key, ObjectView)],
     filter: &Filter,
+    version: u64,
     cluster_part: Markup,
 ) -> Markup {
     let mut namespaces: Vec<&str> = objects.iter().map(|(_, o)| o.namespace.as_str()).collect();
@@ -320,9 +353,8 @@ pub fn index(
     if !filter.namespace.is_empty() && !namespaces.contains(&filter.namespace.as_str()) {
         namespaces.push(&filter.namespace);
     }
-    let shown: Vec<&(Key, ObjectView)> = objects.iter().filter(|(_, o)| filter.passes(o)).collect();
     let served: Vec<&pb::FluxKind> = kinds.iter().filter(|k| k.served).collect();
-    let live = format!("/live?{}", filter.query());
+    let live = live_url(filter, version);
     html! {
         (layout(title, Some(&live), html! {
             main {
@@ -347,12 +379,7 @@ pub fn index(
                     button type="submit" { "Filter" }
                     @if *filter != Filter::default() { a.button href="/" { "Clear" } }
                 }
-                p.muted #count { (shown.len()) " of " (objects.len()) " objects" }
-                @for kind in &served {
-                    @if filter.kind.is_empty() || filter.kind == kind.kind {
-                        (kind_table(kind, &shown.iter().copied().filter(|(k, _)| k.kind == kind.kind).collect::<Vec<_>>()))
-                    }
-                }
+                (objects_part(kinds, objects, filter, true))
             }
         }))
     }
@@ -365,26 +392,31 @@ pub struct Detail {
     pub events: Result<Vec<pb::KubeEvent>, String>,
 }
 
-pub fn object_page(key: &Key, kind: &pb::FluxKind, object: &ObjectView, detail: &Detail) -> Markup {
+/// The filter of an object's page: that object alone.
+pub fn object_filter(object: &ObjectView) -> Filter {
+    Filter {
+        namespace: object.namespace.clone(),
+        kind: object.kind.clone(),
+        not_ready: false,
+        name: object.name.clone(),
+    }
+}
+
+pub fn object_page(
+    kinds: &[pb::FluxKind],
+    objects: &[(Key, ObjectView)],
+    object: &ObjectView,
+    version: u64,
+    detail: &Detail,
+) -> Markup {
     let title = format!("{} {}/{}", object.kind, object.namespace, object.name);
-    let live = format!(
-        "/live?namespace={}&kind={}&name={}",
-        encode(&object.namespace),
-        encode(&object.kind),
-        encode(&object.name)
-    );
+    let filter = object_filter(object);
+    let live = live_url(&filter, version);
     html! {
         (layout(&title, Some(&live), html! {
             main {
                 h1 { (title) }
-                table {
-                    thead { tr {
-                        th scope="col" { "NAME" } th scope="col" { "NAMESPACE" }
-                        @if !kind.revision_column.is_empty() { th scope="col" { (kind.revision_column) } }
-                        th scope="col" { "SUSPENDED" } th scope="col" { "READY" } th scope="col" { "MESSAGE" } th scope="col" { span.muted { "ACTIONS" } }
-                    } }
-                    tbody data-kind=(kind.kind) { (row(key, kind, object)) }
-                }
+                (objects_part(kinds, objects, &filter, false))
                 (facts(&[
                     ("API version", html! { (object.api_version) }),
                     ("source", html! {

@@ -109,6 +109,7 @@ fn the_index_groups_by_kind_and_hides_empty_kinds() {
         &kinds,
         &objects,
         &Filter::from_query("not_ready=1"),
+        7,
         maud::html! {},
     )
     .into_string();
@@ -126,7 +127,10 @@ fn the_index_groups_by_kind_and_hides_empty_kinds() {
         "ready ones are filtered out"
     );
     assert!(html.contains("1 of 2 objects"));
-    assert!(html.contains(r#"data-live="/live?not_ready=1""#), "{html}");
+    assert!(
+        html.contains(r#"data-live="/live?not_ready=1&amp;since=7""#),
+        "the stream keeps the filter and knows what the page holds: {html}"
+    );
     assert!(!html.contains("<script>"), "no inline script");
 }
 
