@@ -33,7 +33,7 @@ use self::pages::{Filter, Round, Snapshot};
 use super::{
     FanOutArgs, FleetDashboardArgs, channel_policy,
     reach::{Fleet, bounded, call_failure},
-    view::ChannelPolicy,
+    view::{ChannelPolicy, FleetStatus},
 };
 use crate::{
     commands::status::StatusView,
@@ -73,18 +73,23 @@ impl Board {
             .latest
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let round = Round {
+            clusters: 0,
+            took,
+            concurrency: self.fan_out.concurrency,
+            interval: self.interval,
+            at: Timestamp::now(),
+        };
+        let channel = self.channel.as_ref().map(|c| c.channel.clone());
         let next = match (status, latest.take()) {
             (Ok(fleet), _) => Snapshot {
                 round: Round {
                     clusters: fleet.clusters.len(),
-                    took,
-                    concurrency: self.fan_out.concurrency,
-                    interval: self.interval,
-                    at: Timestamp::now(),
+                    ..round
                 },
                 fleet,
                 error: None,
-                channel: self.channel.as_ref().map(|c| c.channel.clone()),
+                channel,
             },
             // The management cluster may come back: the last fleet stays on the page, with why
             // it is not newer.
@@ -93,18 +98,12 @@ impl Board {
                 last
             }
             (Err(err), None) => Snapshot {
-                round: Round {
-                    clusters: 0,
-                    took,
-                    concurrency: self.fan_out.concurrency,
-                    interval: self.interval,
-                    at: Timestamp::now(),
-                },
-                fleet: super::view::FleetStatus {
+                round,
+                fleet: FleetStatus {
                     clusters: Vec::new(),
                 },
                 error: Some(format!("{err:#}")),
-                channel: self.channel.as_ref().map(|c| c.channel.clone()),
+                channel,
             },
         };
         *latest = Some(next);

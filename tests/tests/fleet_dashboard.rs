@@ -1,0 +1,464 @@
+//! `kubectl tenantflux fleet dashboard` over ten real agents: the page shows ten clusters, one
+//! stale and one behind marked, the others current; its live stream sends the tiles again with
+//! the page's filter, and a tile's cluster page reads that cluster's agent. Over plain HTTP,
+//! signed in with the address the dashboard prints, as a browser is.
+//!
+//! Each agent is a real tenantflux-agent process with a namespace of its own, a Deployment kwok
+//! runs as its pod and a kwok ClusterPortForward that sends port-forwards to that pod to the
+//! process (as tests/bench/fleet does), so every tile is the path a tenant cluster takes: the
+//! plugin reads the fleet file's kubeconfig, requests a token of ServiceAccount
+//! tenantflux-platform, port-forwards through the API server and calls GetStatus.
+//!
+//! Two control planes: the admission policy an agent writes is cluster-wide and names the
+//! generation it enforces, so agents of two generations on one API server would overwrite each
+//! other's. Nine agents share the first (generation 2, one of them signed to expire in 20s);
+//! the one held at generation 1 has the second to itself.
+
+use std::{
+    io::{Read as _, Write as _},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use tenantflux_tests::{TestCluster, bin_dir, json, path, stderr, wait_for};
+
+const AGENTS: usize = 10;
+/// The agent that holds generation 1 while the others hold 2.
+const BEHIND: &str = "cluster-9";
+/// The agent whose generation 2 expires 20s after signing.
+const STALE: &str = "cluster-8";
+/// How long ten agents may take to start and answer on a loaded 2-core machine.
+const STARTED: Duration = Duration::from_secs(180);
+
+/// The agent processes, killed by their pids when dropped (also on panic).
+struct Agents(Vec<Child>);
+
+impl Drop for Agents {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A running `kubectl tenantflux fleet dashboard`, stopped when dropped.
+struct Dashboard {
+    child: Child,
+    url: String,
+    port: u16,
+}
+
+impl Dashboard {
+    fn start(plane: &TestCluster, args: &[&str]) -> Dashboard {
+        use std::io::BufRead as _;
+        let mut all = vec!["fleet", "dashboard", "--no-open"];
+        all.extend_from_slice(args);
+        let mut child = plane
+            .plugin_command(None, &all)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the fleet dashboard");
+        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        if stdout.read_line(&mut line).expect("read its address") == 0 {
+            let mut err = String::new();
+            let _ = child
+                .stderr
+                .take()
+                .expect("stderr")
+                .read_to_string(&mut err);
+            panic!("the fleet dashboard exited before printing its address: {err}");
+        }
+        let url = line
+            .split_whitespace()
+            .find(|word| word.starts_with("http://127.0.0.1:"))
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_owned();
+        let port = url["http://127.0.0.1:".len()..]
+            .split('/')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("a port");
+        Dashboard { child, url, port }
+    }
+}
+
+impl Drop for Dashboard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 GET of `target` from 127.0.0.1:`port`: the status, the head and the body.
+fn get(port: u16, target: &str, cookie: &str) -> (u16, String, String) {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    write!(
+        stream,
+        "GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nCookie: {cookie}\r\n\r\n"
+    )
+    .expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read");
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status line");
+    (status, head.to_owned(), body.to_owned())
+}
+
+/// The first `part` event of the live stream at `target`, as JSON.
+fn first_part(port: u16, target: &str, cookie: &str) -> serde_json::Value {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("a read timeout");
+    write!(
+        stream,
+        "GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {cookie}\r\n\r\n"
+    )
+    .expect("send");
+    let mut seen = Vec::new();
+    let mut buffer = [0_u8; 8192];
+    loop {
+        let text = String::from_utf8_lossy(&seen).into_owned();
+        if let Some(data) = text
+            .split_once("event: part\ndata: ")
+            .and_then(|(_, rest)| rest.split_once('\n'))
+            .map(|(data, _)| data)
+        {
+            return serde_json::from_str(data).unwrap_or_else(|err| panic!("{err}: {data}"));
+        }
+        let read = stream.read(&mut buffer).expect("the live stream");
+        assert!(read > 0, "the live stream ended: {text}");
+        seen.extend_from_slice(&buffer[..read]);
+    }
+}
+
+/// The tiles of the page: (cluster, state), as `data-cluster` and `data-state` say.
+fn tiles(page: &str) -> Vec<(String, String)> {
+    let attribute = |text: &str, name: &str| {
+        let start = text.find(&format!("{name}=\""))? + name.len() + 2;
+        text[start..].split('"').next().map(str::to_owned)
+    };
+    page.split("<div class=\"card ")
+        .skip(1)
+        .filter_map(|tile| {
+            let head = tile.split('>').next()?;
+            Some((
+                attribute(head, "data-cluster")?,
+                attribute(head, "data-state")?,
+            ))
+        })
+        .collect()
+}
+
+/// The states the page should settle on: the behind one, the stale one, the rest current.
+fn expected() -> Vec<(String, String)> {
+    (0..AGENTS)
+        .map(|j| {
+            let name = format!("cluster-{j}");
+            let state = match name.as_str() {
+                BEHIND => "behind",
+                STALE => "stale",
+                _ => "current",
+            };
+            (name, state.to_owned())
+        })
+        .collect()
+}
+
+/// Distinct free ports on 127.0.0.1, all held at once while picked.
+fn free_ports(count: usize) -> Vec<u16> {
+    let held: Vec<std::net::TcpListener> = (0..count)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"))
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().expect("address").port())
+        .collect()
+}
+
+/// Namespace, platform account, agent Deployment and port-forward route of one agent.
+fn agent_objects(namespace: &str, port: u16) -> String {
+    format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {namespace}}}\n---\n\
+         apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: tenantflux-platform, namespace: {namespace}}}\n---\n\
+         apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: tenantflux-agent, namespace: {namespace}}}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
+         metadata: {{name: tenantflux-platform, namespace: {namespace}}}\n\
+         rules:\n  - {{apiGroups: [tenantflux.io], resources: [agents/status], verbs: [get]}}\n\
+         \x20 - {{apiGroups: [tenantflux.io], resources: [policies], verbs: [get, update]}}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+         metadata: {{name: tenantflux-platform, namespace: {namespace}}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-platform}}\n\
+         subjects: [{{kind: ServiceAccount, name: tenantflux-platform, namespace: {namespace}}}]\n---\n\
+         apiVersion: apps/v1\nkind: Deployment\n\
+         metadata: {{name: tenantflux-agent, namespace: {namespace}, labels: {{app.kubernetes.io/name: tenantflux-agent}}}}\n\
+         spec:\n  replicas: 1\n  selector: {{matchLabels: {{app.kubernetes.io/name: tenantflux-agent}}}}\n\
+         \x20 template:\n    metadata: {{labels: {{app.kubernetes.io/name: tenantflux-agent}}}}\n\
+         \x20   spec:\n      serviceAccountName: tenantflux-agent\n\
+         \x20     containers: [{{name: agent, image: ghcr.io/tenantflux/tenantflux-agent:v0.1.0, ports: [{{name: grpc, containerPort: 9090}}]}}]\n---\n\
+         apiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterPortForward\nmetadata: {{name: {namespace}}}\n\
+         spec:\n  selector: {{matchNamespaces: [{namespace}]}}\n\
+         \x20 forwards: [{{ports: [9090], target: {{address: 127.0.0.1, port: {port}}}}}]\n"
+    )
+}
+
+/// Starts the agent of `namespace` on `plane` as the plane's admin (its own RBAC is not what
+/// is tested here, and deploy/'s cluster-wide part would be shared by every agent of a plane).
+fn start_agent(
+    plane: &TestCluster,
+    namespace: &str,
+    ports: (u16, u16),
+    public_key: &Path,
+    log: &Path,
+) -> Child {
+    let log = std::fs::File::create(log).expect("agent log");
+    Command::new(bin_dir().join("tenantflux-agent"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env("KUBECONFIG", plane.kubeconfig())
+        .env("TENANTFLUX_NAMESPACE", namespace)
+        .env("TENANTFLUX_GRPC_ADDRESS", format!("127.0.0.1:{}", ports.0))
+        .env("TENANTFLUX_ADMIN_ADDRESS", format!("127.0.0.1:{}", ports.1))
+        .env("TENANTFLUX_POLICY_PUBLIC_KEY", public_key)
+        .env("TENANTFLUX_LOG_FORMAT", "text")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("agent log"))
+        .stderr(log)
+        .spawn()
+        .expect("start an agent")
+}
+
+/// The fleet's policy at `generation` (Flux 2.9.0 at least, since 2026-01-01), signed with
+/// `extra` flags.
+fn sign(
+    plane: &TestCluster,
+    dir: &Path,
+    key: &Path,
+    name: &str,
+    generation: u64,
+    extra: &[&str],
+) -> PathBuf {
+    let unsigned = dir.join(format!("{name}.yaml"));
+    std::fs::write(
+        &unsigned,
+        format!(
+            "apiVersion: tenantflux.io/v1alpha1\nkind: Policy\nmetadata: {{name: fleet}}\n\
+             spec:\n  generation: {generation}\n  distribution:\n    upgradeDeadline:\n      \
+             minimumVersion: \"2.9.0\"\n      date: \"2026-01-01\"\n"
+        ),
+    )
+    .unwrap();
+    let signed = dir.join(format!("{name}.signed.yaml"));
+    let mut args = vec![
+        "policy",
+        "sign",
+        "-f",
+        path(&unsigned),
+        "--key",
+        path(key),
+        "--out",
+        path(&signed),
+    ];
+    args.extend_from_slice(extra);
+    let out = plane.kubectl_tenantflux(None, &args).unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    signed
+}
+
+#[tokio::test]
+async fn the_fleet_page_over_10_real_agents_shows_10_clusters_with_one_stale_and_one_behind() {
+    let started = std::time::Instant::now();
+    let pid = std::process::id();
+    let shared = TestCluster::start(&format!("tf-fleetdash-{pid}")).expect("control plane");
+    let alone = TestCluster::start(&format!("tf-fleetdash-b-{pid}")).expect("control plane");
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    let out = shared
+        .kubectl_tenantflux(None, &["policy", "keygen", "--out", path(&keys)])
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (key, public_key) = (keys.join("ed25519.key"), keys.join("ed25519.pub"));
+    // The CRDs and the operator namespace the agents' enforcement proof dry-runs its canary in.
+    shared.ensure_flux_operator().expect("flux-operator");
+    alone.ensure_flux_operator().expect("flux-operator");
+
+    let plane = |j: usize| if j == AGENTS - 1 { &alone } else { &shared };
+    let ports = free_ports(2 * AGENTS);
+    let (mut on_shared, mut on_alone) = (String::new(), String::new());
+    for j in 0..AGENTS {
+        let objects = agent_objects(&format!("tf-fd-{j}"), ports[2 * j]) + "---\n";
+        if j == AGENTS - 1 {
+            on_alone.push_str(&objects);
+        } else {
+            on_shared.push_str(&objects);
+        }
+    }
+    shared.apply_yaml(&on_shared).expect("the agents' objects");
+    alone.apply_yaml(&on_alone).expect("the agent's objects");
+    let mut agents = Agents(Vec::new());
+    let mut fleet = String::new();
+    for j in 0..AGENTS {
+        let namespace = format!("tf-fd-{j}");
+        let log = dir.path().join(format!("agent-{j}.log"));
+        agents.0.push(start_agent(
+            plane(j),
+            &namespace,
+            (ports[2 * j], ports[2 * j + 1]),
+            &public_key,
+            &log,
+        ));
+        let track = match j {
+            9 => "behind",
+            8 => "stale",
+            _ => "current",
+        };
+        fleet.push_str(&format!(
+            "- {{name: cluster-{j}, tenant: tenant-{j}, kubeconfig: {}, agentNamespace: {namespace}, labels: {{track: {track}}}}}\n",
+            plane(j).kubeconfig().display()
+        ));
+    }
+    let fleet_file = dir.path().join("fleet.yaml");
+    std::fs::write(&fleet_file, fleet).unwrap();
+    for j in 0..AGENTS {
+        let admin = ports[2 * j + 1];
+        wait_for(&format!("agent {j} ready"), STARTED, || async move {
+            std::net::TcpStream::connect(("127.0.0.1", admin))
+                .is_ok()
+                .then(|| get(admin, "/readyz", ""))
+                .filter(|(status, _, _)| *status == 200)
+                .map(drop)
+        })
+        .await
+        .unwrap_or_else(|err| {
+            let log = std::fs::read_to_string(dir.path().join(format!("agent-{j}.log")));
+            panic!("{err}: {}", log.unwrap_or_default())
+        });
+    }
+    // kwok picks up ClusterPortForwards asynchronously: every agent answers through its own.
+    let status = || {
+        let args = [
+            "fleet",
+            "status",
+            "--fleet-file",
+            path(&fleet_file),
+            "-o",
+            "json",
+        ];
+        json(&shared.kubectl_tenantflux(None, &args).unwrap())
+    };
+    wait_for("every agent answering", STARTED, || {
+        let rows = status();
+        let answered = rows["clusters"]
+            .as_array()
+            .is_some_and(|r| r.len() == AGENTS && r.iter().all(|r| r["state"] == "ok"));
+        async move { answered.then_some(()) }
+    })
+    .await
+    .expect("the fleet answers");
+    eprintln!("10 agents answering after {:?}", started.elapsed());
+
+    // Generation 2 to eight, 1 to the behind one, and 2 signed to expire soon to the last.
+    let push = |file: &Path, track: &str| {
+        let selector = format!("track={track}");
+        let args = [
+            "fleet",
+            "policy",
+            "push",
+            "-f",
+            path(file),
+            "--fleet-file",
+            path(&fleet_file),
+            "-l",
+            &selector,
+            "-o",
+            "json",
+        ];
+        let out = shared.kubectl_tenantflux(None, &args).unwrap();
+        assert!(out.status.success(), "{track}: {}", stderr(&out));
+        let answer = json(&out);
+        let rows = answer["clusters"].as_array().expect("rows").clone();
+        assert!(rows.iter().all(|r| r["result"] == "accepted"), "{answer:#}");
+        rows.len()
+    };
+    let gen1 = sign(&shared, dir.path(), &key, "gen1", 1, &[]);
+    let gen2 = sign(&shared, dir.path(), &key, "gen2", 2, &[]);
+    assert_eq!(push(&gen1, "behind"), 1);
+    assert_eq!(push(&gen2, "current"), 8);
+    let short = sign(
+        &shared,
+        dir.path(),
+        &key,
+        "gen2-short",
+        2,
+        &["--expires-in", "20s"],
+    );
+    assert_eq!(push(&short, "stale"), 1);
+
+    // The dashboard reads the fleet every 5s; the page settles on the states once the short
+    // policy expired and every agent proved its policy enforced.
+    let dashboard = Dashboard::start(
+        &shared,
+        &["--fleet-file", path(&fleet_file), "--interval", "5s"],
+    );
+    let login = &dashboard.url[dashboard.url.find("/login").expect("a sign-in path")..];
+    let (status, head, _) = get(dashboard.port, login, "");
+    assert_eq!(status, 303, "{head}");
+    let cookie = head
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("set-cookie: ")
+                .or_else(|| l.strip_prefix("Set-Cookie: "))
+        })
+        .and_then(|c| c.split(';').next())
+        .expect("a session cookie")
+        .to_owned();
+    let page = wait_for(
+        "the page to show one stale and one behind",
+        Duration::from_secs(120),
+        || {
+            let (status, _, page) = get(dashboard.port, "/", &cookie);
+            async move { (status == 200 && tiles(&page) == expected()).then_some(page) }
+        },
+    )
+    .await
+    .unwrap_or_else(|err| {
+        let (_, _, page) = get(dashboard.port, "/", &cookie);
+        panic!("{err}: {:?}\n{page}", tiles(&page))
+    });
+    eprintln!("the page settled after {:?}", started.elapsed());
+    assert!(
+        page.contains("the last round read 10 clusters in") && page.contains("at most 16 at once"),
+        "{page}"
+    );
+    assert!(page.contains("refreshed every 5s"), "{page}");
+    assert!(page.contains("generation 2</text>"), "{page}");
+    let (status, _, filtered) = get(dashboard.port, "/?state=behind", &cookie);
+    assert_eq!(status, 200);
+    assert_eq!(tiles(&filtered), [(BEHIND.to_owned(), "behind".to_owned())]);
+    let (status, _, _) = get(dashboard.port, "/", "");
+    assert_eq!(status, 401, "no page without the session");
+
+    // The live stream sends the tiles again after each round, with the page's filter.
+    let event = first_part(dashboard.port, "/live?state=behind", &cookie);
+    assert_eq!(event["id"], "fleet", "{event:#}");
+    let html = event["html"].as_str().expect("html");
+    assert!(html.starts_with("<section id=\"fleet\""), "{html}");
+    assert_eq!(tiles(html), [(BEHIND.to_owned(), "behind".to_owned())]);
+
+    // A tile leads to its cluster, read now: the stale policy, still held.
+    let (status, _, detail) = get(dashboard.port, &format!("/cluster/{STALE}"), &cookie);
+    assert_eq!(status, 200, "{detail}");
+    assert!(detail.contains("fleet (generation 2)"), "{detail}");
+    assert!(detail.contains("stale"), "{detail}");
+    drop(dashboard);
+    drop(agents);
+    eprintln!("done after {:?}", started.elapsed());
+}
