@@ -111,11 +111,14 @@ impl Board {
         self.rounds.send_modify(|n| *n += 1);
     }
 
-    /// Reads the fleet now and then every interval, for as long as the dashboard runs.
+    /// Reads the fleet now and then every interval, for as long as the dashboard runs; a round
+    /// that takes longer than the interval is followed by the next at once, never overlapped.
     async fn refresh(&self) -> anyhow::Result<()> {
+        let mut ticks = tokio::time::interval(self.interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            ticks.tick().await;
             self.read().await;
-            tokio::time::sleep(self.interval).await;
         }
     }
 }
