@@ -23,6 +23,7 @@ use std::{
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+pub mod browser;
 pub mod flux;
 pub mod supervise;
 pub mod tenant;
