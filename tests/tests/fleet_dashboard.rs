@@ -1,7 +1,8 @@
 //! `kubectl tenantflux fleet dashboard` over ten real agents: the page shows ten clusters, one
 //! stale and one behind marked, the others current; its live stream sends the tiles again with
-//! the page's filter, and a tile's cluster page reads that cluster's agent. Over plain HTTP,
-//! signed in with the address the dashboard prints, as a browser is.
+//! the page's filter, and a tile's cluster page reads that cluster's agent; then the same in a
+//! real browser (chromium through chromedriver), which follows the live stream, with a
+//! screenshot (target/screenshots/fleet-dashboard.png).
 //!
 //! Each agent is a real tenantflux-agent process with a namespace of its own, a Deployment kwok
 //! runs as its pod and a kwok ClusterPortForward that sends port-forwards to that pod to the
@@ -21,7 +22,8 @@ use std::{
     time::Duration,
 };
 
-use tenantflux_tests::{TestCluster, bin_dir, json, path, stderr, wait_for};
+use fantoccini::Locator;
+use tenantflux_tests::{TestCluster, bin_dir, browser::Browser, json, path, stderr, wait_for};
 
 const AGENTS: usize = 10;
 /// The agent that holds generation 1 while the others hold 2.
@@ -458,7 +460,95 @@ async fn the_fleet_page_over_10_real_agents_shows_10_clusters_with_one_stale_and
     assert_eq!(status, 200, "{detail}");
     assert!(detail.contains("fleet (generation 2)"), "{detail}");
     assert!(detail.contains("stale"), "{detail}");
+    // The same page in a real browser, which signs in with the printed address (the HTTP
+    // sign-in above used the one-time token, so a second dashboard prints a new one).
     drop(dashboard);
+    let seen = Dashboard::start(
+        &shared,
+        &["--fleet-file", path(&fleet_file), "--interval", "5s"],
+    );
+    let browser = Browser::start().await.expect("a browser");
+    let client = browser.client();
+    client.goto(&seen.url).await.expect("sign in");
+    browser
+        .wait_for_text("#live-state", "live", Duration::from_secs(30))
+        .await
+        .expect("the live stream");
+    browser
+        .wait_for_text(
+            &format!("[data-cluster=\"{STALE}\"] .badge"),
+            "stale",
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("the stale one marked");
+    browser
+        .wait_for_text(
+            &format!("[data-cluster=\"{BEHIND}\"] .badge"),
+            "behind",
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("the behind one marked");
+    let cards = client
+        .find_all(Locator::Css("div.card[data-cluster]"))
+        .await
+        .expect("tiles");
+    assert_eq!(cards.len(), AGENTS);
+    let current = client
+        .find_all(Locator::Css("div.card.good[data-state=\"current\"]"))
+        .await
+        .expect("tiles");
+    assert_eq!(current.len(), AGENTS - 2);
+    // A round later the live stream has replaced the tiles' section: its cost line is new.
+    let cost = client
+        .find(Locator::Css("#cost"))
+        .await
+        .expect("the cost")
+        .text()
+        .await
+        .expect("its text");
+    wait_for(
+        "a round over the live stream",
+        Duration::from_secs(30),
+        || {
+            let cost = cost.clone();
+            async move {
+                let now = client
+                    .find(Locator::Css("#cost"))
+                    .await
+                    .ok()?
+                    .text()
+                    .await
+                    .ok()?;
+                (now != cost).then_some(())
+            }
+        },
+    )
+    .await
+    .expect("the page follows the rounds");
+    let shot = browser
+        .screenshot("fleet-dashboard")
+        .await
+        .expect("screenshot");
+    eprintln!("screenshot: {}", shot.display());
+
+    // A tile leads to its cluster: the stale policy, still enforced.
+    client
+        .find(Locator::Css(&format!("[data-cluster=\"{STALE}\"] h3 a")))
+        .await
+        .expect("the stale tile's link")
+        .click()
+        .await
+        .expect("follow it");
+    let policy = browser
+        .wait_for_text("#policy", "generation 2", Duration::from_secs(30))
+        .await
+        .expect("the cluster's policy");
+    let text = policy.text().await.expect("its text");
+    assert!(text.contains("stale"), "{text}");
+    browser.close().await.expect("close the browser");
+    drop(seen);
     drop(agents);
     eprintln!("done after {:?}", started.elapsed());
 }
