@@ -180,8 +180,10 @@ async fn guard(State(site): State<Arc<Site>>, request: Request, next: Next) -> R
         (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::X_FRAME_OPTIONS, "DENY"),
-        // The sign-in address holds a token: never send it on.
-        (header::REFERRER_POLICY, "no-referrer"),
+        // The sign-in address holds a token: never send it to another site. Not
+        // `no-referrer`: with it a browser sends `Origin: null` on a form's POST, and the
+        // Origin check above could not tell this dashboard's forms from another site's.
+        (header::REFERRER_POLICY, "same-origin"),
         (header::CACHE_CONTROL, "no-store"),
     ] {
         headers.insert(name, HeaderValue::from_static(value));

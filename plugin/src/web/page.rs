@@ -12,7 +12,7 @@ pub fn layout(title: &str, live: Option<&str>, content: Markup) -> Markup {
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
-                meta name="referrer" content="no-referrer";
+                meta name="referrer" content="same-origin";
                 title { (title) }
                 link rel="stylesheet" href="/static/app.css";
                 script src="/static/app.js" defer {}

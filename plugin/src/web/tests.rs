@@ -258,7 +258,7 @@ async fn every_answer_carries_the_content_security_policy() {
             Some(CONTENT_SECURITY_POLICY)
         );
         assert_eq!(answer.header("x-frame-options"), Some("DENY"));
-        assert_eq!(answer.header("referrer-policy"), Some("no-referrer"));
+        assert_eq!(answer.header("referrer-policy"), Some("same-origin"));
     }
     assert!(!CONTENT_SECURITY_POLICY.contains("unsafe-inline"));
     assert!(!CONTENT_SECURITY_POLICY.contains("http"), "no other origin");
