@@ -1,5 +1,6 @@
 //! `kubectl tenantflux dashboard` in a real browser (Debian's chromium through chromedriver)
-//! on the shared cluster, with Flux 2.9 and the real source-controller and kustomize-controller
+//! on a cluster of its own (its Flux objects would change what other binaries list on the
+//! shared one), with Flux 2.9 and the real source-controller and kustomize-controller
 //! reconciling a local Git repository: two namespaces with a Kustomization each, an admin and a
 //! viewer who may only read one namespace. The page shows what the controllers report, a new
 //! commit arrives without a reload, suspend goes through the agent as the user, the viewer's
@@ -18,7 +19,7 @@ use fantoccini::Locator;
 use tenantflux_tests::{
     TestCluster, apply_flux_instance,
     browser::Browser,
-    flux::{GIT_REPOSITORIES, GitRepo, KUSTOMIZATIONS, revision},
+    flux::{GitRepo, KUSTOMIZATIONS, revision},
     wait_for,
 };
 
@@ -178,18 +179,6 @@ async fn prepare(cluster: &TestCluster) -> (PathBuf, PathBuf, GitRepo, String) {
         .expect("Flux CRDs installed by the operator");
     }
     cluster.ensure_agent().expect("agent");
-    for namespace in [NS, OTHER] {
-        // A reused cluster starts over.
-        let _ = cluster.kubectl(&[
-            "-n",
-            namespace,
-            "delete",
-            &format!("{KUSTOMIZATIONS},{GIT_REPOSITORIES}"),
-            "--all",
-            "--ignore-not-found",
-            "--wait",
-        ]);
-    }
     let repo = GitRepo::new("dashboard").expect("git repository");
     let rev1 = commit(&repo, "1");
     let url = cluster.git_server(&repo).expect("git server");
@@ -263,7 +252,7 @@ fn row(namespace: &str, name: &str) -> String {
 
 #[tokio::test]
 async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
-    let cluster = TestCluster::shared();
+    let cluster = TestCluster::own("tf-dash");
     let (admin, viewer, repo, rev1) = prepare(cluster).await;
     let browser = Browser::start().await.expect("chromium");
     let page = browser.client();
