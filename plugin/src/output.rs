@@ -190,13 +190,23 @@ pub fn render<T: Serialize>(
     })
 }
 
+/// Windows' ERROR_PIPE_NOT_CONNECTED: a write to a pipe whose reader has gone (`| head`) can
+/// fail with it (wine reports it where Windows says ERROR_NO_DATA), and std maps only
+/// ERROR_BROKEN_PIPE and ERROR_NO_DATA to [`io::ErrorKind::BrokenPipe`].
+const ERROR_PIPE_NOT_CONNECTED: i32 = 233;
+
 /// Whether the error is stdout having been closed by the reader (`| head`).
 pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
         cause
             .downcast_ref::<io::Error>()
-            .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
+            .is_some_and(is_closed_pipe)
     })
+}
+
+fn is_closed_pipe(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::BrokenPipe
+        || (cfg!(windows) && err.raw_os_error() == Some(ERROR_PIPE_NOT_CONNECTED))
 }
 
 /// A table cell: its text, and how it is painted when colors are on.
@@ -344,6 +354,9 @@ mod tests {
             .context("writing the status");
         assert!(is_broken_pipe(&err));
         assert!(!is_broken_pipe(&anyhow::anyhow!("agent unreachable")));
+        // The same code elsewhere is no closed pipe: 233 is only Windows' meaning.
+        let not_connected = anyhow::Error::from(io::Error::from_raw_os_error(233));
+        assert_eq!(is_broken_pipe(&not_connected), cfg!(windows));
     }
 
     #[test]
