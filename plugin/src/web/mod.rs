@@ -352,9 +352,11 @@ pub async fn serve(
         stderr,
         "The address signs one browser in, once. Ctrl-C stops the dashboard."
     );
+    // Kept until the server stops: the browser may read the sign-in file late.
+    let mut _sign_in = None;
     if open {
         match open_browser(&url) {
-            Ok(()) => {}
+            Ok(file) => _sign_in = Some(file),
             Err(why) => {
                 let _ = writeln!(
                     stderr,
@@ -402,8 +404,11 @@ async fn stop_signal() -> anyhow::Result<()> {
 }
 
 /// Hands the address to the system's browser: $BROWSER, else `open` (macOS), the URL handler
-/// (Windows) or `xdg-open` (where a display is).
-fn open_browser(url: &str) -> Result<(), String> {
+/// (Windows) or `xdg-open` (where a display is). The browser gets a file, not the address: a
+/// command line is readable by every local user (`/proc/*/cmdline`, `ps`), who could sign in with
+/// the token first. The file, in a directory only this user may read, redirects to the address;
+/// it is removed with the returned directory.
+fn open_browser(url: &str) -> Result<tempfile::TempDir, String> {
     use std::process::{Command, Stdio};
     let mut command = if let Some(browser) = std::env::var_os("BROWSER").filter(|b| !b.is_empty()) {
         Command::new(browser)
@@ -419,8 +424,15 @@ fn open_browser(url: &str) -> Result<(), String> {
         }
         Command::new("xdg-open")
     };
+    let dir = tempfile::Builder::new()
+        .prefix("tenantflux-dashboard-")
+        .tempdir()
+        .map_err(|err| format!("cannot create a private directory for the sign-in file: {err}"))?;
+    let file = dir.path().join("sign-in.html");
+    std::fs::write(&file, sign_in_file(url))
+        .map_err(|err| format!("cannot write {}: {err}", file.display()))?;
     let mut child = command
-        .arg(url)
+        .arg(&file)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -428,7 +440,17 @@ fn open_browser(url: &str) -> Result<(), String> {
         .map_err(|err| format!("cannot start the browser: {err}"))?;
     // Reaped in the background: xdg-open and friends return at once, a browser may not.
     std::thread::spawn(move || child.wait());
-    Ok(())
+    Ok(dir)
+}
+
+/// A page that sends the browser on to the sign-in address (`url` is ours: 127.0.0.1, a port
+/// and a hex token, nothing to escape).
+fn sign_in_file(url: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"0;url={url}\"><title>tenantflux</title></head>\
+         <body><p><a href=\"{url}\">Open the dashboard</a></p></body></html>\n"
+    )
 }
 
 #[cfg(test)]
