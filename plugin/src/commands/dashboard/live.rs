@@ -23,6 +23,9 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// How long the start waits for the first snapshot of the objects.
 const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
+/// What the page plans an upgrade to: the newest Flux 2 release the policy allows, as
+/// `kubectl tenantflux upgrade plan --to 2.x` does.
+pub const NEXT_UPGRADE: &str = "2.x";
 
 /// An object's place: the kind's position in the agent's catalog first, so tables come in the
 /// order `get all` shows them.
@@ -51,6 +54,14 @@ pub enum Change {
     Reset,
 }
 
+/// The cluster's upgrades: the one running or last run, and the plan of the next.
+#[derive(Clone, Debug, Default)]
+pub struct Upgrades {
+    pub running: Option<pb::UpgradeState>,
+    /// The plan to [`NEXT_UPGRADE`], or why there is none (the agent's refusal).
+    pub next: Option<Result<pb::UpgradePlan, String>>,
+}
+
 /// The scope the dashboard watches, and why when it is narrower than asked.
 #[derive(Clone, Debug)]
 pub struct Scope {
@@ -66,7 +77,7 @@ pub struct Live {
     pub scope: Scope,
     objects: RwLock<BTreeMap<Key, ObjectView>>,
     status: RwLock<Result<Option<StatusView>, String>>,
-    upgrade: RwLock<Option<pb::UpgradeState>>,
+    upgrades: RwLock<Upgrades>,
     /// Why the object watch is down, while it is.
     watch_error: RwLock<Option<String>>,
     changes: broadcast::Sender<Change>,
@@ -114,7 +125,7 @@ impl Live {
             scope,
             objects: RwLock::default(),
             status: RwLock::new(Ok(None)),
-            upgrade: RwLock::default(),
+            upgrades: RwLock::default(),
             watch_error: RwLock::default(),
             changes,
             version: AtomicU64::new(0),
@@ -152,6 +163,11 @@ impl Live {
             .collect()
     }
 
+    /// How many objects the watch holds.
+    pub fn count(&self) -> usize {
+        read(&self.objects).len()
+    }
+
     pub fn object(&self, key: &Key) -> Option<ObjectView> {
         read(&self.objects).get(key).cloned()
     }
@@ -160,8 +176,8 @@ impl Live {
         read(&self.status).clone()
     }
 
-    pub fn upgrade(&self) -> Option<pb::UpgradeState> {
-        read(&self.upgrade).clone()
+    pub fn upgrades(&self) -> Upgrades {
+        read(&self.upgrades).clone()
     }
 
     pub fn watch_error(&self) -> Option<String> {
@@ -285,9 +301,21 @@ async fn read_objects(
     }
 }
 
+/// What the next upgrade's plan depends on: the instance's version and request, and the policy.
+fn plan_inputs(status: &StatusView) -> (String, String, u64) {
+    (
+        status.instance.last_applied_revision.clone(),
+        status.instance.requested_version.clone(),
+        status.policy.as_ref().map_or(0, |p| p.generation),
+    )
+}
+
 async fn follow_status(live: Arc<Live>) {
     let mut attempt = 0;
     let mut agent = live.agent();
+    // The agent reads the whole cluster to plan: planned again only when what it depends on
+    // changed, not at every status.
+    let mut planned_for = None;
     loop {
         match agent.status_stream().await {
             Ok(mut stream) => {
@@ -295,13 +323,25 @@ async fn follow_status(live: Arc<Live>) {
                 loop {
                     match agent.next(&mut stream).await {
                         Ok(Some(status)) => {
-                            *write(&live.status) = Ok(Some(StatusView::from(status)));
-                            let upgrade = agent
+                            let status = StatusView::from(status);
+                            let inputs = plan_inputs(&status);
+                            *write(&live.status) = Ok(Some(status));
+                            let running = agent
                                 .call(agent.upgrade().get_upgrade(pb::GetUpgradeRequest {}))
                                 .await
                                 .ok()
                                 .filter(|u| u.present);
-                            *write(&live.upgrade) = upgrade;
+                            write(&live.upgrades).running = running;
+                            if planned_for.as_ref() != Some(&inputs) {
+                                let next = agent
+                                    .call(agent.upgrade().plan_upgrade(pb::PlanUpgradeRequest {
+                                        to: NEXT_UPGRADE.to_owned(),
+                                    }))
+                                    .await
+                                    .map_err(|err| err.to_string());
+                                write(&live.upgrades).next = Some(next);
+                                planned_for = Some(inputs);
+                            }
                             live.announce(Change::Status);
                         }
                         Ok(None) => break,

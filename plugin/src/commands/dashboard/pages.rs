@@ -4,7 +4,7 @@
 use maud::{Markup, html};
 use tenantflux_proto::v1 as pb;
 
-use super::live::{Key, Scope};
+use super::live::{Key, NEXT_UPGRADE, Scope, Upgrades};
 use crate::{
     commands::{status::StatusView, workloads::ObjectView},
     web::page::{Tone, badge, facts, layout},
@@ -170,7 +170,7 @@ fn kind_table(kind: &pb::FluxKind, rows: &[&(Key, ObjectView)]) -> Markup {
 /// enforcement, and the upgrade in progress or last done.
 pub fn cluster(
     status: &Result<Option<StatusView>, String>,
-    upgrade: Option<&pb::UpgradeState>,
+    upgrades: &Upgrades,
     watch_error: Option<&str>,
 ) -> Markup {
     html! {
@@ -181,13 +181,13 @@ pub fn cluster(
             @match status {
                 Err(error) => p.error role="alert" { "Cannot read the agent's status: " (error) },
                 Ok(None) => p.muted { "Reading the agent's status…" },
-                Ok(Some(status)) => (status_cards(status, upgrade)),
+                Ok(Some(status)) => (status_cards(status, upgrades)),
             }
         }
     }
 }
 
-fn status_cards(status: &StatusView, upgrade: Option<&pb::UpgradeState>) -> Markup {
+fn status_cards(status: &StatusView, upgrades: &Upgrades) -> Markup {
     let agent_tone = match status.agent.health {
         "ok" => Tone::Good,
         "degraded" => Tone::Bad,
@@ -242,7 +242,8 @@ fn status_cards(status: &StatusView, upgrade: Option<&pb::UpgradeState>) -> Mark
                 }
             }
             (policy_card(status))
-            @if let Some(upgrade) = upgrade {
+            @if let Some(next) = &upgrades.next { (next_upgrade_card(next)) }
+            @if let Some(upgrade) = &upgrades.running {
                 div class={ "card " (upgrade_tone(upgrade).class()) } {
                     h3 { "Upgrade " (badge(&upgrade.phase, upgrade_tone(upgrade))) }
                     (facts(&[
@@ -251,6 +252,46 @@ fn status_cards(status: &StatusView, upgrade: Option<&pb::UpgradeState>) -> Mark
                     ]))
                     @if !upgrade.message.is_empty() { p.message { (upgrade.message) } }
                 }
+            }
+        }
+    }
+}
+
+/// The plan of the next upgrade ([`NEXT_UPGRADE`]): up to date, available (with what it
+/// migrates and what in the cluster uses an API version it removes), or blocked and why.
+fn next_upgrade_card(next: &Result<pb::UpgradePlan, String>) -> Markup {
+    let plan = match next {
+        Err(error) => {
+            return html! {
+                div.card.muted { h3 { "Next upgrade " (badge("unknown", Tone::Muted)) } p.muted { "Cannot plan: " (error) } }
+            };
+        }
+        Ok(plan) => plan,
+    };
+    let up_to_date = plan.warnings.iter().any(|w| w.code == "same-version");
+    let (label, tone) = if up_to_date {
+        ("up to date", Tone::Good)
+    } else if plan.blocked {
+        ("blocked", Tone::Bad)
+    } else {
+        ("available", Tone::Warn)
+    };
+    let removed = plan.removed_api_uses.len() + plan.hidden_removed_api_uses as usize;
+    html! {
+        div #next-upgrade class={ "card " (tone.class()) } {
+            h3 { "Next upgrade " (badge(label, tone)) }
+            (facts(&[
+                ("to", html! { @if plan.target.is_empty() { span.muted { "no release" } } @else { "Flux " (plan.target) } }),
+                ("from", html! { (plan.current_version) }),
+                ("within", html! { @if plan.policy.is_empty() { span.muted { "no policy" } } @else { (plan.policy_range) } }),
+                ("migrates", html! { (plan.migrations.len()) " CRD(s)" }),
+                ("removed APIs", html! { (removed) " object(s) use one" }),
+            ]))
+            @for blocker in &plan.blockers { p.error { (blocker.message) } }
+            @for warning in plan.warnings.iter().filter(|w| w.code != "same-version") { p.notice { (warning.message) } }
+            p.muted { "In full: " code { "kubectl tenantflux upgrade plan --to " (NEXT_UPGRADE) } }
+            @if !up_to_date && !plan.blocked && !plan.written_version.is_empty() {
+                p.muted { "Apply it: " code { "kubectl tenantflux upgrade apply --to " (plan.written_version) } }
             }
         }
     }

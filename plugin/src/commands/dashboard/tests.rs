@@ -1,7 +1,7 @@
 use tenantflux_proto::v1 as pb;
 
 use super::{
-    live::{Key, Scope},
+    live::{Key, Scope, Upgrades},
     pages::{self, Filter},
     requested,
 };
@@ -208,11 +208,62 @@ fn a_policy_the_api_server_does_not_enforce_is_shown_as_not_enforced() {
         }),
         ..Default::default()
     });
-    let html = pages::cluster(&Ok(Some(status)), None, None).into_string();
+    let html = pages::cluster(&Ok(Some(status)), &Upgrades::default(), None).into_string();
     assert!(html.contains("NOT ENFORCED"), "{html}");
     assert!(
         html.contains("the ValidatingAdmissionPolicyBinding was deleted"),
         "{html}"
     );
     assert!(html.contains(r#"class="card bad""#), "{html}");
+}
+
+#[test]
+fn the_next_upgrade_is_shown_up_to_date_available_or_blocked_with_why() {
+    let status = || Ok(Some(StatusView::from(pb::Status::default())));
+    let plan = |warnings: Vec<pb::Finding>, blockers: Vec<pb::Finding>| Upgrades {
+        running: None,
+        next: Some(Ok(pb::UpgradePlan {
+            target: "2.9.5".to_owned(),
+            written_version: "2.9.x".to_owned(),
+            current_version: "2.8.8".to_owned(),
+            blocked: !blockers.is_empty(),
+            blockers,
+            warnings,
+            removed_api_uses: vec![pb::RemovedApiUse::default(); 2],
+            hidden_removed_api_uses: 1,
+            ..Default::default()
+        })),
+    };
+    let finding = |code: &str, message: &str| pb::Finding {
+        code: code.to_owned(),
+        message: message.to_owned(),
+    };
+
+    let html = pages::cluster(&status(), &plan(vec![], vec![]), None).into_string();
+    assert!(html.contains(">available<"), "{html}");
+    assert!(html.contains("Flux 2.9.5"), "{html}");
+    assert!(html.contains("3 object(s) use one"), "{html}");
+    assert!(html.contains("upgrade apply --to 2.9.x"), "{html}");
+
+    let same = finding("same-version", "Flux 2.9.5 is already installed");
+    let html = pages::cluster(&status(), &plan(vec![same], vec![]), None).into_string();
+    assert!(html.contains(">up to date<"), "{html}");
+    assert!(!html.contains("already installed"), "{html}");
+    assert!(!html.contains("upgrade apply"), "{html}");
+
+    let blocker = finding("kubernetes", "Flux 2.9 needs Kubernetes 1.33 or later");
+    let html = pages::cluster(&status(), &plan(vec![], vec![blocker]), None).into_string();
+    assert!(html.contains(">blocked<"), "{html}");
+    assert!(html.contains("needs Kubernetes 1.33"), "{html}");
+    assert!(!html.contains("upgrade apply"), "{html}");
+
+    let refused = Upgrades {
+        running: None,
+        next: Some(Err("may not get fluxinstances".to_owned())),
+    };
+    let html = pages::cluster(&status(), &refused, None).into_string();
+    assert!(
+        html.contains("Cannot plan: may not get fluxinstances"),
+        "{html}"
+    );
 }
