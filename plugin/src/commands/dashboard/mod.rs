@@ -92,7 +92,7 @@ async fn index(State(app): State<Arc<App>>, RawQuery(query): RawQuery) -> Respon
     let version = live.version();
     let cluster = pages::cluster(
         &live.status(),
-        live.upgrade().as_ref(),
+        &live.upgrades(),
         live.watch_error().as_deref(),
     );
     pages::index(
@@ -112,11 +112,14 @@ struct Upsert<'a> {
     key: String,
     kind: &'a str,
     html: String,
+    /// How many objects the page's watch holds, for its count ("N of TOTAL").
+    total: usize,
 }
 
 #[derive(Serialize)]
 struct Remove {
     key: String,
+    total: usize,
 }
 
 #[derive(Serialize)]
@@ -162,7 +165,7 @@ fn resync(app: &App, filter: &Filter) -> Vec<Event> {
 fn cluster_part(app: &App) -> maud::Markup {
     pages::cluster(
         &app.live.status(),
-        app.live.upgrade().as_ref(),
+        &app.live.upgrades(),
         app.live.watch_error().as_deref(),
     )
 }
@@ -177,6 +180,16 @@ fn part(id: &'static str, html: String) -> Event {
 fn event(app: &App, filter: &Filter, change: Option<Change>) -> Event {
     let json =
         |name: &str, value: &dyn erased::Json| Event::default().event(name).data(value.json());
+    let total = app.live.count();
+    let remove = |key: Key| {
+        json(
+            "remove",
+            &Remove {
+                key: key.dom(),
+                total,
+            },
+        )
+    };
     match change {
         Some(Change::Object(key)) => match app.live.object(&key) {
             Some(object) if filter.passes(&object) => match app.live.kind(&key.kind) {
@@ -186,13 +199,14 @@ fn event(app: &App, filter: &Filter, change: Option<Change>) -> Event {
                         key: key.dom(),
                         kind: &kind.kind,
                         html: pages::row(&key, kind, &object).into_string(),
+                        total,
                     },
                 ),
-                None => json("remove", &Remove { key: key.dom() }),
+                None => remove(key),
             },
-            _ => json("remove", &Remove { key: key.dom() }),
+            _ => remove(key),
         },
-        Some(Change::Removed(key)) => json("remove", &Remove { key: key.dom() }),
+        Some(Change::Removed(key)) => remove(key),
         Some(Change::Status) => part("cluster", cluster_part(app).into_string()),
         Some(Change::Reset) | None => Event::default().event("reload").data("{}"),
     }

@@ -23,6 +23,14 @@
     state.textContent = "reconnecting…";
     state.classList.remove("on");
   };
+  // "N of TOTAL objects": the rows the page shows of the objects the watch holds.
+  const count = (total) => {
+    const line = document.getElementById("count");
+    if (line) {
+      const shown = document.querySelectorAll("tbody[data-kind] > tr[data-key]").length;
+      line.textContent = shown + " of " + total + " objects";
+    }
+  };
   // A row of a table: replaced where it is, else added to its kind's table.
   source.addEventListener("upsert", (event) => {
     const message = JSON.parse(event.data);
@@ -30,6 +38,7 @@
     const old = byKey("data-key", message.key);
     if (old) {
       old.replaceWith(row);
+      count(message.total);
       return;
     }
     const body = byKey("data-kind", message.kind);
@@ -42,12 +51,21 @@
     if (section) {
       section.hidden = false;
     }
+    count(message.total);
   });
+  // A row gone (deleted, or no longer passing the page's filter); a table left empty is hidden.
   source.addEventListener("remove", (event) => {
-    const old = byKey("data-key", JSON.parse(event.data).key);
+    const message = JSON.parse(event.data);
+    const old = byKey("data-key", message.key);
     if (old) {
+      const body = old.parentElement;
       old.remove();
+      const section = body ? body.closest("section") : null;
+      if (section && body.children.length === 0) {
+        section.hidden = true;
+      }
     }
+    count(message.total);
   });
   // A part of the page rendered anew (the cluster's state, a fleet's tiles).
   source.addEventListener("part", (event) => {
