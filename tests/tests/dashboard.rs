@@ -78,6 +78,27 @@ impl Dashboard {
     fn base(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
+
+    /// Sends `signal` (`HUP`: the terminal closed, `INT`: Ctrl-C) and waits for the dashboard
+    /// to exit; how it exited.
+    fn stop_with(&mut self, signal: &str) -> std::process::ExitStatus {
+        let sent = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(sent.success(), "kill -{signal}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("the dashboard's state") {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the dashboard still runs 10 s after SIG{signal}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }
 
 impl Drop for Dashboard {
@@ -281,6 +302,11 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
         .wait_for_text("#cluster", "FluxInstance", SHOWN)
         .await
         .expect("the cluster's state");
+    // The next upgrade, as the agent plans it: the newest Flux 2 release flux-operator knows.
+    browser
+        .wait_for_text("#next-upgrade", "Flux 2.9", SHOWN)
+        .await
+        .expect("the next upgrade's plan");
     browser
         .wait_for_text("#live-state", "live", SHOWN)
         .await
@@ -541,7 +567,68 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
         .await
         .expect("screenshot");
 
-    drop(viewer_dashboard);
-    drop(dashboard);
+    // A closed terminal and Ctrl-C each stop a dashboard, live streams open or not: it exits
+    // and its port is closed.
     browser.close().await.expect("close the browser");
+    for (mut running, signal) in [(viewer_dashboard, "HUP"), (dashboard, "INT")] {
+        let status = running.stop_with(signal);
+        assert!(status.success(), "after SIG{signal}: {status}");
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", running.port)).is_err(),
+            "port {} still open after SIG{signal}",
+            running.port
+        );
+    }
+
+    // Opening the browser puts no token on a command line, where every local user could read
+    // it (`ps`) and sign in first: the browser ($BROWSER) gets a file in a directory only
+    // this user may read, which sends it on to the sign-in address.
+    let work = tempfile::tempdir().expect("a temporary directory");
+    let script = work.path().join("browser");
+    let seen = work.path().join("seen");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" >'{seen}.argv'\ncp \"$1\" '{seen}.html'\n\
+             stat -c %a \"$(dirname \"$1\")\" >'{seen}.tmp' && mv '{seen}.tmp' '{seen}.mode'\n",
+            seen = seen.display()
+        ),
+    )
+    .expect("browser script");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("executable");
+    let mut opened = cluster
+        .plugin_command(Some(&admin), &["dashboard"])
+        .env("BROWSER", &script)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the dashboard");
+    let mut line = String::new();
+    BufReader::new(opened.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the address");
+    let mode = wait_for("the browser started", SHOWN, || {
+        let mode = std::fs::read_to_string(seen.with_extension("mode")).ok();
+        async move { mode }
+    })
+    .await
+    .expect("$BROWSER run");
+    let _ = opened.kill();
+    let _ = opened.wait();
+    let url = line
+        .split_whitespace()
+        .find(|word| word.starts_with("http://127.0.0.1:"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    let argv = std::fs::read_to_string(seen.with_extension("argv")).expect("argv");
+    assert!(
+        !argv.contains("token"),
+        "the token on a command line: {argv}"
+    );
+    assert_eq!(mode.trim(), "700", "the sign-in file's directory");
+    let html = std::fs::read_to_string(seen.with_extension("html")).expect("the file");
+    assert!(
+        html.contains(&format!("url={url}\"")),
+        "the file sends the browser to {url}: {html}"
+    );
 }
