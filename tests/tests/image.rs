@@ -5,7 +5,9 @@
 //! the service-account volume with a TokenRequest token bound to that Pod, the policy-key
 //! ConfigMap), so the agent takes the in-cluster configuration path every real install takes.
 //! Then: /readyz, `status` and a policy push through the plugin (kwok's port-forward routed to
-//! the container), and a clean stop on SIGTERM within the pod's grace period. Before that, the
+//! the container), and a clean stop on SIGTERM within the pod's grace period when `helm
+//! upgrade` rotates the policy key: the Deployment recreates the pod, and the agent in the new
+//! one refuses a policy signed with the old key and takes one signed with the new key. Before that, the
 //! index the build wrote: exactly linux/amd64 and linux/arm64, and the arm64 image's agent run
 //! under qemu-user.
 
@@ -499,18 +501,36 @@ fn pod_run(cluster: &TestCluster, pod: &Value, dir: &Path, server: &str) -> PodR
     }
 }
 
-/// The chart with a policy key, applied; returns the agent's Running Pod as stored.
-async fn install_chart(cluster: &TestCluster, public_key: &Path) -> Value {
+/// helm as a platform runs it against `cluster`, with a configuration, cache and data of the
+/// test's own under `home` (no repository or registry login of whoever runs the test).
+fn helm(cluster: &TestCluster, home: &Path, args: &[&str]) -> String {
+    run(Command::new(tool_path("HELM"))
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig())
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_DATA_HOME", home.join("data")))
+}
+
+/// The chart installed with `helm install` as the README has it (release in kube-system, the
+/// agent in its own namespace) and a policy key; returns the agent's Running Pod as stored.
+async fn install_chart(cluster: &TestCluster, public_key: &Path, helm_home: &Path) -> Value {
     ensure_packaging_tools().expect("tests/env/cluster build-tools");
     let chart = repo_root().join("deploy/helm/tenantflux-agent");
-    let rendered = run(Command::new(tool_path("HELM")).args([
-        "template",
-        "tenantflux-agent",
-        path(&chart),
-        "--set-file",
-        &format!("policy.publicKey={}", path(public_key)),
-    ]));
-    cluster.apply_yaml(&rendered).expect("the chart applied");
+    helm(
+        cluster,
+        helm_home,
+        &[
+            "install",
+            RELEASE,
+            path(&chart),
+            "-n",
+            "kube-system",
+            "--set-file",
+            &format!("policy.publicKey={}", path(public_key)),
+        ],
+    );
     // The controller-manager publishes the cluster's CA into every namespace.
     wait_for(
         "ConfigMap kube-root-ca.crt in the agent's namespace",
@@ -529,6 +549,11 @@ async fn install_chart(cluster: &TestCluster, public_key: &Path) -> Value {
     )
     .await
     .expect("kube-root-ca.crt");
+    running_pod(cluster, None).await
+}
+
+/// The agent's Running Pod as stored, once there is one whose UID is not `other_than`.
+async fn running_pod(cluster: &TestCluster, other_than: Option<&str>) -> Value {
     wait_for(
         "the agent's Pod Running",
         Duration::from_secs(120),
@@ -547,7 +572,11 @@ async fn install_chart(cluster: &TestCluster, public_key: &Path) -> Value {
                 ])
                 .ok()?;
             let list: Value = serde_json::from_str(&text).ok()?;
-            list["items"].as_array()?.first().cloned()
+            list["items"]
+                .as_array()?
+                .iter()
+                .find(|pod| pod.pointer("/metadata/uid").and_then(Value::as_str) != other_than)
+                .cloned()
         },
     )
     .await
@@ -610,13 +639,13 @@ async fn agent_image_runs_as_the_charts_pod_against_the_api_server() {
         .expect("starting the cluster");
     let keys = dir.path().join("keys");
     plugin_ok(&cluster, None, &["policy", "keygen", "--out", path(&keys)]);
-    let pod = install_chart(&cluster, &keys.join("ed25519.pub")).await;
+    let helm_home = dir.path().join("helm");
+    let pod = install_chart(&cluster, &keys.join("ed25519.pub"), &helm_home).await;
     assert_eq!(
         str_at(&pod, "/spec/containers/0/image"),
         image,
         "deploy/image/build's default reference is the chart's default image"
     );
-
     let server = cluster
         .kubectl_ok(&[
             "config",
@@ -626,75 +655,22 @@ async fn agent_image_runs_as_the_charts_pod_against_the_api_server() {
             "jsonpath={.clusters[0].cluster.server}",
         ])
         .expect("the API server's address");
-    let kubelet = pod_run(&cluster, &pod, dir.path(), &server);
-    let name = format!("tf-image-agent-{}", std::process::id());
-    let grace = kubelet.grace.as_secs().to_string();
-    let mut run_args = vec![
-        "run",
-        "--detach",
-        "--pull=never",
-        "--name",
-        &name,
-        "--network=host",
-        "--log-driver=k8s-file",
-        "--stop-timeout",
-        &grace,
-    ];
-    run_args.extend(kubelet.args.iter().map(String::as_str));
-    run_args.push(image);
-    let launched = Instant::now();
-    podman.ok(&run_args);
-    let container = Container {
-        podman: &podman,
-        name: name.clone(),
-    };
 
-    let admin_port = kubelet.ports[&8080];
-    let readiness = format!("http://127.0.0.1:{admin_port}/readyz");
-    let ready = wait_for("the container's /readyz", Duration::from_secs(60), || {
-        let state = container.state();
-        assert_eq!(
-            state["Running"],
-            true,
-            "the agent container stopped: {state:#}\n{}",
-            container.logs()
-        );
-        let answered = output_of(Command::new("curl").args(["-fsS", &readiness]))
-            .status
-            .success();
-        async move { answered.then(Instant::now) }
-    })
-    .await
-    .unwrap_or_else(|err| panic!("{err}\n{}", container.logs()));
+    let launched = Instant::now();
+    let first = AgentPod::run(
+        &podman,
+        &cluster,
+        &pod,
+        &dir.path().join("first"),
+        &server,
+        image,
+    );
+    let ready = first.ready(&cluster).await;
     println!(
         "agent container ready {:.2?} after podman run",
         ready - launched
     );
-
-    // Port-forwards to the agent's pod reach the container's ports.
-    let forwards: String = kubelet
-        .ports
-        .iter()
-        .map(|(container_port, host_port)| {
-            format!(
-                "  - ports: [{container_port}]\n    target: {{address: 127.0.0.1, port: {host_port}}}\n"
-            )
-        })
-        .collect();
-    cluster
-        .apply_yaml(&format!(
-            "apiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterPortForward\n\
-             metadata: {{name: tenantflux-agent}}\n\
-             spec:\n  selector: {{matchNamespaces: [{AGENT_NAMESPACE}]}}\n  forwards:\n{forwards}"
-        ))
-        .expect("ClusterPortForward");
-    let status = wait_for(
-        "kubectl tenantflux status through the port-forward",
-        Duration::from_secs(60),
-        || async { status_json(&cluster) },
-    )
-    .await
-    .unwrap_or_else(|err| panic!("{err}\n{}", container.logs()));
+    let status = status_json(&cluster).expect("status");
     assert_eq!(status["agent"]["namespace"], AGENT_NAMESPACE, "{status:#}");
     // Asked of the API server by the agent, through its in-cluster configuration.
     assert_eq!(
@@ -709,36 +685,237 @@ async fn agent_image_runs_as_the_charts_pod_against_the_api_server() {
 
     // A policy push: verified with the key from the chart's ConfigMap, stored and enforced by
     // the agent with its own ServiceAccount's RBAC.
-    let unsigned = dir.path().join("policy.yaml");
-    std::fs::write(&unsigned, example_without_defaults()).expect("policy written");
-    let signed = dir.path().join("signed.yaml");
-    plugin_ok(
-        &cluster,
-        None,
-        &[
-            "policy",
-            "sign",
-            "-f",
-            path(&unsigned),
-            "--key",
-            path(&keys.join("ed25519.key")),
-            "--out",
-            path(&signed),
-        ],
-    );
     let platform = cluster
         .policy_pusher_kubeconfig()
         .expect("platform account");
+    let push = |generation: u32, key: &Path| {
+        let unsigned = dir.path().join(format!("policy-{generation}.yaml"));
+        let text = example_without_defaults();
+        assert!(text.contains("  generation: 7\n"), "{text}");
+        let text = text.replace(
+            "  generation: 7\n",
+            &format!("  generation: {generation}\n"),
+        );
+        std::fs::write(&unsigned, text).expect("policy written");
+        let signed = dir.path().join(format!("signed-{generation}.yaml"));
+        plugin_ok(
+            &cluster,
+            None,
+            &[
+                "policy",
+                "sign",
+                "-f",
+                path(&unsigned),
+                "--key",
+                path(key),
+                "--out",
+                path(&signed),
+            ],
+        );
+        cluster
+            .kubectl_tenantflux(Some(&platform), &["policy", "push", "-f", path(&signed)])
+            .expect("kubectl tenantflux policy push")
+    };
+    let pushed = push(7, &keys.join("ed25519.key"));
+    assert!(
+        pushed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pushed.stderr)
+    );
+    enforced_generation(&cluster, "7", &first).await;
+
+    // The platform rotates the key with `helm upgrade`: the pod template's checksum of the key
+    // changes, the Deployment recreates its pod, and the agent in it trusts the new key only.
+    let rotated_keys = dir.path().join("rotated-keys");
     plugin_ok(
         &cluster,
-        Some(&platform),
-        &["policy", "push", "-f", path(&signed)],
+        None,
+        &["policy", "keygen", "--out", path(&rotated_keys)],
     );
+    let chart = repo_root().join("deploy/helm/tenantflux-agent");
+    helm(
+        &cluster,
+        &helm_home,
+        &[
+            "upgrade",
+            RELEASE,
+            path(&chart),
+            "-n",
+            "kube-system",
+            "--reuse-values",
+            "--set-file",
+            &format!(
+                "policy.publicKey={}",
+                path(&rotated_keys.join("ed25519.pub"))
+            ),
+        ],
+    );
+    let rotated = running_pod(&cluster, Some(str_at(&pod, "/metadata/uid"))).await;
+    // Recreate: the old pod is gone before the new one exists, and its kubelet stopped its
+    // container: SIGTERM, then SIGKILL once the grace period is over.
+    first.stops_cleanly();
+    let second = AgentPod::run(
+        &podman,
+        &cluster,
+        &rotated,
+        &dir.path().join("second"),
+        &server,
+        image,
+    );
+    second.ready(&cluster).await;
+    let refused = push(8, &keys.join("ed25519.key"));
+    assert_eq!(
+        refused.status.code(),
+        Some(6),
+        "a policy signed with the replaced key: {}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("unknown key"), "{said}");
+    let accepted = push(8, &rotated_keys.join("ed25519.key"));
+    assert!(
+        accepted.status.success(),
+        "a policy signed with the new key: {}\n{}",
+        String::from_utf8_lossy(&accepted.stderr),
+        second.container.logs()
+    );
+    enforced_generation(&cluster, "8", &second).await;
+    second.stops_cleanly();
+}
+
+/// The chart's release name in the image test.
+const RELEASE: &str = "tenantflux-agent";
+
+/// The agent's Pod run as its kubelet would, by podman.
+struct AgentPod<'a> {
+    container: Container<'a>,
+    kubelet: PodRun,
+}
+
+impl<'a> AgentPod<'a> {
+    fn run(
+        podman: &'a Podman,
+        cluster: &TestCluster,
+        pod: &Value,
+        dir: &Path,
+        server: &str,
+        image: &str,
+    ) -> AgentPod<'a> {
+        let kubelet = pod_run(cluster, pod, dir, server);
+        let name = format!(
+            "tf-image-{}-{}",
+            str_at(pod, "/metadata/name"),
+            std::process::id()
+        );
+        let grace = kubelet.grace.as_secs().to_string();
+        let mut run_args = vec![
+            "run",
+            "--detach",
+            "--pull=never",
+            "--name",
+            &name,
+            "--network=host",
+            "--log-driver=k8s-file",
+            "--stop-timeout",
+            &grace,
+        ];
+        run_args.extend(kubelet.args.iter().map(String::as_str));
+        run_args.push(image);
+        podman.ok(&run_args);
+        AgentPod {
+            container: Container { podman, name },
+            kubelet,
+        }
+    }
+
+    /// Waits for the container's /readyz, routes port-forwards to its pod to the container's
+    /// ports (kwok) and waits for `status` through one; when it was ready.
+    async fn ready(&self, cluster: &TestCluster) -> Instant {
+        let container = &self.container;
+        let admin_port = self.kubelet.ports[&8080];
+        let readiness = format!("http://127.0.0.1:{admin_port}/readyz");
+        let ready = wait_for("the container's /readyz", Duration::from_secs(60), || {
+            let state = container.state();
+            assert_eq!(
+                state["Running"],
+                true,
+                "the agent container stopped: {state:#}\n{}",
+                container.logs()
+            );
+            let answered = output_of(Command::new("curl").args(["-fsS", &readiness]))
+                .status
+                .success();
+            async move { answered.then(Instant::now) }
+        })
+        .await
+        .unwrap_or_else(|err| panic!("{err}\n{}", container.logs()));
+        let forwards: String = self
+            .kubelet
+            .ports
+            .iter()
+            .map(|(container_port, host_port)| {
+                format!(
+                    "  - ports: [{container_port}]\n    target: {{address: 127.0.0.1, port: {host_port}}}\n"
+                )
+            })
+            .collect();
+        cluster
+            .apply_yaml(&format!(
+                "apiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterPortForward\n\
+                 metadata: {{name: tenantflux-agent}}\n\
+                 spec:\n  selector: {{matchNamespaces: [{AGENT_NAMESPACE}]}}\n  forwards:\n{forwards}"
+            ))
+            .expect("ClusterPortForward");
+        // Only this pod's container runs (an earlier one was stopped before it started), so
+        // whatever answers is this agent.
+        wait_for(
+            "kubectl tenantflux status through the port-forward",
+            Duration::from_secs(60),
+            || async { status_json(cluster) },
+        )
+        .await
+        .unwrap_or_else(|err| panic!("{err}\n{}", container.logs()));
+        ready
+    }
+
+    /// Stops the container as its kubelet does (SIGTERM, SIGKILL after the grace period): the
+    /// agent exits 0 within the grace period, and its log holds no token.
+    fn stops_cleanly(&self) {
+        let container = &self.container;
+        let grace = self.kubelet.grace.as_secs().to_string();
+        let stopping = Instant::now();
+        container
+            .podman
+            .ok(&["stop", "--time", &grace, &container.name]);
+        let stopped = stopping.elapsed();
+        let state = container.state();
+        let logs = container.logs();
+        assert_eq!(
+            state["ExitCode"], 0,
+            "the agent exits 0 on SIGTERM, not killed: {state:#}\n{logs}"
+        );
+        assert!(
+            stopped < self.kubelet.grace,
+            "stopped in {stopped:?}, the grace period is {:?}",
+            self.kubelet.grace
+        );
+        assert!(logs.contains("shutting down"), "{logs}");
+        assert!(
+            !logs.contains(&self.kubelet.token),
+            "the service-account token is in the agent's log"
+        );
+        println!("agent container stopped on SIGTERM in {stopped:.2?}");
+    }
+}
+
+/// Waits until the API server enforces policy generation `generation` (the admission binding
+/// the agent writes carries it) and `status` reports it.
+async fn enforced_generation(cluster: &TestCluster, generation: &str, agent: &AgentPod<'_>) {
     wait_for(
-        "the admission policy at generation 7",
+        &format!("the admission policy at generation {generation}"),
         Duration::from_secs(60),
         || {
-            let generation = cluster.kubectl_ok(&[
+            let current = cluster.kubectl_ok(&[
                 "get",
                 "validatingadmissionpolicybinding",
                 "tenantflux-policy",
@@ -746,33 +923,15 @@ async fn agent_image_runs_as_the_charts_pod_against_the_api_server() {
                 "jsonpath={.metadata.annotations.tenantflux\\.io/policy-generation}",
                 "--ignore-not-found",
             ]);
-            async move { generation.ok().filter(|g| g == "7") }
+            async move { current.ok().filter(|g| g == generation) }
         },
     )
     .await
-    .unwrap_or_else(|err| panic!("{err}\n{}", container.logs()));
-    let status = status_json(&cluster).expect("status after the push");
-    assert_eq!(status["policy"]["generation"], 7, "{status:#}");
-
-    // The pod's stop: SIGTERM, then SIGKILL once the grace period is over.
-    let stopping = Instant::now();
-    podman.ok(&["stop", "--time", &grace, &name]);
-    let stopped = stopping.elapsed();
-    let state = container.state();
-    let logs = container.logs();
+    .unwrap_or_else(|err| panic!("{err}\n{}", agent.container.logs()));
+    let status = status_json(cluster).expect("status after the push");
     assert_eq!(
-        state["ExitCode"], 0,
-        "the agent exits 0 on SIGTERM, not killed: {state:#}\n{logs}"
+        status["policy"]["generation"].to_string(),
+        generation,
+        "{status:#}"
     );
-    assert!(
-        stopped < kubelet.grace,
-        "stopped in {stopped:?}, the grace period is {:?}",
-        kubelet.grace
-    );
-    assert!(logs.contains("shutting down"), "{logs}");
-    assert!(
-        !logs.contains(&kubelet.token),
-        "the service-account token is in the agent's log"
-    );
-    println!("agent container stopped on SIGTERM in {stopped:.2?}");
 }
