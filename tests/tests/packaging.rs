@@ -236,11 +236,12 @@ fn chart_rejects_values_outside_its_schema() {
 }
 
 /// `helm install -n tenantflux-system --create-namespace` of the chart on a real API server,
-/// then `helm upgrade` with a new policy key:
-/// the key's ConfigMap holds the new key and the Deployment rolls its pod (Recreate: the old
-/// ReplicaSet is scaled to zero before the new one runs), so the agent starts again and reads
-/// it. The agent itself is not in that pod here (the test environment's pods have no process;
-/// the agent runs as a local process in the other tests, which show it reads its keys at start).
+/// then `helm upgrade` with a new policy key: the key's ConfigMap holds the new key and the
+/// Deployment rolls its pod (Recreate: the old ReplicaSet is scaled to zero before the new one
+/// runs, and a watch of the pods sees the old pod deleted before the new one is created: one
+/// agent at a time). The agent itself is not in that pod here (the test environment's pods have
+/// no process); image.rs runs the image as the pods of such an upgrade and shows the new pod's
+/// agent trusts only the new key.
 #[test]
 fn a_helm_upgrade_with_a_new_policy_key_restarts_the_agent() {
     let cluster = TestCluster::start(&format!("pkg-helm-{}", std::process::id())).expect("cluster");
@@ -287,6 +288,12 @@ fn a_helm_upgrade_with_a_new_policy_key_restarts_the_agent() {
     };
     let before = checksum(&get("deployment/tenantflux-agent"));
     assert_eq!(before.len(), 64, "{before}");
+    // Every change to the agent's pods while the upgrade rolls them, as the API server sends it.
+    let watch = PodWatch::start(
+        &cluster,
+        "tenantflux-system",
+        "app.kubernetes.io/name=tenantflux-agent",
+    );
     helm_in(&[
         "upgrade",
         "tenantflux-agent",
@@ -321,6 +328,88 @@ fn a_helm_upgrade_with_a_new_policy_key_restarts_the_agent() {
         .collect();
     replicas.sort_unstable();
     assert_eq!(replicas, [0, 1], "{sets:#}");
+    // One agent at a time: the new pod was created only once the old one was gone.
+    let events = watch.stop();
+    let mut live = std::collections::BTreeSet::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (kind, uid) in &events {
+        match kind.as_str() {
+            "ADDED" => {
+                live.insert(uid.clone());
+                seen.insert(uid.clone());
+            }
+            "DELETED" => {
+                live.remove(uid);
+            }
+            _ => {}
+        }
+        assert!(live.len() <= 1, "two agent pods at once: {events:?}");
+    }
+    assert_eq!(
+        seen.len(),
+        2,
+        "the upgrade replaced the agent's pod: {events:?}"
+    );
+    assert_eq!(live.len(), 1, "{events:?}");
+}
+
+/// `kubectl get pods --watch` in the background: the watch events' types and pods' UIDs.
+struct PodWatch {
+    child: std::process::Child,
+    reader: std::thread::JoinHandle<Vec<(String, String)>>,
+}
+
+impl PodWatch {
+    /// Starts the watch and returns once its initial listing has arrived (a pod is there).
+    fn start(cluster: &TestCluster, namespace: &str, selector: &str) -> PodWatch {
+        let mut child = Command::new(tool("KUBECTL"))
+            .arg("--kubeconfig")
+            .arg(cluster.kubeconfig())
+            .args([
+                "-n",
+                namespace,
+                "get",
+                "pods",
+                "-l",
+                selector,
+                "--watch",
+                "--output-watch-events",
+                "-o",
+                "json",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("kubectl get pods --watch");
+        let stdout = child.stdout.take().expect("stdout");
+        let (listed, first) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut events = Vec::new();
+            for event in serde_json::Deserializer::from_reader(stdout).into_iter::<Value>() {
+                let Ok(event) = event else { break };
+                let field = |pointer: &str| {
+                    event
+                        .pointer(pointer)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                events.push((field("/type"), field("/object/metadata/uid")));
+                let _ = listed.send(());
+            }
+            events
+        });
+        first
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the watch's initial listing");
+        PodWatch { child, reader }
+    }
+
+    fn stop(mut self) -> Vec<(String, String)> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.reader.join().expect("the watch's reader")
+    }
 }
 
 /// The chart as a platform publishes it and a user installs it: `helm package`, `helm push` to
