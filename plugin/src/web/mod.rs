@@ -424,8 +424,13 @@ fn open_browser(url: &str) -> Result<tempfile::TempDir, String> {
         }
         Command::new("xdg-open")
     };
-    let dir = tempfile::Builder::new()
-        .prefix("tenantflux-dashboard-")
+    let mut private = tempfile::Builder::new();
+    private.prefix("tenantflux-dashboard-");
+    // A temporary directory is 0777 less the umask unless asked: readable by all with 022. On
+    // Windows the temporary directory is the user's own (%LOCALAPPDATA%\Temp).
+    #[cfg(unix)]
+    private.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700));
+    let dir = private
         .tempdir()
         .map_err(|err| format!("cannot create a private directory for the sign-in file: {err}"))?;
     let file = dir.path().join("sign-in.html");
