@@ -36,8 +36,13 @@ fn release(dist: &Path, extra: &[&str]) -> String {
         "deploy/release failed:\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let sums = String::from_utf8(output.stdout).unwrap();
-    std::fs::read_to_string(sums.trim()).unwrap()
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(
+        stdout.lines().count(),
+        1,
+        "stdout is the path of SHA256SUMS alone: {stdout}"
+    );
+    std::fs::read_to_string(stdout.trim()).unwrap()
 }
 
 /// helm with a configuration, cache and data of the test's own under `home`.
