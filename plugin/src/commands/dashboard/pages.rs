@@ -277,21 +277,38 @@ fn next_upgrade_card(next: &Result<pb::UpgradePlan, String>) -> Markup {
         ("available", Tone::Warn)
     };
     let removed = plan.removed_api_uses.len() + plan.hidden_removed_api_uses as usize;
+    let mut rows = vec![
+        (
+            "to",
+            html! { @if plan.target.is_empty() { span.muted { "no release" } } @else { "Flux " (plan.target) } },
+        ),
+        (
+            "from",
+            html! { @if plan.current_version.is_empty() { span.muted { "not applied yet" } } @else { (plan.current_version) } },
+        ),
+        (
+            "within",
+            html! { @if plan.policy.is_empty() { span.muted { "no policy" } } @else { (plan.policy_range) } },
+        ),
+    ];
+    // What the upgrade has to do, only when there is something.
+    if !plan.migrations.is_empty() {
+        rows.push(("migrates", html! { (plan.migrations.len()) " CRD(s)" }));
+    }
+    if removed > 0 {
+        rows.push(("removed APIs", html! { (removed) " object(s) use one" }));
+    }
     html! {
         div #next-upgrade class={ "card " (tone.class()) } {
             h3 { "Next upgrade " (badge(label, tone)) }
-            (facts(&[
-                ("to", html! { @if plan.target.is_empty() { span.muted { "no release" } } @else { "Flux " (plan.target) } }),
-                ("from", html! { (plan.current_version) }),
-                ("within", html! { @if plan.policy.is_empty() { span.muted { "no policy" } } @else { (plan.policy_range) } }),
-                ("migrates", html! { (plan.migrations.len()) " CRD(s)" }),
-                ("removed APIs", html! { (removed) " object(s) use one" }),
-            ]))
+            (facts(&rows))
             @for blocker in &plan.blockers { p.error { (blocker.message) } }
             @for warning in plan.warnings.iter().filter(|w| w.code != "same-version") { p.notice { (warning.message) } }
-            p.muted { "In full: " code { "kubectl tenantflux upgrade plan --to " (NEXT_UPGRADE) } }
-            @if !up_to_date && !plan.blocked && !plan.written_version.is_empty() {
-                p.muted { "Apply it: " code { "kubectl tenantflux upgrade apply --to " (plan.written_version) } }
+            p.muted {
+                code { "upgrade plan --to " (NEXT_UPGRADE) }
+                @if !up_to_date && !plan.blocked && !plan.written_version.is_empty() {
+                    ", then " code { "upgrade apply --to " (plan.written_version) }
+                }
             }
         }
     }

@@ -244,6 +244,10 @@ fn the_next_upgrade_is_shown_up_to_date_available_or_blocked_with_why() {
     assert!(html.contains("Flux 2.9.5"), "{html}");
     assert!(html.contains("3 object(s) use one"), "{html}");
     assert!(html.contains("upgrade apply --to 2.9.x"), "{html}");
+    assert!(
+        !html.contains("migrates"),
+        "nothing to migrate, not shown: {html}"
+    );
 
     let same = finding("same-version", "Flux 2.9.5 is already installed");
     let html = pages::cluster(&status(), &plan(vec![same], vec![]), None).into_string();
