@@ -353,18 +353,18 @@ pub async fn serve(
         "The address signs one browser in, once. Ctrl-C stops the dashboard."
     );
     // Kept until the server stops: the browser may read the sign-in file late.
-    let mut _sign_in = None;
-    if open {
-        match open_browser(&url) {
-            Ok(file) => _sign_in = Some(file),
-            Err(why) => {
+    let _sign_in = if open {
+        open_browser(&url)
+            .inspect_err(|why| {
                 let _ = writeln!(
                     stderr,
                     "not opening a browser ({why}): open the address yourself"
                 );
-            }
-        }
-    }
+            })
+            .ok()
+    } else {
+        None
+    };
     drop(stderr);
     // Live pages hold their connections open: a stop ends them rather than wait.
     tokio::select! {
