@@ -22,14 +22,14 @@ use tenantflux_core::policy::channel::{
 pub const USERNAME_ENV: &str = "TENANTFLUX_REGISTRY_USERNAME";
 pub const PASSWORD_ENV: &str = "TENANTFLUX_REGISTRY_PASSWORD";
 
-fn auth() -> RegistryAuth {
+pub(crate) fn auth() -> RegistryAuth {
     match (std::env::var(USERNAME_ENV), std::env::var(PASSWORD_ENV)) {
         (Ok(user), Ok(password)) if !user.is_empty() => RegistryAuth::Basic(user, password),
         _ => RegistryAuth::Anonymous,
     }
 }
 
-fn client(plain_http: bool) -> oci_client::Client {
+pub(crate) fn client(plain_http: bool) -> oci_client::Client {
     oci_client::Client::new(ClientConfig {
         protocol: if plain_http {
             ClientProtocol::Http

@@ -10,6 +10,7 @@ use crate::{
         fleet::{self, FleetCommand},
         inspect::{self, EventsArgs, StatsArgs, TraceArgs, TreeArgs},
         instance::{self, InstanceCommand},
+        operator::{self, OperatorCommand},
         policy::{self, PolicyCommand},
         status, upgrade,
         upgrade::UpgradeCommand,
@@ -113,6 +114,13 @@ pub enum Command {
         after_help = "Examples:\n  kubectl tenantflux adopt plan\n  kubectl tenantflux adopt apply"
     )]
     Adopt(AdoptCommand),
+    /// flux-operator releases the agents' build does not know: review one, and vouch for it in
+    /// the platform's policy so every agent may install it.
+    #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  kubectl tenantflux operator review oci://ghcr.io/controlplaneio-fluxcd/flux-operator-manifests:v0.61.0\n  kubectl tenantflux operator vouch oci://ghcr.io/controlplaneio-fluxcd/flux-operator-manifests:v0.61.0 -f policy.yaml --out policy.yaml"
+    )]
+    Operator(OperatorCommand),
     /// Show the plugin, agent and Flux versions, and whether the flux CLI on PATH matches.
     #[command(
         after_help = "Examples:\n  kubectl tenantflux version\n  kubectl tenantflux version --client\n  kubectl tenantflux version -o json"
@@ -178,6 +186,7 @@ impl Cli {
                 Command::Fleet(command) => fleet::run(command, &options, &printer).await,
                 Command::Upgrade(command) => upgrade::run(command, &options, &printer).await,
                 Command::Adopt(command) => adopt::run(command, &options, &printer).await,
+                Command::Operator(command) => operator::run(command, &printer).await,
                 Command::Completion { .. } => unreachable!("answered before connecting"),
             };
             done.map(|()| Exit::Success)

@@ -195,7 +195,7 @@ fn every_release_the_agent_knows_is_accepted_as_flux_operator_ships_it() {
         let text = bundle_text(release.version);
         let checked = match Bundle::parse(&text, digest_of(text.as_bytes()), "flux-system", &rules)
         {
-            Ok(bundle) => bundle.check_release(KNOWN, &[]),
+            Ok(mut bundle) => bundle.check_release(KNOWN, &[], 0, &[]),
             Err(err) => Err(err),
         };
         if let Err(err) = checked {
@@ -1141,4 +1141,233 @@ async fn operator_upgrade_keeps_the_flux_instance_ready() {
         "before the upgrade {applied}, after: {after:#}"
     );
     cluster.down().expect("down");
+}
+
+/// The platform's vouching, end to end on a real registry: a flux-operator release the agent's
+/// build does not know (made from the pinned release's `config/default` with a new CRD field, a
+/// new manager flag and a version the table lacks) is refused until a signed policy names its
+/// digest, then installed and reported as vouched; other bytes under the same tag, a rule or a
+/// host path the vouching does not cover, and a replayed older policy are refused.
+#[tokio::test]
+async fn a_release_the_build_lacks_installs_once_the_platform_vouches_for_it() {
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster("vouch");
+    let current = current_version();
+    let unknown = "v0.61.0";
+    let registry = cluster.registry().expect("registry");
+    let repository = format!("{registry}/controlplaneio-fluxcd/flux-operator-manifests");
+    let flux_data = tool_path("FLUX_OPERATOR_SRC").join("config/data/flux");
+    let work = tempfile::tempdir().unwrap();
+    let push = |tag: &str, text: &str| {
+        let file = work.path().join(format!("install-{tag}.yaml"));
+        std::fs::write(&file, text).unwrap();
+        tenantflux_tests::push_artifact(&format!("{repository}:{tag}"), &file, Some(&flux_data))
+            .expect("oras push")
+    };
+    // The release the review compares with, where the review looks for it by default.
+    push(&current, &bundle_text(&current));
+    let release = edited(&bundle_text(&current).replace(&current, unknown), |docs| {
+        let crd = object_named(docs, "CustomResourceDefinition", INSTANCES);
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            ["channel"] = json!({"type": "string"});
+        let deployment = object_named(docs, "Deployment", "flux-operator");
+        let args = &mut deployment["spec"]["template"]["spec"]["containers"][0]["args"];
+        if !args.is_array() {
+            *args = json!([]);
+        }
+        args.as_array_mut()
+            .unwrap()
+            .push(json!("--schedules-enabled=true"));
+    });
+    let digest = push(unknown, &release);
+
+    let keys = work.path().join("keys");
+    let plugin = |args: &[&str]| {
+        cluster
+            .kubectl_tenantflux(None, args)
+            .expect("kubectl tenantflux")
+    };
+    assert!(
+        plugin(&["policy", "keygen", "--out", keys.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let public = keys.join("ed25519.pub");
+    let source = format!("oci://{repository}:{unknown}");
+    let start = |source: &str| {
+        cluster
+            .restart_agent_with(&[
+                ("TENANTFLUX_OPERATOR_BUNDLE", source),
+                ("TENANTFLUX_OPERATOR_VERSION", ">=0.58.0"),
+                ("TENANTFLUX_OPERATOR_BUNDLE_PLAIN_HTTP", "true"),
+                ("TENANTFLUX_POLICY_PUBLIC_KEY", public.to_str().unwrap()),
+            ])
+            .expect("agent")
+    };
+
+    // Step 1: unvouched, refused naming the command that vouches for it; nothing applied.
+    start(&source);
+    wait_operator(&cluster, "FAILED for an unknown release", "failed", |o| {
+        o["reason"].as_str().is_some_and(|r| {
+            r.contains(&format!(
+                "flux-operator {unknown} (bundle {digest}) is not a release"
+            )) && r.contains("kubectl tenantflux operator vouch")
+        })
+    })
+    .await;
+    assert!(
+        operator_deployment(&cluster).is_none(),
+        "nothing was applied"
+    );
+
+    // Step 2: the review shows the new field and flag against the nearest known release.
+    let output = plugin(&["operator", "review", &source, "--plain-http", "-o", "json"]);
+    assert!(output.status.success(), "{output:?}");
+    let review: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(review["digest"], digest.as_str());
+    assert_eq!(review["againstVersion"], current.as_str());
+    let changes = review["crdsChanged"].to_string();
+    assert!(
+        changes.contains("spec.channel") && changes.contains("added (string)"),
+        "{changes}"
+    );
+    let deployment = review["deployment"].to_string();
+    assert!(
+        deployment.contains("--schedules-enabled=true"),
+        "{deployment}"
+    );
+    let table = plugin(&["operator", "review", &source, "--plain-http"]);
+    assert!(String::from_utf8_lossy(&table.stdout).contains("spec.channel: added (string)"));
+
+    // Step 3: vouch (generation 1 -> 2), sign, push: installed and READY, reported as vouched.
+    let policy = work.path().join("policy.yaml");
+    std::fs::write(&policy, operator_policy(1, "{versions: \">=0.58.0\"}")).unwrap();
+    let policy_path = policy.to_str().unwrap();
+    let output = plugin(&[
+        "operator",
+        "vouch",
+        &source,
+        "--plain-http",
+        "-f",
+        policy_path,
+        "--out",
+        policy_path,
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("spec.generation raised to 2"));
+    let vouched = std::fs::read_to_string(&policy).unwrap();
+    assert!(vouched.contains(&digest), "{vouched}");
+    push_policy(&cluster, work.path(), "vouched-2", &vouched);
+    let ready = wait_operator(&cluster, "READY as vouched", "ready", |o| {
+        o["version"] == unknown
+    })
+    .await;
+    assert_eq!(ready["trust"], "vouched");
+    assert_eq!(ready["vouchedGeneration"], 2);
+    assert_eq!(ready["bundleDigest"], digest.as_str());
+    let table = plugin(&["status"]);
+    assert!(
+        String::from_utf8_lossy(&table.stdout).contains("vouched for by policy generation 2"),
+        "{table:?}"
+    );
+
+    // Step 4: other bytes under the same tag: refused naming both digests, the install stays.
+    let other = push(
+        unknown,
+        &release.replace("--schedules-enabled=true", "--schedules-enabled=false"),
+    );
+    start(&source);
+    wait_operator(&cluster, "FAILED for other bytes", "failed", |o| {
+        o["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains(&digest) && r.contains(&other))
+    })
+    .await;
+    assert!(available(
+        &operator_deployment(&cluster).expect("still installed")
+    ));
+
+    // Step 5: a vouched release whose ClusterRole grants a rule the vouching does not name.
+    let wider = edited(&release.replace(unknown, "v0.61.1"), |docs| {
+        let role = object_named(docs, "ClusterRole", "flux-operator-edit");
+        role["rules"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}));
+    });
+    let wider_digest = push("v0.61.1", &wider);
+    // Step 6: a vouched release with a host path.
+    let host = edited(&release.replace(unknown, "v0.61.2"), |docs| {
+        let deployment = object_named(docs, "Deployment", "flux-operator");
+        deployment["spec"]["template"]["spec"]["volumes"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "host", "hostPath": {"path": "/"}}));
+    });
+    let host_digest = push("v0.61.2", &host);
+    let by_hand = |generation: u64| {
+        format!(
+            "apiVersion: tenantflux.io/v1alpha1\nkind: Policy\nmetadata: {{name: platform}}\n\
+             spec:\n  generation: {generation}\n  operator:\n    versions: \">=0.58.0\"\n    vouched:\n\
+             \x20     - {{version: v0.61.1, digest: \"{wider_digest}\"}}\n\
+             \x20     - {{version: v0.61.2, digest: \"{host_digest}\"}}\n"
+        )
+    };
+    push_policy(&cluster, work.path(), "by-hand-3", &by_hand(3));
+    start(&format!("oci://{repository}:v0.61.1"));
+    wait_operator(
+        &cluster,
+        "FAILED for a rule not vouched for",
+        "failed",
+        |o| {
+            o["reason"].as_str().is_some_and(|r| {
+                r.contains("ClusterRole flux-operator-edit rules[")
+                    && r.contains("\"get\" on \"secrets\" in group \"\"")
+            })
+        },
+    )
+    .await;
+    start(&format!("oci://{repository}:v0.61.2"));
+    wait_operator(&cluster, "FAILED for a host path", "failed", |o| {
+        o["reason"].as_str().is_some_and(|r| r.contains("hostPath"))
+    })
+    .await;
+    assert_eq!(
+        image(&operator_deployment(&cluster).expect("still installed")),
+        format!("ghcr.io/controlplaneio-fluxcd/flux-operator:{unknown}")
+    );
+
+    // Step 7: generation 3 withdrew v0.61.0; the signed generation 2 that vouched for it,
+    // replayed, is refused.
+    let platform = cluster
+        .policy_pusher_kubeconfig()
+        .expect("platform account");
+    let replay = cluster
+        .kubectl_tenantflux(
+            Some(&platform),
+            &[
+                "policy",
+                "push",
+                "-f",
+                work.path().join("vouched-2-signed.yaml").to_str().unwrap(),
+            ],
+        )
+        .expect("kubectl tenantflux");
+    assert!(!replay.status.success(), "{replay:?}");
+    assert!(
+        String::from_utf8_lossy(&replay.stderr).contains("generation"),
+        "{replay:?}"
+    );
+    start(&source);
+    wait_operator(
+        &cluster,
+        "FAILED once the vouching is withdrawn",
+        "failed",
+        |o| {
+            o["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("kubectl tenantflux operator vouch"))
+        },
+    )
+    .await;
 }

@@ -12,6 +12,7 @@ pub mod names;
 pub mod operator;
 pub mod policy;
 pub mod releases;
+pub mod review;
 pub mod selector;
 pub mod text;
 pub mod yaml;

@@ -7,10 +7,10 @@ use super::*;
 impl Installer {
     pub(super) fn set(&self, phase: OperatorPhase, reason: impl Into<String>) {
         let reason = reason.into();
-        let (version, digest) = self
+        let (version, digest, trust) = self
             .applied
             .as_ref()
-            .map(|(b, _)| (b.version.clone(), b.digest.clone()))
+            .map(|(b, _)| (b.version.clone(), b.digest.clone(), b.trust))
             .unwrap_or_default();
         self.tx.send_if_modified(|state| {
             let changed_phase = state.phase != phase;
@@ -18,6 +18,7 @@ impl Installer {
                 || state.reason != reason
                 || state.version != version
                 || state.digest != digest
+                || state.trust != trust
                 || state.offered != self.offered
                 || state.notices != self.notices;
             if changed_phase {
@@ -28,6 +29,7 @@ impl Installer {
             state.reason = reason.clone();
             state.version = version.clone();
             state.digest = digest.clone();
+            state.trust = trust;
             state.offered.clone_from(&self.offered);
             state.notices.clone_from(&self.notices);
             changed
@@ -139,6 +141,10 @@ impl Installer {
             .as_ref()
             .map(|a| a.policy.clone());
         let allowed = install_rules(policy.as_deref(), &self.config.allowed, &source_name)?.clone();
+        let (vouched, generation) = policy
+            .as_deref()
+            .map(|p| (p.vouched().to_vec(), p.generation()))
+            .unwrap_or_default();
         let mut fetched =
             self.fetcher
                 .fetch(&self.config.source)
@@ -155,9 +161,14 @@ impl Installer {
             &self.config.images,
         )
         .and_then(|b| b.check_version(&allowed).map(|()| b))
-        .and_then(|b| {
-            b.check_release(releases::KNOWN, &self.config.images.pod_fields)
-                .map(|()| b)
+        .and_then(|mut b| {
+            b.check_release(
+                releases::KNOWN,
+                &vouched,
+                generation,
+                &self.config.images.pod_fields,
+            )
+            .map(|()| b)
         })
         .map_err(|error| InstallError::Rejected {
             source_name: source_name.clone(),

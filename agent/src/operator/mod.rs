@@ -43,7 +43,7 @@ use tenantflux_core::{
     FIELD_MANAGER, MANAGED_BY_LABEL,
     flux::OPERATOR_DEPLOYMENT,
     operator::AllowedVersions,
-    policy::Policy,
+    policy::{Policy, Trust},
     releases::Releases,
     text::{chain, quote},
 };
@@ -149,6 +149,9 @@ pub struct InstallState {
     pub version: String,
     /// The digest of the bundle last applied.
     pub digest: String,
+    /// Why the agent may install the bundle last applied: the build knows it, or the platform
+    /// vouched for it.
+    pub trust: Trust,
     /// The flux-operator version of the bundle last read, applied or not ("" before).
     pub offered: String,
     /// What the install did that its owner should know: objects taken over from another
@@ -165,6 +168,7 @@ impl InstallState {
             source: source.to_string(),
             version: String::new(),
             digest: String::new(),
+            trust: Trust::None,
             offered: String::new(),
             notices: Vec::new(),
             last_transition: SystemTime::now(),

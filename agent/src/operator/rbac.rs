@@ -13,7 +13,7 @@
 
 use serde_json::Value;
 
-use tenantflux_core::text::quote;
+use tenantflux_core::{policy::ClusterRule, text::quote};
 
 use super::bundle::{BundleError, ObjectRef};
 
@@ -145,15 +145,29 @@ fn covers(allowed: &[&str], wanted: &str) -> bool {
     allowed.iter().any(|a| *a == "*" || *a == wanted)
 }
 
-/// Checks one ClusterRole of a bundle against the release's role of the same name.
-pub fn check_cluster_role(value: &Value, object: &ObjectRef) -> Result<(), BundleError> {
-    let role = CLUSTER_ROLES
-        .iter()
-        .find(|r| r.name == object.name)
-        .ok_or_else(|| BundleError::ForeignClusterRbac {
-            object: object.clone(),
-            known: known_names(),
-        })?;
+/// Checks one ClusterRole of a bundle against the release's role of the same name, widened
+/// by the `extra` rules a vouching names for it. A role no release ships is allowed only when
+/// a vouching names rules for it, and then it may aggregate into no other role.
+pub fn check_cluster_role(
+    value: &Value,
+    object: &ObjectRef,
+    extra: &[ClusterRule],
+) -> Result<(), BundleError> {
+    let vouched_only = ReleaseRole {
+        name: "",
+        aggregates_to: &[],
+        rules: &[],
+    };
+    let role = match CLUSTER_ROLES.iter().find(|r| r.name == object.name) {
+        Some(role) => role,
+        None if extra.iter().any(|r| r.cluster_role == object.name) => &vouched_only,
+        None => {
+            return Err(BundleError::ForeignClusterRbac {
+                object: object.clone(),
+                known: known_names(),
+            });
+        }
+    };
     if value.get("aggregationRule").is_some_and(|v| !v.is_null()) {
         return Err(BundleError::ForeignAggregation {
             object: Box::new(object.clone()),
@@ -212,7 +226,9 @@ pub fn check_cluster_role(value: &Value, object: &ObjectRef) -> Result<(), Bundl
                         covers(g.groups, group)
                             && covers(g.resources, resource)
                             && covers(g.verbs, verb)
-                    });
+                    }) || extra
+                        .iter()
+                        .any(|r| r.grants(&object.name, group, resource, verb));
                     if !granted {
                         return Err(beyond(format!(
                             "{} on {} in group {}",
@@ -269,7 +285,7 @@ mod tests {
 
     fn role(name: &str, yaml: &str) -> Result<(), String> {
         let value: Value = tenantflux_core::yaml::from_str(yaml).unwrap();
-        check_cluster_role(&value, &reference("ClusterRole", name)).map_err(|e| e.to_string())
+        check_cluster_role(&value, &reference("ClusterRole", name), &[]).map_err(|e| e.to_string())
     }
 
     const VIEW: &str = "metadata:\n  name: flux-operator-view\n  labels:\n    \
@@ -302,7 +318,7 @@ mod tests {
             role("flux-operator-view", &widened).unwrap_err(),
             "ClusterRole flux-operator-view rules[0] grants \"get\" on \"secrets\" in group \
              \"fluxcd.controlplane.io\", which flux-operator v0.58.0 to v0.59.0 do not grant \
-             that role"
+             that role and no vouching names (spec.operator.vouched[].clusterRules of the policy)"
         );
         let core = "rules:\n- apiGroups: ['']\n  resources: [secrets]\n  verbs: [get]\n";
         assert!(
@@ -390,6 +406,61 @@ mod tests {
             "ClusterRoleBinding flux-operator-cluster-admin binds \"ClusterRole\" \
              \"system:aggregate-to-admin\"; flux-operator's releases bind it to ClusterRole \
              cluster-admin"
+        );
+    }
+
+    #[test]
+    fn a_vouching_widens_a_role_by_the_rules_it_names_and_no_more() {
+        let role = serde_json::json!({
+            "metadata": {"name": "flux-operator-edit"},
+            "rules": [{
+                "apiGroups": ["fluxcd.controlplane.io"],
+                "resources": ["resourcesets", "fluxschedules"],
+                "verbs": ["create"],
+            }],
+        });
+        let object = reference("ClusterRole", "flux-operator-edit");
+        let err = check_cluster_role(&role, &object, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("\"create\" on \"fluxschedules\""), "{err}");
+        let rule = |role: &str, verbs: &[&str]| ClusterRule {
+            cluster_role: role.into(),
+            api_groups: vec!["fluxcd.controlplane.io".into()],
+            resources: vec!["fluxschedules".into()],
+            verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        };
+        check_cluster_role(&role, &object, &[rule("flux-operator-edit", &["create"])]).unwrap();
+        // A rule for another role, or other verbs, does not count.
+        for extra in [
+            rule("flux-operator-view", &["create"]),
+            rule("flux-operator-edit", &["get"]),
+        ] {
+            assert!(check_cluster_role(&role, &object, &[extra]).is_err());
+        }
+        // A role no release ships: only when a vouching names it, and never aggregated.
+        let new = serde_json::json!({
+            "metadata": {"name": "flux-operator-schedules"},
+            "rules": [{"apiGroups": ["fluxcd.controlplane.io"], "resources": ["fluxschedules"], "verbs": ["create"]}],
+        });
+        let object = reference("ClusterRole", "flux-operator-schedules");
+        assert!(check_cluster_role(&new, &object, &[]).is_err());
+        check_cluster_role(
+            &new,
+            &object,
+            &[rule("flux-operator-schedules", &["create"])],
+        )
+        .unwrap();
+        let mut aggregated = new.clone();
+        aggregated["metadata"]["labels"] =
+            serde_json::json!({"rbac.authorization.k8s.io/aggregate-to-view": "true"});
+        assert!(
+            check_cluster_role(
+                &aggregated,
+                &object,
+                &[rule("flux-operator-schedules", &["create"])]
+            )
+            .is_err()
         );
     }
 }

@@ -254,6 +254,7 @@ const NAMESPACE_POWER_LABELS: &[&str] = &["pod-security.kubernetes.io/"];
 pub fn check(
     objects: &[BundleObject],
     version: &str,
+    digest: &str,
     known: &[Release],
     pod_fields: &[String],
 ) -> Result<(), BundleError> {
@@ -263,6 +264,7 @@ pub fn check(
             .find(|r| r.version == version)
             .ok_or_else(|| BundleError::UnknownRelease {
                 version: version.to_owned(),
+                digest: digest.to_owned(),
                 known: versions(known),
             })?;
     for object in objects {

@@ -4,6 +4,7 @@
 use std::time::SystemTime;
 
 use prost_types::Timestamp;
+use tenantflux_core::policy::Trust;
 use tenantflux_proto::v1 as wire;
 
 use crate::{
@@ -90,6 +91,16 @@ impl From<model::OperatorStatus> for wire::OperatorStatus {
             last_transition: operator.last_transition.map(time),
             source: operator.source,
             notices: operator.notices,
+            trust: match operator.trust {
+                Trust::None => wire::ReleaseTrust::Unspecified,
+                Trust::Known => wire::ReleaseTrust::Known,
+                Trust::Vouched { .. } => wire::ReleaseTrust::Vouched,
+            }
+            .into(),
+            vouched_generation: match operator.trust {
+                Trust::Vouched { generation } => generation,
+                Trust::None | Trust::Known => 0,
+            },
         }
     }
 }

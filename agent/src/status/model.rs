@@ -70,6 +70,8 @@ pub struct OperatorStatus {
     pub source: String,
     /// What the install did that the cluster's owner should know, newest last.
     pub notices: Vec<String>,
+    /// Why the agent may install the release it installed.
+    pub trust: tenantflux_core::policy::Trust,
 }
 
 /// A Kubernetes status condition as Flux reports it.

@@ -10,6 +10,7 @@ pub mod dashboard;
 pub mod fleet;
 pub mod inspect;
 pub mod instance;
+pub mod operator;
 pub mod policy;
 pub mod status;
 pub mod upgrade;

@@ -16,6 +16,7 @@ pub mod glob;
 pub mod keyring;
 pub mod range;
 pub mod signing;
+pub mod vouch;
 
 use std::fmt;
 
@@ -25,6 +26,7 @@ use serde_json::Value;
 pub use clusters::{ClusterIdentity, ClusterSelector, Refusal};
 pub use evaluate::{Evaluation, MAX_VIOLATIONS, Violation};
 pub use range::{Range, RangeError, Release};
+pub use vouch::{ClusterRule, Trust, Vouching, VouchingError};
 
 use crate::flux::{KNOWN_COMPONENTS, KNOWN_SIZES};
 use crate::operator::{AllowedVersions, BadRequirement};
@@ -74,7 +76,7 @@ pub struct Spec {
     pub defaults: Option<Value>,
 }
 
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct OperatorRules {
     /// flux-operator versions the agent may install (`>=0.58.0 <0.59.0`).
@@ -83,6 +85,9 @@ pub struct OperatorRules {
     /// Patterns of the bundle sources the agent may install from (`oci://ghcr.io/acme/*`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bundles: Option<Vec<String>>,
+    /// Releases the agent's build does not know that the platform vouches for, by digest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vouched: Vec<Vouching>,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -200,6 +205,8 @@ pub enum PolicyError {
     EmptyList { field: &'static str },
     #[error("spec.clusters[{index}] names no cluster: set name, uid or both, not empty")]
     ClusterSelector { index: usize },
+    #[error(transparent)]
+    Vouching(#[from] VouchingError),
     #[error("spec.defaults is not a FluxInstance spec (an object)")]
     DefaultsShape,
     #[error("spec.defaults breaks the policy itself: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
@@ -280,6 +287,7 @@ impl Policy {
             spec.operator.as_ref().and_then(|o| o.bundles.as_ref()),
             "spec.operator.bundles",
         )?;
+        vouch::check(spec.operator.as_ref().map_or(&[], |o| &o.vouched[..]))?;
         let distribution = spec.distribution.as_ref();
         let distribution_versions = distribution
             .and_then(|d| d.versions.as_deref())
@@ -401,6 +409,15 @@ impl Policy {
             .as_ref()
             .and_then(|o| o.bundles.as_ref())
             .is_none_or(|patterns| patterns.iter().any(|p| glob::matches(p, source)))
+    }
+
+    /// The releases the platform vouches for (`spec.operator.vouched`).
+    pub fn vouched(&self) -> &[Vouching] {
+        self.document
+            .spec
+            .operator
+            .as_ref()
+            .map_or(&[], |o| &o.vouched[..])
     }
 
     /// The upgrade deadline, when the policy sets one.

@@ -407,6 +407,13 @@ fn the_schema_refuses_what_the_parser_refuses() {
         // What the hand-written checker this replaced skipped: minLength and pattern.
         ("  name: platform\n", "  name: \"\"\n"),
         ("date: \"2026-09-01\"", "date: \"2026/09/01\""),
+        ("version: v0.58.2", "version: 0.58.2"),
+        ("digest: sha256:5f1c", "digest: sha512:5f1c"),
+        ("verbs: [get, list, watch]", "verbs: []"),
+        (
+            "clusterRole: flux-operator-view\n",
+            "clusterRole: flux-operator-view\n            extra: 1\n",
+        ),
     ];
     for (from, to) in cases {
         assert!(FULL.contains(from), "fixture lacks {from:?}");

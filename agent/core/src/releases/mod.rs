@@ -273,6 +273,12 @@ pub fn kubernetes_minimum(minor: u64) -> u64 {
         .map_or(0, |m| m.kubernetes_minimum)
 }
 
+/// Whether [`MINORS`] names Flux 2.`minor`, so that [`kubernetes_minimum`] is Flux's word
+/// rather than the newest named minor's.
+pub fn kubernetes_minimum_known(minor: u64) -> bool {
+    MINORS.iter().any(|m| m.minor == minor)
+}
+
 /// The Flux releases one source knows, with the API versions of each minor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Releases {

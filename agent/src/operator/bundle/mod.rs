@@ -27,7 +27,7 @@ use tenantflux_core::{
     FIELD_MANAGER, MANAGED_BY_LABEL,
     flux::{OPERATOR_CRDS, OPERATOR_DEPLOYMENT, OPERATOR_GROUP, image_tag},
     operator::AllowedVersions,
-    policy::{glob, range},
+    policy::{ClusterRule, Trust, Vouching, glob, range},
     text::quote,
 };
 
@@ -177,6 +177,8 @@ pub struct Bundle {
     /// YAML for the other sources (`sha256:…`).
     pub digest: String,
     pub objects: Vec<BundleObject>,
+    /// Why the agent may install it: set by [`Bundle::check_release`] (`None` before).
+    pub trust: Trust,
 }
 
 /// Why a bundle was refused; nothing of it was applied.
@@ -249,7 +251,8 @@ pub enum BundleError {
     ForeignClusterRbac { object: ObjectRef, known: String },
 
     #[error(
-        "{object} rules[{index}] grants {grant}, which {} do not grant that role",
+        "{object} rules[{index}] grants {grant}, which {} do not grant that role and no \
+         vouching names (spec.operator.vouched[].clusterRules of the policy)",
         super::rbac::RELEASES
     )]
     RuleBeyondRelease {
@@ -335,10 +338,28 @@ pub enum BundleError {
     },
 
     #[error(
-        "flux-operator {version} is not a release this agent knows ({known}): a bundle must \
-         equal one of those object by object; use one of them, or an agent that knows {version}"
+        "flux-operator {version} (bundle {digest}) is not a release this agent knows ({known}) \
+         and no policy vouches for it: review it with `kubectl tenantflux operator review \
+         SOURCE`, vouch for it with `kubectl tenantflux operator vouch SOURCE -f POLICY`, then \
+         sign and publish that policy (or use a release the agent knows)"
     )]
-    UnknownRelease { version: String, known: String },
+    UnknownRelease {
+        version: String,
+        digest: String,
+        known: String,
+    },
+
+    #[error(
+        "flux-operator {version} is vouched for by policy generation {generation} with digest \
+         {vouched}, but this bundle's digest is {actual}: its bytes are not the ones the platform \
+         reviewed (a tag moved, or someone replaced the artifact); nothing was applied"
+    )]
+    VouchedDigestMismatch {
+        version: String,
+        vouched: String,
+        actual: String,
+        generation: u64,
+    },
 
     #[error(
         "{object} {field} is not what flux-operator {release} ships (the release has {expected}); \
@@ -440,6 +461,7 @@ impl Bundle {
             semver,
             digest,
             objects,
+            trust: Trust::None,
         })
     }
 
@@ -455,14 +477,51 @@ impl Bundle {
         }
     }
 
-    /// Refuses the bundle unless it is a release of `known` object by object, but for the images
-    /// and the pod settings `pod_fields` allows ([`releases`]).
+    /// Decides why the bundle may be installed, or refuses it. A release the platform vouches
+    /// for (`vouched`, from the held policy of generation `generation`) must have the vouched
+    /// digest, and its cluster RBAC may add only the rules the vouching names; any other bundle
+    /// must be a release of `known` object by object, but for the images and the pod settings
+    /// `pod_fields` allows ([`releases`]). The structural checks of [`Bundle::parse`] hold for
+    /// both.
     pub fn check_release(
-        &self,
+        &mut self,
         known: &[Release],
+        vouched: &[Vouching],
+        generation: u64,
         pod_fields: &[String],
     ) -> Result<(), BundleError> {
-        releases::check(&self.objects, &self.version, known, pod_fields)
+        if let Some(vouching) = vouched.iter().find(|v| v.version == self.version) {
+            if vouching.digest != self.digest {
+                return Err(BundleError::VouchedDigestMismatch {
+                    version: self.version.clone(),
+                    vouched: vouching.digest.clone(),
+                    actual: self.digest.clone(),
+                    generation,
+                });
+            }
+            self.check_cluster_rbac(&vouching.cluster_rules)?;
+            self.trust = Trust::Vouched { generation };
+            return Ok(());
+        }
+        // Which release it is first: for one the build lacks, that is the news.
+        releases::check(
+            &self.objects,
+            &self.version,
+            &self.digest,
+            known,
+            pod_fields,
+        )?;
+        self.check_cluster_rbac(&[])?;
+        self.trust = Trust::Known;
+        Ok(())
+    }
+
+    /// Holds every ClusterRole to what the known releases grant that role, plus `extra`.
+    pub fn check_cluster_rbac(&self, extra: &[ClusterRule]) -> Result<(), BundleError> {
+        for object in self.objects.iter().filter(|o| o.kind.kind == "ClusterRole") {
+            rbac::check_cluster_role(&object.manifest, &object.reference, extra)?;
+        }
+        Ok(())
     }
 
     /// The objects of one stage, in the bundle's order.

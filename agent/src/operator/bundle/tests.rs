@@ -46,7 +46,10 @@ fn parse_with(yaml: &str, require_digest: bool) -> Result<Bundle, BundleError> {
         require_digest,
         pod_fields: Vec::new(),
     };
+    // The cluster RBAC checks run once the version is known; without a vouching they hold the
+    // roles to the releases', as the install does.
     Bundle::parse(yaml, digest_of(yaml.as_bytes()), NS, &images)
+        .and_then(|b| b.check_cluster_rbac(&[]).map(|()| b))
 }
 
 #[test]
@@ -546,4 +549,77 @@ fn what_no_release_sets_is_refused_naming_the_object_and_field() {
         "    spec:\n      volumes:\n      - {name: temp, emptyDir: {}}\n      containers:\n      - name: manager\n        securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}\n",
     );
     parse(&release).expect("the release's pod spec");
+}
+
+#[test]
+fn a_release_the_build_lacks_is_installed_only_as_vouched() {
+    let role = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: flux-operator-edit\nrules:\n- apiGroups: [fluxcd.controlplane.io]\n  resources: [fluxschedules]\n  verbs: [create]\n";
+    let yaml = format!(
+        "{}{role}",
+        install("ghcr.io/controlplaneio-fluxcd/flux-operator:v0.61.0")
+    );
+    let digest = digest_of(yaml.as_bytes());
+    let parsed = || {
+        let images = ImageRules {
+            registries: vec!["ghcr.io/controlplaneio-fluxcd/*".to_owned()],
+            require_digest: false,
+            pod_fields: Vec::new(),
+        };
+        Bundle::parse(&yaml, digest.clone(), NS, &images).expect("structurally fine")
+    };
+    let vouching = |digest: &str, rules: Vec<ClusterRule>| Vouching {
+        version: "v0.61.0".into(),
+        digest: digest.into(),
+        source: None,
+        cluster_rules: rules,
+    };
+    let rule = ClusterRule {
+        cluster_role: "flux-operator-edit".into(),
+        api_groups: vec!["fluxcd.controlplane.io".into()],
+        resources: vec!["fluxschedules".into()],
+        verbs: vec!["create".into()],
+    };
+    let known = crate::operator::releases::KNOWN;
+
+    // Not vouched: refused, naming the commands that vouch for it and the digest.
+    let err = parsed()
+        .check_release(known, &[], 0, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("operator vouch"), "{err}");
+    assert!(err.contains(&digest), "{err}");
+
+    // Vouched for other bytes: refused naming both digests.
+    let other = format!("sha256:{}", "0".repeat(64));
+    let err = parsed()
+        .check_release(known, &[vouching(&other, vec![rule.clone()])], 9, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&other) && err.contains(&digest), "{err}");
+    assert!(err.contains("generation 9"), "{err}");
+
+    // Vouched, but without the rule the bundle adds: refused naming the grant.
+    let err = parsed()
+        .check_release(known, &[vouching(&digest, Vec::new())], 9, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("\"create\" on \"fluxschedules\""), "{err}");
+
+    // Vouched with the rule: trusted, and says by which generation.
+    let mut bundle = parsed();
+    bundle
+        .check_release(known, &[vouching(&digest, vec![rule])], 9, &[])
+        .unwrap();
+    assert_eq!(bundle.trust, Trust::Vouched { generation: 9 });
+}
+
+#[test]
+fn a_vouching_does_not_lift_what_no_release_sets() {
+    let yaml = install("ghcr.io/controlplaneio-fluxcd/flux-operator:v0.61.0").replace(
+        "      containers:\n",
+        "      volumes:\n      - name: host\n        hostPath: {path: /}\n      containers:\n",
+    );
+    // Refused while parsing, before any vouching is looked at.
+    let err = parse(&yaml).unwrap_err().to_string();
+    assert!(err.contains("hostPath"), "{err}");
 }

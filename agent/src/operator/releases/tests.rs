@@ -87,7 +87,7 @@ fn bundle() -> Vec<Value> {
 fn check_with(documents: Vec<Value>, pod_fields: &[&str]) -> Result<(), BundleError> {
     let objects: Vec<BundleObject> = documents.into_iter().map(object).collect();
     let fields: Vec<String> = pod_fields.iter().map(|f| (*f).to_owned()).collect();
-    check(&objects, "v0.59.0", &release(), &fields)
+    check(&objects, "v0.59.0", "sha256:abc", &release(), &fields)
 }
 
 /// A change to the bundle's documents.
@@ -285,14 +285,16 @@ fn crds_services_and_namespaces_beyond_the_release_are_refused() {
 #[test]
 fn a_version_the_agent_does_not_know_is_refused_naming_the_known_ones() {
     let objects: Vec<BundleObject> = bundle().into_iter().map(object).collect();
-    let message = check(&objects, "v0.60.0", KNOWN, &[])
+    let message = check(&objects, "v0.60.0", "sha256:abc", KNOWN, &[])
         .unwrap_err()
         .to_string();
     assert_eq!(
         message,
-        "flux-operator v0.60.0 is not a release this agent knows (v0.53.0, v0.58.0, v0.58.1, \
-         v0.59.0): a bundle must equal one of those object by object; use one of them, or an \
-         agent that knows v0.60.0"
+        "flux-operator v0.60.0 (bundle sha256:abc) is not a release this agent knows (v0.53.0, \
+         v0.58.0, v0.58.1, v0.59.0) and no policy vouches for it: review it with `kubectl \
+         tenantflux operator review SOURCE`, vouch for it with `kubectl tenantflux operator \
+         vouch SOURCE -f POLICY`, then sign and publish that policy (or use a release the agent \
+         knows)"
     );
 }
 
@@ -319,4 +321,10 @@ fn a_difference_is_found_where_it_is_with_what_the_release_has_there() {
     );
     assert_eq!(describe(Some(&json!("x".repeat(200)))).chars().count(), 120);
     assert_eq!(describe(None), "nothing there");
+}
+
+#[test]
+fn the_plugin_knows_the_same_releases_as_the_agent() {
+    let table: Vec<&str> = KNOWN.iter().map(|r| r.version).collect();
+    assert_eq!(table, tenantflux_core::operator::KNOWN_RELEASES);
 }

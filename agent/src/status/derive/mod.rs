@@ -266,6 +266,7 @@ fn with_install(mut status: OperatorStatus, install: Option<&InstallState>) -> O
         status.version = install.version.clone();
     }
     status.bundle_digest = install.digest.clone();
+    status.trust = install.trust;
     status.source = install.source.clone();
     status.notices.clone_from(&install.notices);
     status.last_transition = Some(install.last_transition);

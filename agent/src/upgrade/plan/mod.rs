@@ -167,6 +167,18 @@ pub fn plan(
     };
     plan.kubernetes_minimum = format!("1.{}", table.kubernetes_minimum);
     let to = format!("Flux {}", minor_text(target));
+    // Flux's support policy is not in any artifact: for a minor the build does not know, the
+    // minimum is the newest known one's, and the plan says it is a guess.
+    if !releases::kubernetes_minimum_known(target.minor) {
+        warnings.push(finding(
+            "unknown-kubernetes-minimum",
+            format!(
+                "this agent's build does not know which Kubernetes {to} needs: it assumes 1.{} \
+                 (as the newest Flux minor it knows); check {to}'s release notes",
+                table.kubernetes_minimum
+            ),
+        ));
+    }
 
     // The FluxInstance as the bump would leave it, against the policy.
     match &facts.instance_spec {

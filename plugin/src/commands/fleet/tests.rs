@@ -163,6 +163,8 @@ fn status(flux: &str, policy: Option<PolicyView>) -> StatusView {
             source: String::new(),
             notices: Vec::new(),
             last_transition: None,
+            trust: "",
+            vouched_generation: None,
         },
         instance: InstanceView {
             present: true,

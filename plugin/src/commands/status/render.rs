@@ -3,6 +3,8 @@
 
 use std::fmt::Write as _;
 
+use tenantflux_core::policy::Trust;
+
 use super::view::{StatusView, or_dash};
 use crate::output::{Cell, Style, Tone, table};
 
@@ -78,6 +80,10 @@ pub fn render_table(view: &StatusView, style: Style) -> String {
     if !operator.source.is_empty() {
         field(&mut out, "Source", &operator.source);
         field(&mut out, "Bundle", or_dash(&operator.bundle_digest));
+        let trust = operator.trust();
+        if trust != Trust::None {
+            field(&mut out, "Release", &trust.to_string());
+        }
         if let Some(since) = &operator.last_transition {
             field(&mut out, "Since", since);
         }

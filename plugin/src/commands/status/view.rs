@@ -2,6 +2,7 @@
 
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
+use tenantflux_core::policy::Trust;
 use tenantflux_proto::v1 as pb;
 
 /// The stable `-o json|yaml` shape of a status, independent of the wire format.
@@ -49,6 +50,12 @@ pub struct OperatorView {
     /// another field manager).
     pub notices: Vec<String>,
     pub last_transition: Option<String>,
+    /// Why the agent may install this release: `known` (its build knows it), `vouched` (the
+    /// platform vouched for its digest in policy generation `vouchedGeneration`), or empty
+    /// when the agent installed nothing.
+    pub trust: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vouched_generation: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -182,6 +189,26 @@ pub(super) fn phase(value: i32) -> &'static str {
     }
 }
 
+fn trust_word(value: pb::ReleaseTrust) -> &'static str {
+    match value {
+        pb::ReleaseTrust::Known => "known",
+        pb::ReleaseTrust::Vouched => "vouched",
+        pb::ReleaseTrust::Unspecified => "",
+    }
+}
+
+impl OperatorView {
+    /// Why the agent may install the release, as the one domain type (its words are shared by
+    /// every view: status, fleet, the dashboards).
+    pub fn trust(&self) -> Trust {
+        match (self.trust, self.vouched_generation) {
+            ("known", _) => Trust::Known,
+            ("vouched", Some(generation)) => Trust::Vouched { generation },
+            _ => Trust::None,
+        }
+    }
+}
+
 pub(super) fn or_dash(value: &str) -> &str {
     if value.is_empty() { "-" } else { value }
 }
@@ -190,6 +217,7 @@ impl From<pb::Status> for StatusView {
     fn from(status: pb::Status) -> Self {
         let agent = status.agent.unwrap_or_default();
         let operator = status.operator.unwrap_or_default();
+        let trust = operator.trust();
         let instance = status.instance.unwrap_or_default();
         Self {
             agent: AgentView {
@@ -211,8 +239,11 @@ impl From<pb::Status> for StatusView {
                 desired_replicas: operator.desired_replicas,
                 bundle_digest: operator.bundle_digest,
                 source: operator.source,
-                notices: operator.notices,
                 last_transition: timestamp(operator.last_transition),
+                trust: trust_word(trust),
+                vouched_generation: (trust == pb::ReleaseTrust::Vouched)
+                    .then_some(operator.vouched_generation),
+                notices: operator.notices,
             },
             instance: InstanceView {
                 present: instance.present,
