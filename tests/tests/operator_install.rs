@@ -1370,4 +1370,38 @@ async fn a_release_the_build_lacks_installs_once_the_platform_vouches_for_it() {
         },
     )
     .await;
+
+    // Step 8: one signed statement rolls a new release out: `vouch --rollout` names the source
+    // pinned by digest, and the agent (still configured with another source) installs it.
+    let next = push("v0.61.3", &release.replace(unknown, "v0.61.3"));
+    let next_source = format!("oci://{repository}:v0.61.3");
+    let rollout = work.path().join("rollout.yaml");
+    std::fs::write(&rollout, by_hand(3)).unwrap();
+    let rollout_path = rollout.to_str().unwrap();
+    let output = plugin(&[
+        "operator",
+        "vouch",
+        &next_source,
+        "--plain-http",
+        "--rollout",
+        "-f",
+        rollout_path,
+        "--out",
+        rollout_path,
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    push_policy(
+        &cluster,
+        work.path(),
+        "rollout-4",
+        &std::fs::read_to_string(&rollout).unwrap(),
+    );
+    let pinned = format!("{next_source}@{next}");
+    let ready = wait_operator(&cluster, "READY from the policy's bundle", "ready", |o| {
+        o["version"] == "v0.61.3"
+    })
+    .await;
+    assert_eq!(ready["source"], pinned.as_str());
+    assert_eq!(ready["trust"], "vouched");
+    assert_eq!(ready["vouchedGeneration"], 4);
 }

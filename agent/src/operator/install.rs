@@ -19,6 +19,7 @@ impl Installer {
                 || state.version != version
                 || state.digest != digest
                 || state.trust != trust
+                || state.source != self.source
                 || state.offered != self.offered
                 || state.notices != self.notices;
             if changed_phase {
@@ -30,6 +31,7 @@ impl Installer {
             state.version = version.clone();
             state.digest = digest.clone();
             state.trust = trust;
+            state.source.clone_from(&self.source);
             state.offered.clone_from(&self.offered);
             state.notices.clone_from(&self.notices);
             changed
@@ -133,26 +135,38 @@ impl Installer {
 
     /// One install attempt: read, check, apply in order, remember, prune.
     pub(super) async fn reconcile(&mut self) -> Result<(), InstallError> {
-        let source_name = self.config.source.to_string();
         let policy = self
             .policy
             .borrow()
             .accepted
             .as_ref()
             .map(|a| a.policy.clone());
+        // The held policy may name the source (a release it vouches for, rolled out by the
+        // platform without touching any agent's configuration).
+        let source = match policy.as_deref().and_then(Policy::operator_bundle) {
+            Some(text) => text
+                .parse::<BundleSource>()
+                .map_err(|err| InstallError::Source {
+                    source_name: text.to_owned(),
+                    message: format!("spec.operator.bundle of the held policy: {err}"),
+                })?,
+            None => self.config.source.clone(),
+        };
+        let source_name = source.to_string();
+        self.source.clone_from(&source_name);
         let allowed = install_rules(policy.as_deref(), &self.config.allowed, &source_name)?.clone();
         let (vouched, generation) = policy
             .as_deref()
             .map(|p| (p.vouched().to_vec(), p.generation()))
             .unwrap_or_default();
-        let mut fetched =
-            self.fetcher
-                .fetch(&self.config.source)
-                .await
-                .map_err(|err: SourceError| InstallError::Source {
-                    source_name: source_name.clone(),
-                    message: chain(&err),
-                })?;
+        let mut fetched = self
+            .fetcher
+            .fetch(&source)
+            .await
+            .map_err(|err: SourceError| InstallError::Source {
+                source_name: source_name.clone(),
+                message: chain(&err),
+            })?;
         let distributions = std::mem::take(&mut fetched.distributions);
         let bundle = Bundle::parse(
             &fetched.yaml,

@@ -311,6 +311,8 @@ struct Installer {
     notices: Vec<String>,
     /// See [`InstallState::offered`].
     offered: String,
+    /// The source read last: `--operator-bundle`, or the held policy's `spec.operator.bundle`.
+    source: String,
 }
 
 /// At most this many notices are kept (the newest).
@@ -332,6 +334,7 @@ pub async fn run(
     let mut installer = Installer {
         client: client.clone(),
         fetcher,
+        source: config.source.to_string(),
         config,
         policy,
         tx,

@@ -85,6 +85,10 @@ pub struct OperatorRules {
     /// Patterns of the bundle sources the agent may install from (`oci://ghcr.io/acme/*`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bundles: Option<Vec<String>>,
+    /// The source the agent installs flux-operator from, replacing its `--operator-bundle`
+    /// (for an agent that owns the install), so a new release rolls out with the policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundle: Option<String>,
     /// Releases the agent's build does not know that the platform vouches for, by digest.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vouched: Vec<Vouching>,
@@ -207,6 +211,8 @@ pub enum PolicyError {
     ClusterSelector { index: usize },
     #[error(transparent)]
     Vouching(#[from] VouchingError),
+    #[error("spec.operator.bundle {}: {problem}", quote(bundle))]
+    Bundle { bundle: String, problem: String },
     #[error("spec.defaults is not a FluxInstance spec (an object)")]
     DefaultsShape,
     #[error("spec.defaults breaks the policy itself: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
@@ -288,6 +294,12 @@ impl Policy {
             "spec.operator.bundles",
         )?;
         vouch::check(spec.operator.as_ref().map_or(&[], |o| &o.vouched[..]))?;
+        if let Some(bundle) = spec.operator.as_ref().and_then(|o| o.bundle.as_deref()) {
+            check_bundle(
+                bundle,
+                spec.operator.as_ref().and_then(|o| o.bundles.as_deref()),
+            )?;
+        }
         let distribution = spec.distribution.as_ref();
         let distribution_versions = distribution
             .and_then(|d| d.versions.as_deref())
@@ -411,6 +423,11 @@ impl Policy {
             .is_none_or(|patterns| patterns.iter().any(|p| glob::matches(p, source)))
     }
 
+    /// The source the agent installs flux-operator from under this policy, when it names one.
+    pub fn operator_bundle(&self) -> Option<&str> {
+        self.document.spec.operator.as_ref()?.bundle.as_deref()
+    }
+
     /// The releases the platform vouches for (`spec.operator.vouched`).
     pub fn vouched(&self) -> &[Vouching] {
         self.document
@@ -455,6 +472,32 @@ impl fmt::Display for Policy {
             self.generation()
         )
     }
+}
+
+/// `spec.operator.bundle`: a source of a kind the agent reads, inside the policy's own
+/// `spec.operator.bundles` patterns.
+fn check_bundle(bundle: &str, patterns: Option<&[String]>) -> Result<(), PolicyError> {
+    const KINDS: [&str; 4] = ["oci://", "configmap:", "secret:", "file:"];
+    if !KINDS
+        .iter()
+        .any(|k| bundle.starts_with(k) && bundle.len() > k.len())
+    {
+        return Err(PolicyError::Bundle {
+            bundle: bundle.to_owned(),
+            problem: "not a bundle source: write oci://REGISTRY/REPOSITORY:TAG, configmap:NAME, \
+                      secret:NAME or file:PATH"
+                .to_owned(),
+        });
+    }
+    if let Some(patterns) = patterns
+        && !patterns.iter().any(|p| glob::matches(p, bundle))
+    {
+        return Err(PolicyError::Bundle {
+            bundle: bundle.to_owned(),
+            problem: "spec.operator.bundles leaves it out".to_owned(),
+        });
+    }
+    Ok(())
 }
 
 fn non_empty(list: Option<&Vec<String>>, field: &'static str) -> Result<(), PolicyError> {

@@ -485,3 +485,37 @@ fn schema_and_parser_agree_on_spec_clusters() {
         assert!(!validate(&text).is_empty(), "schema accepts {bad}");
     }
 }
+
+#[test]
+fn the_policy_may_name_the_bundle_inside_its_own_patterns() {
+    let with = |operator: &str| {
+        Policy::parse(&format!(
+            "apiVersion: tenantflux.io/v1alpha1\nkind: Policy\nmetadata: {{name: p}}\nspec:\n  generation: 2\n  operator: {operator}\n"
+        ))
+    };
+    let policy = with(
+        "{bundle: \"oci://r.example/fo:v0.61.0@sha256:abc\", bundles: [\"oci://r.example/*\"]}",
+    )
+    .unwrap();
+    assert_eq!(
+        policy.operator_bundle(),
+        Some("oci://r.example/fo:v0.61.0@sha256:abc")
+    );
+    let err = with("{bundle: \"oci://other.example/fo:v1\", bundles: [\"oci://r.example/*\"]}")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("spec.operator.bundles leaves it out"), "{err}");
+    let err = with("{bundle: \"https://r.example/fo\"}")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not a bundle source"), "{err}");
+    for (document, bad) in [
+        ("oci://r.example/fo:v1", false),
+        ("https://r.example/fo", true),
+    ] {
+        let text = format!(
+            "apiVersion: tenantflux.io/v1alpha1\nkind: Policy\nmetadata: {{name: p}}\nspec:\n  generation: 2\n  operator: {{bundle: \"{document}\"}}\n"
+        );
+        assert_eq!(!validate(&text).is_empty(), bad, "{document}");
+    }
+}

@@ -83,6 +83,24 @@ fn the_plan_follows_the_release_list_it_is_given_and_names_it() {
     );
     assert_eq!(plan.migrations.len(), 1, "{plan:?}");
     assert_eq!(plan.migrations[0].unserved, ["v1beta2"]);
+    // Flux's Kubernetes minimum for 2.10 is in no artifact and not in the build: assumed, and
+    // said so.
+    let assumed = plan
+        .warnings
+        .iter()
+        .find(|w| w.code == "unknown-kubernetes-minimum")
+        .unwrap_or_else(|| panic!("{:?}", plan.warnings));
+    assert!(
+        assumed.message.contains("which Kubernetes Flux 2.10 needs"),
+        "{}",
+        assumed.message
+    );
+    assert!(
+        !plan_of("2.8.x", None, &facts())
+            .warnings
+            .iter()
+            .any(|w| w.code == "unknown-kubernetes-minimum")
+    );
     let unknown = super::plan("2.8.x", None, &facts(), &from_artifact, &|_, _, _| true);
     assert!(unknown.blocked);
     assert!(

@@ -100,7 +100,12 @@ pub fn render_status(view: &FleetStatus, style: Style, now: Timestamp) -> String
                 Cell::plain(&row.tenant),
                 Cell::plain(&row.cluster),
                 Cell::plain(dash(row.agent_version.as_deref())),
-                Cell::plain(dash(row.operator_version.as_deref())),
+                Cell::plain(match (&row.operator_version, row.operator_vouched_by) {
+                    (Some(version), Some(generation)) => {
+                        format!("{version} (vouched, gen {generation})")
+                    }
+                    (version, _) => dash(version.as_deref()),
+                }),
                 Cell::plain(dash(row.flux_version.as_deref())),
                 ready,
                 match (row.policy_generation, row.policy_stale) {

@@ -2,7 +2,7 @@
 //! from what each agent answered (or why it could not be asked) and the day.
 
 use serde::Serialize;
-use tenantflux_core::policy::{ClusterIdentity, Policy, Range, parse_date};
+use tenantflux_core::policy::{ClusterIdentity, Policy, Range, Trust, parse_date};
 
 use super::discover::Member;
 use crate::commands::status::StatusView;
@@ -65,6 +65,10 @@ pub struct StatusRow {
     pub reason: Option<String>,
     pub agent_version: Option<String>,
     pub operator_version: Option<String>,
+    /// The policy generation that vouched for the flux-operator release the agent installed,
+    /// when the agent's build does not know that release.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operator_vouched_by: Option<u64>,
     /// The Flux version installed (the FluxInstance's distribution).
     pub flux_version: Option<String>,
     /// The FluxInstance's Ready condition: `True`, `False`, `Unknown`; none without one.
@@ -128,6 +132,7 @@ impl StatusRow {
             reason,
             agent_version: None,
             operator_version: None,
+            operator_vouched_by: None,
             flux_version: None,
             ready: None,
             policy_name: None,
@@ -162,6 +167,9 @@ impl StatusRow {
         row.agent_version = non_empty(status.agent.version);
         row.cluster_uid = non_empty(status.agent.cluster_uid);
         row.cluster_name = non_empty(status.agent.cluster_name);
+        if let Trust::Vouched { generation } = status.operator.trust() {
+            row.operator_vouched_by = Some(generation);
+        }
         row.operator_version = non_empty(status.operator.version);
         let instance = status.instance;
         if instance.present {

@@ -31,6 +31,11 @@ pub enum OperatorCommand {
         /// Write the policy here instead of stdout (it may be the file read).
         #[arg(long, value_name = "PATH", value_hint = ValueHint::FilePath)]
         out: Option<PathBuf>,
+        /// Also make SOURCE, pinned by the reviewed digest, the policy's spec.operator.bundle:
+        /// every agent that owns its flux-operator install switches to it with this policy,
+        /// whatever its --operator-bundle says (an oci:// SOURCE only).
+        #[arg(long)]
+        rollout: bool,
     },
 }
 

@@ -29,10 +29,18 @@ pub async fn run(command: OperatorCommand, printer: &Printer) -> anyhow::Result<
             review: args,
             file,
             out,
+            rollout,
         } => {
             let policy_text = file.read()?;
+            if rollout && !args.source.starts_with("oci://") {
+                bail!(
+                    "--rollout needs an oci:// SOURCE: agents cannot read {} (put the \
+                     install.yaml in a ConfigMap and set spec.operator.bundle by hand)",
+                    args.source
+                );
+            }
             let review = review_of(&args).await?;
-            let (text, notes) = vouch(&policy_text, &review)?;
+            let (text, notes) = vouch(&policy_text, &review, rollout)?;
             for note in notes {
                 eprintln!("{note}");
             }
@@ -92,7 +100,7 @@ fn default_against(source: &str, version: &str) -> anyhow::Result<String> {
 
 /// `policy` with a vouching for the reviewed release (replacing one for the same version) and
 /// its generation raised by one, as YAML; and notes for the engineer.
-fn vouch(policy: &str, review: &Review) -> anyhow::Result<(String, Vec<String>)> {
+fn vouch(policy: &str, review: &Review, rollout: bool) -> anyhow::Result<(String, Vec<String>)> {
     let mut document: Document = tenantflux_core::yaml::from_str(policy)
         .context("the policy file is not a policy document")?;
     let mut notes = Vec::new();
@@ -105,6 +113,18 @@ fn vouch(policy: &str, review: &Review) -> anyhow::Result<(String, Vec<String>)>
     let operator = document.spec.operator.get_or_insert_with(Default::default);
     operator.vouched.retain(|v| v.version != vouching.version);
     operator.vouched.push(vouching);
+    if rollout {
+        let name = review
+            .source
+            .split_once('@')
+            .map_or(review.source.as_str(), |(n, _)| n);
+        let pinned = format!("{name}@{}", review.digest);
+        notes.push(format!(
+            "spec.operator.bundle is {pinned}: agents that own their flux-operator install \
+             switch to it with this policy"
+        ));
+        operator.bundle = Some(pinned);
+    }
     document.spec.generation += 1;
     notes.push(format!(
         "vouched for flux-operator {} ({}); spec.generation raised to {}: sign and publish it \
@@ -170,7 +190,7 @@ mod tests {
             against_version: "v0.59.0".into(),
             ..Review::default()
         };
-        let (text, notes) = vouch(policy, &review).unwrap();
+        let (text, notes) = vouch(policy, &review, false).unwrap();
         let parsed = Policy::parse(&text).unwrap();
         assert_eq!(parsed.generation(), 5);
         assert_eq!(parsed.vouched().len(), 1);
@@ -186,10 +206,15 @@ mod tests {
             digest: format!("sha256:{}", "b".repeat(64)),
             ..review
         };
-        let (text, _) = vouch(&text, &again).unwrap();
+        let (text, _) = vouch(&text, &again, true).unwrap();
         let parsed = Policy::parse(&text).unwrap();
         assert_eq!(parsed.generation(), 6);
         assert_eq!(parsed.vouched().len(), 1);
         assert_eq!(parsed.vouched()[0].digest, again.digest);
+        // --rollout: the source, pinned by the reviewed digest, is the policy's bundle.
+        assert_eq!(
+            parsed.operator_bundle(),
+            Some(format!("oci://r/fo:v0.61.0@{}", again.digest).as_str())
+        );
     }
 }

@@ -478,6 +478,7 @@ fn status_cards(status: &StatusView) -> Markup {
                 h3 { "flux-operator " (badge(status.operator.phase, operator_tone)) }
                 (facts(&[
                     ("version", html! { (status.operator.version) }),
+                    ("release", html! { (status.operator.trust()) }),
                     ("namespace", html! { (status.operator.namespace) }),
                     ("replicas", html! { (status.operator.ready_replicas) "/" (status.operator.desired_replicas) " ready" }),
                 ]))
