@@ -70,6 +70,16 @@ pub(crate) async fn failpoint(name: &'static str) {
     }
 }
 
+/// The fault tests' panic point: when `TENANTFLUX_FAILPOINTS` names `panic:NAME`, the task
+/// `NAME` of the runtime's supervisor panics as it starts. Unset (always, outside the tests) it
+/// does nothing.
+pub(crate) fn panicpoint(task: &str) {
+    let list = std::env::var(FAILPOINTS_ENV).unwrap_or_default();
+    if failpoint_set(&list, &format!("panic:{task}")) {
+        panic!("failpoint panic:{task} reached");
+    }
+}
+
 /// The agent's Event recorder (reporting controller `tenantflux-agent`, instance: its pod).
 pub(crate) fn recorder(client: &Client) -> Recorder {
     Recorder::new(

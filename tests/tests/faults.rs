@@ -958,3 +958,36 @@ async fn plugins_racing_on_one_object_lose_no_update() {
     }
     assert_eq!(decided, 3, "fewer than 3 of 8 rounds had an edit applied");
 }
+
+/// A task of the agent that dies while the agent runs (here the admission loop, panicking at a
+/// failpoint as it starts) takes the whole agent down, named in its log, so the kubelet restarts
+/// it; before, the agent kept answering /readyz and guarded nothing.
+#[tokio::test]
+async fn a_task_that_dies_stops_the_agent_and_is_named() {
+    let cluster = cluster("task");
+    let from = cluster.agent_log_len();
+    let started =
+        cluster.restart_agent_with(&[(tenantflux_agent::FAILPOINTS_ENV, "panic:admission")]);
+    assert!(started.is_err(), "the agent must not come up ready");
+    cluster
+        .wait_agent_log(
+            from,
+            "tenantflux-agent: the agent's task \"admission\" panicked",
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("the agent's exit names the task");
+    let log = log_since(&cluster.dir().join("agent.log"), from);
+    assert!(log.contains("failpoint panic:admission reached"), "{log}");
+    let pid = cluster.agent_pid().expect("agent.pid");
+    wait_for(
+        "the agent process gone",
+        Duration::from_secs(30),
+        || async move { (!alive(pid)).then_some(()) },
+    )
+    .await
+    .expect("the agent exited");
+    // Without the failpoint the same agent starts and stays up.
+    cluster.restart_agent_with(&[]).expect("the agent starts");
+    assert!(alive(cluster.agent_pid().expect("agent.pid")));
+}

@@ -2,6 +2,7 @@
 //! handlers, and the tasks that run until the shutdown.
 
 pub mod admin;
+mod supervisor;
 
 use std::{io::IsTerminal, sync::Arc, time::SystemTime};
 
@@ -54,8 +55,8 @@ pub enum Error {
     #[error(transparent)]
     Grpc(#[from] server::ServeError),
 
-    #[error("serving the admin HTTP server")]
-    Admin(#[source] std::io::Error),
+    #[error("{0}")]
+    TaskDied(supervisor::TaskDied),
 
     #[error(
         "--operator-bundle needs --operator-version (the flux-operator versions it may install)"
@@ -241,7 +242,8 @@ async fn run(args: Args) -> Result<(), Error> {
     );
     // The Flux releases of the artifact the agent installs flux-operator from, once read.
     let (releases_tx, releases_rx) = watch::channel(None);
-    let (install, install_rx) = match args.operator_bundle.clone() {
+    let mut tasks = supervisor::Supervisor::new(shutdown.clone(), readiness.clone());
+    let install_rx = match args.operator_bundle.clone() {
         Some(source) => {
             let (tx, rx) = watch::channel(InstallState::initial(&source));
             let config = InstallConfig {
@@ -266,87 +268,107 @@ async fn run(args: Args) -> Result<(), Error> {
                 args.operator_bundle_pull_secret.clone(),
                 args.operator_bundle_plain_http,
             );
-            let task = tokio::spawn(operator::run(
-                client.clone(),
-                fetcher,
-                config,
-                policy_store.subscribe(),
-                tx,
-                releases_tx,
-                shutdown.clone(),
-            ));
-            (Some(task), Some(rx))
+            tasks.spawn(
+                "operator install",
+                operator::run(
+                    client.clone(),
+                    fetcher,
+                    config,
+                    policy_store.subscribe(),
+                    tx,
+                    releases_tx,
+                    shutdown.clone(),
+                ),
+            );
+            Some(rx)
         }
-        None => (None, None),
+        None => None,
     };
-    let policy_watch = tokio::spawn(policy_store.clone().run(shutdown.clone()));
-    let policy_pull = args.policy_source.clone().map(|channel| {
+    tasks.spawn("policy store", policy_store.clone().run(shutdown.clone()));
+    if let Some(channel) = args.policy_source.clone() {
         tracing::info!(%channel, interval = ?args.policy_source_interval, "pulling policy");
-        tokio::spawn(crate::policy::pull::run(
-            client.clone(),
-            policy_store.clone(),
-            crate::policy::pull::PullConfig {
-                channel,
-                interval: args.policy_source_interval,
-                plain_http: args.policy_source_plain_http,
-                pull_secret: args.policy_source_pull_secret.clone(),
-                namespace: args.namespace.clone(),
-            },
-            shutdown.clone(),
-        ))
-    });
-    let defaults = tokio::spawn({
+        tasks.spawn(
+            "policy pull",
+            crate::policy::pull::run(
+                client.clone(),
+                policy_store.clone(),
+                crate::policy::pull::PullConfig {
+                    channel,
+                    interval: args.policy_source_interval,
+                    plain_http: args.policy_source_plain_http,
+                    pull_secret: args.policy_source_pull_secret.clone(),
+                    namespace: args.namespace.clone(),
+                },
+                shutdown.clone(),
+            ),
+        );
+    }
+    // Ends once the defaults were dealt with (created, or found not needed).
+    tasks.spawn_once("defaults", {
         let (client, held, shutdown) = (client.clone(), policy_store.subscribe(), shutdown.clone());
         let (agent, operator) = (args.namespace.clone(), args.operator_namespace.clone());
         async move { instance::defaults::run(client, &agent, &operator, held, shutdown).await }
     });
-    let admission = tokio::spawn(admission::run(
-        client.clone(),
-        policy_store.clone(),
-        shutdown.clone(),
-    ));
-    let enforcement = tokio::spawn(crate::policy::enforcement::run(
-        client.clone(),
-        policy_store.clone(),
-        crate::policy::enforcement::EnforcementConfig {
-            interval: args.enforcement_check_interval,
-            permissions_interval: args.permissions_check_interval,
-            operator_namespace: args.operator_namespace.clone(),
-        },
-        shutdown.clone(),
-    ));
+    tasks.spawn(
+        "admission",
+        admission::run(client.clone(), policy_store.clone(), shutdown.clone()),
+    );
+    tasks.spawn(
+        "enforcement",
+        crate::policy::enforcement::run(
+            client.clone(),
+            policy_store.clone(),
+            crate::policy::enforcement::EnforcementConfig {
+                interval: args.enforcement_check_interval,
+                permissions_interval: args.permissions_check_interval,
+                operator_namespace: args.operator_namespace.clone(),
+            },
+            shutdown.clone(),
+        ),
+    );
 
     let adopt_install_rx = install_rx.clone();
     let (status_tx, status_rx) = watch::channel(status::initial(&facts));
-    let watchers = tokio::spawn(status::run(
-        client.clone(),
-        facts,
-        status_tx,
-        readiness.clone(),
-        install_rx.clone(),
-        policy_store.subscribe(),
-        shutdown.clone(),
-    ));
-    let phase_metric = tokio::spawn(record_status_metrics(
-        status_rx.clone(),
-        metrics.clone(),
-        shutdown.clone(),
-    ));
+    tasks.spawn(
+        "status",
+        status::run(
+            client.clone(),
+            facts,
+            status_tx,
+            readiness.clone(),
+            install_rx.clone(),
+            policy_store.subscribe(),
+            shutdown.clone(),
+        ),
+    );
+    tasks.spawn(
+        "status metrics",
+        record_status_metrics(status_rx.clone(), metrics.clone(), shutdown.clone()),
+    );
 
     let caches = Arc::new(Caches::default());
-    let reflectors = tokio::spawn(caches.clone().run(client.clone(), shutdown.clone()));
+    tasks.spawn(
+        "object caches",
+        caches.clone().run(client.clone(), shutdown.clone()),
+    );
 
-    let admin = tokio::spawn(admin::serve(
-        admin_listener,
-        admin::router(readiness, metrics.clone(), caches.clone()),
-        shutdown.clone(),
-    ));
-    let csr_sweep = tokio::spawn(crate::server::auth::deny_expired_identity_csrs(
-        client.clone(),
-        args.identity_csr_max_age,
-        args.identity_csr_sweep_interval,
-        shutdown.clone(),
-    ));
+    tasks.spawn(
+        "admin server",
+        admin::serve(
+            admin_listener,
+            admin::router(readiness, metrics.clone(), caches.clone()),
+            shutdown.clone(),
+        ),
+    );
+    tasks.spawn(
+        "identity CSR sweep",
+        crate::server::auth::deny_expired_identity_csrs(
+            client.clone(),
+            args.identity_csr_max_age,
+            args.identity_csr_sweep_interval,
+            shutdown.clone(),
+        ),
+    );
     let authorizer = Arc::new(
         Authorizer::new(client.clone(), args.token_audience)
             .with_stream_recheck(args.stream_recheck_interval)
@@ -380,7 +402,7 @@ async fn run(args: Args) -> Result<(), Error> {
         shutdown.clone(),
     );
     // An upgrade an earlier agent left unfinished goes on from its record.
-    let resumed = tokio::spawn(upgrader.clone().resume());
+    tasks.spawn_once("upgrade resume", upgrader.clone().resume());
     let upgrade = UpgradeService::new(upgrader, authorizer.clone());
     let adopter = crate::adopt::Adopter::new(
         client.clone(),
@@ -389,12 +411,12 @@ async fn run(args: Args) -> Result<(), Error> {
         policy_store.subscribe(),
         adopt_install_rx,
     );
-    let adoption = args.adopt.then(|| {
-        tokio::spawn(crate::adopt::run_at_start(
-            adopter.clone(),
-            shutdown.clone(),
-        ))
-    });
+    if args.adopt {
+        tasks.spawn_once(
+            "adoption at start",
+            crate::adopt::run_at_start(adopter.clone(), shutdown.clone()),
+        );
+    }
     let adopt = crate::server::AdoptService::new(adopter, authorizer.clone());
     let policy = PolicyService::new(policy_store, authorizer.clone());
     let inspect = server::InspectService::new(
@@ -413,35 +435,19 @@ async fn run(args: Args) -> Result<(), Error> {
         adopt,
         inspect,
     };
-    let grpc = server::serve(grpc_listener, services, metrics, shutdown.clone()).await;
-    // However gRPC ended, stop the rest too.
-    shutdown.cancel();
-    let admin = admin.await;
-    let _ = watchers.await;
-    let _ = reflectors.await;
-    let _ = policy_watch.await;
-    if let Some(pull) = policy_pull {
-        let _ = pull.await;
-    }
-    let _ = admission.await;
-    let _ = enforcement.await;
-    let _ = defaults.await;
-    let _ = resumed.await;
-    if let Some(adoption) = adoption {
-        let _ = adoption.await;
-    }
-    let _ = phase_metric.await;
-    let _ = csr_sweep.await;
-    if let Some(install) = install {
-        let _ = install.await;
-    }
+    let serving = async {
+        let grpc = server::serve(grpc_listener, services, metrics, shutdown.clone()).await;
+        // However gRPC ended, stop the rest too.
+        shutdown.cancel();
+        grpc
+    };
+    let (grpc, died) = tokio::join!(serving, tasks.wait());
     if let Ok(Err(err)) = signals.await {
         return Err(Error::Signals(err));
     }
     grpc?;
-    match admin {
-        Ok(result) => result.map_err(Error::Admin)?,
-        Err(join) => return Err(Error::Admin(std::io::Error::other(join))),
+    if let Some(died) = died {
+        return Err(Error::TaskDied(died));
     }
     tracing::info!("tenantflux-agent stopped");
     Ok(())

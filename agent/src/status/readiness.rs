@@ -10,6 +10,8 @@ use std::sync::{
 pub struct Readiness {
     grpc_bound: AtomicBool,
     kube_api: Mutex<KubeApi>,
+    /// Set when a task the agent needs stopped: the agent exits next, and is not ready meanwhile.
+    task_died: Mutex<Option<String>>,
 }
 
 #[derive(Debug, Default)]
@@ -43,9 +45,18 @@ impl Readiness {
         }
     }
 
+    /// Records that a task the agent needs stopped (see `runtime::supervisor`).
+    pub fn set_task_died(&self, what: String) {
+        let mut died = self.task_died.lock().unwrap_or_else(|p| p.into_inner());
+        died.get_or_insert(what);
+    }
+
     /// `Ok` when ready, else every reason why not.
     pub fn check(&self) -> Result<(), String> {
         let mut reasons = Vec::new();
+        if let Some(died) = &*self.task_died.lock().unwrap_or_else(|p| p.into_inner()) {
+            reasons.push(format!("{died}; the agent is stopping"));
+        }
         if !self.grpc_bound.load(Ordering::Acquire) {
             reasons.push("the gRPC listener is not bound yet".to_owned());
         }
