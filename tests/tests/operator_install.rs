@@ -1405,3 +1405,39 @@ async fn a_release_the_build_lacks_installs_once_the_platform_vouches_for_it() {
     assert_eq!(ready["trust"], "vouched");
     assert_eq!(ready["vouchedGeneration"], 4);
 }
+
+#[path = "../src/release_table.rs"]
+mod release_table;
+
+/// The agent's table is what `deploy/operator-releases` writes for the releases it lists, so a
+/// maintainer regenerates it rather than editing digests by hand.
+#[test]
+fn the_release_table_is_what_the_generator_writes() {
+    use tenantflux_agent::operator::releases::KNOWN;
+    let releases: Vec<(String, String)> = KNOWN
+        .iter()
+        .map(|r| (r.version.to_owned(), bundle_text(r.version)))
+        .collect();
+    let generated = release_table::render(&releases).expect("the generator");
+    let path = tenantflux_tests::repo_root().join("agent/src/operator/releases/table.rs");
+    let written = std::fs::read_to_string(&path).expect("table.rs");
+    // rustfmt may wrap lines and add trailing commas; the tokens must be the same.
+    let tokens = |text: &str| -> String {
+        let joined: String = text.split_whitespace().collect();
+        joined
+            .replace(",]", "]")
+            .replace(",}", "}")
+            .replace(",)", ")")
+    };
+    assert_eq!(
+        tokens(&generated),
+        tokens(&written),
+        "{} is not what deploy/operator-releases writes: run it",
+        path.display()
+    );
+    let versions: Vec<String> = KNOWN.iter().map(|r| r.version.to_owned()).collect();
+    let core =
+        std::fs::read_to_string(tenantflux_tests::repo_root().join("agent/core/src/operator.rs"))
+            .unwrap();
+    assert!(core.contains(&release_table::known_releases_line(&versions)));
+}

@@ -11,11 +11,11 @@
 //! Namespace carries nothing but metadata and no Pod Security label. Metadata is not compared
 //! otherwise. Cluster RBAC is held to [`super::rbac`]; no release ships a namespaced Role.
 //!
-//! The table below is each release's `config/default` (what its `install.yaml` is built from),
-//! read from the flux-operator module of that version; the operator_install tests check it
-//! against those sources and print the entries to paste for a release they do not find. A
-//! release the table lacks needs an agent that knows it: until then its bundle is refused,
-//! naming the versions the agent knows.
+//! The table ([`KNOWN`], `releases/table.rs`) is each release's `config/default` (what its
+//! `install.yaml` is built from), generated from the flux-operator module of that version by
+//! `deploy/operator-releases`; the operator_install tests check it against those sources. A
+//! release the table lacks is refused unless the platform vouched for its digest
+//! ([`super::bundle::Bundle::check_release`]).
 
 use serde_json::{Value, json};
 
@@ -39,97 +39,8 @@ pub struct Release {
     pub crds: &'static [Crd],
 }
 
-const FLUXINSTANCES: Crd = Crd {
-    name: "fluxinstances.fluxcd.controlplane.io",
-    spec: "sha256:1d929647175ab9ad545f54985feffe30cc7243f6ab5045a2aab9ccf1840a6abb",
-    schemas: &[(
-        "v1",
-        "sha256:1c8dc14b88a945dec492218606d40da5719786e7971ca068125da245c10aee61",
-    )],
-};
-
-const FLUXREPORTS: Crd = Crd {
-    name: "fluxreports.fluxcd.controlplane.io",
-    spec: "sha256:428b35b13512174d5c4a92789db97417132b4f1b5154ae692cdb36af7eac43b0",
-    schemas: &[(
-        "v1",
-        "sha256:06e74496c8b255417186a8d35b285cfb8f4017086333a9d189654b744acbea2e",
-    )],
-};
-
-const RESOURCESETINPUTPROVIDERS_V053: Crd = Crd {
-    name: "resourcesetinputproviders.fluxcd.controlplane.io",
-    spec: "sha256:1f9ed3c786e352e7114a1110da27bd73684f1a5622193a53b0d2458cce24c774",
-    schemas: &[(
-        "v1",
-        "sha256:0896883775ca936451718380837381fcef90050a753ad020769e114926d29ae4",
-    )],
-};
-
-const RESOURCESETINPUTPROVIDERS_V058: Crd = Crd {
-    name: "resourcesetinputproviders.fluxcd.controlplane.io",
-    spec: "sha256:1f9ed3c786e352e7114a1110da27bd73684f1a5622193a53b0d2458cce24c774",
-    schemas: &[(
-        "v1",
-        "sha256:941d265b64de7716ff319ff3c7f4e4133e2b4a9bc372111bd5b8dc051a592078",
-    )],
-};
-
-const RESOURCESETS_V053: Crd = Crd {
-    name: "resourcesets.fluxcd.controlplane.io",
-    spec: "sha256:dea2af82689c058d8af0459c662dda2ad999a4ffdde3b1911a4bd9fffaac64d0",
-    schemas: &[(
-        "v1",
-        "sha256:b5e9c545b14737e0c16068258dc0cac2f3e193847e85e129b2dfceb5e7eb0ced",
-    )],
-};
-
-const RESOURCESETS_V059: Crd = Crd {
-    name: "resourcesets.fluxcd.controlplane.io",
-    spec: "sha256:dea2af82689c058d8af0459c662dda2ad999a4ffdde3b1911a4bd9fffaac64d0",
-    schemas: &[(
-        "v1",
-        "sha256:8b605692dbb4a630f3bbcb82a48af25ec91926ed3ff245afe94cc873fe607c39",
-    )],
-};
-
-/// The CRDs of v0.58.0 and v0.58.1 (identical).
-const V058_CRDS: &[Crd] = &[
-    FLUXINSTANCES,
-    FLUXREPORTS,
-    RESOURCESETINPUTPROVIDERS_V058,
-    RESOURCESETS_V053,
-];
-
-/// Every release the agent knows, oldest first.
-pub const KNOWN: &[Release] = &[
-    Release {
-        version: "v0.53.0",
-        crds: &[
-            FLUXINSTANCES,
-            FLUXREPORTS,
-            RESOURCESETINPUTPROVIDERS_V053,
-            RESOURCESETS_V053,
-        ],
-    },
-    Release {
-        version: "v0.58.0",
-        crds: V058_CRDS,
-    },
-    Release {
-        version: "v0.58.1",
-        crds: V058_CRDS,
-    },
-    Release {
-        version: "v0.59.0",
-        crds: &[
-            FLUXINSTANCES,
-            FLUXREPORTS,
-            RESOURCESETINPUTPROVIDERS_V058,
-            RESOURCESETS_V059,
-        ],
-    },
-];
+mod table;
+pub use table::KNOWN;
 
 /// The versions of `known`, for messages.
 fn versions(known: &[Release]) -> String {
