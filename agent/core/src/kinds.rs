@@ -1,6 +1,12 @@
 //! The one table of Flux kinds: names, groups, categories, how each is suspended, where its
 //! revision and source are. The agent's catalog (with what the cluster serves), the plugin's
 //! grammar and the release facts are all derived from it.
+//!
+//! The table is not what decides which kinds exist: the agent watches every kind the cluster
+//! serves under Flux's API groups ([`is_flux_group`]), and a kind the table lacks (one a newer
+//! Flux release added) gets a generic entry from discovery ([`Registry`]). The table fills in
+//! what discovery cannot say: short names, flux's words, categories, kind-specific revision
+//! columns and sources, and how the kinds that are not suspended by `spec.suspend` are.
 
 use crate::flux::{
     INSTANCE_KIND, INSTANCE_PLURAL, OPERATOR_GROUP, OPERATOR_RECONCILE_ANNOTATION, REPORT_KIND,
@@ -38,6 +44,9 @@ pub enum Revision {
     LastExported,
     /// FluxReport: the distribution version it reports.
     Distribution,
+    /// A kind the table lacks: `status.artifact.revision` (a source), else
+    /// `status.lastAppliedRevision` (what applies one), the two places Flux's kinds put it.
+    Generic,
 }
 
 /// Where a kind names its source, for `reconcile --with-source`.
@@ -111,7 +120,8 @@ impl FluxKind {
             Revision::Artifact
             | Revision::LastApplied
             | Revision::HelmRelease
-            | Revision::LastExported => "REVISION",
+            | Revision::LastExported
+            | Revision::Generic => "REVISION",
             Revision::ScanTime => "LAST SCAN",
             Revision::LatestImage => "LATEST IMAGE",
             Revision::LastRun => "LAST RUN",
@@ -127,6 +137,11 @@ impl FluxKind {
     /// `kustomizations.kustomize.toolkit.fluxcd.io`, as RBAC and kubectl name it.
     pub fn resource(&self) -> String {
         format!("{}.{}", self.plural, self.group)
+    }
+
+    /// Whether the entry is the table's, not one made from discovery.
+    pub fn is_compiled(&self) -> bool {
+        KINDS.iter().any(|k| std::ptr::eq(k, self))
     }
 }
 
@@ -372,15 +387,82 @@ pub fn find(name: &str) -> Option<&'static FluxKind> {
     KINDS.iter().find(|k| k.is_named(name))
 }
 
-/// Every API group of the catalog, once each.
-pub fn groups() -> Vec<&'static str> {
-    let mut groups: Vec<&'static str> = Vec::new();
-    for kind in KINDS {
-        if !groups.contains(&kind.group) {
-            groups.push(kind.group);
+/// Whether Flux serves kinds under `group`: the toolkit's groups (`*.toolkit.fluxcd.io`),
+/// source-watcher's and flux-operator's. Every kind the cluster serves under one is a Flux kind,
+/// whether or not the table knows it.
+pub fn is_flux_group(group: &str) -> bool {
+    group
+        .strip_suffix(".toolkit.fluxcd.io")
+        .is_some_and(|name| !name.is_empty())
+        || group == SOURCE_EXTENSIONS
+        || group == OPERATOR_GROUP
+}
+
+/// The table's entry for `kind` of `group`, if it has one.
+pub fn compiled(group: &str, kind: &str) -> Option<&'static FluxKind> {
+    KINDS.iter().find(|k| k.group == group && k.kind == kind)
+}
+
+/// How many kinds discovery may add to the table in one process.
+pub const MAX_DISCOVERED: usize = 64;
+
+/// The entries of the kinds discovery found that the table lacks: its kind, group and plural
+/// from discovery, no short names or flux words, [`Category::Other`], [`Revision::Generic`],
+/// suspended by `spec.suspend` when the schema the cluster serves has it, else read-only.
+///
+/// `FluxKind` is `&'static` everywhere (rows, changes, errors, access checks compare entries
+/// by address), so each distinct entry is leaked once and reused by every later discovery:
+/// a few hundred bytes per kind, for kinds that stay served for the life of the process. What
+/// the leak can grow by is bounded by [`MAX_DISCOVERED`], since whoever may create CRDs in a
+/// Flux group could otherwise make the agent leak an entry per CRD they create and delete.
+#[derive(Debug, Default)]
+pub struct Registry {
+    entries: Vec<&'static FluxKind>,
+}
+
+/// The registry holds [`MAX_DISCOVERED`] entries already.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{MAX_DISCOVERED} Flux kinds were discovered beyond the compiled table already")]
+pub struct RegistryFull;
+
+impl Registry {
+    /// The entry of a discovered kind: the one made for the same kind, group, plural and way
+    /// of suspending before, else a new one. Never called for a kind the table has.
+    pub fn entry(
+        &mut self,
+        kind: &str,
+        group: &str,
+        plural: &str,
+        spec_suspend: bool,
+    ) -> Result<&'static FluxKind, RegistryFull> {
+        let suspend = if spec_suspend {
+            SuspendBy::Spec
+        } else {
+            SuspendBy::ReadOnly
+        };
+        if let Some(found) = self.entries.iter().copied().find(|k| {
+            k.kind == kind && k.group == group && k.plural == plural && k.suspend == suspend
+        }) {
+            return Ok(found);
         }
+        if self.entries.len() >= MAX_DISCOVERED {
+            return Err(RegistryFull);
+        }
+        let leak = |text: &str| -> &'static str { Box::leak(text.to_owned().into_boxed_str()) };
+        let entry: &'static FluxKind = Box::leak(Box::new(FluxKind {
+            kind: leak(kind),
+            group: leak(group),
+            plural: leak(plural),
+            short_names: &[],
+            revision: Revision::Generic,
+            suspend,
+            source: SourceRef::None,
+            category: Category::Other,
+            flux: &[],
+        }));
+        self.entries.push(entry);
+        Ok(entry)
     }
-    groups
 }
 
 /// The kinds of a category, in catalog order.
@@ -435,7 +517,7 @@ mod tests {
                 assert_eq!(matching.len(), 1, "{name} names {matching:?}");
             }
         }
-        assert_eq!(groups().len(), 7);
+        assert!(KINDS.iter().all(|k| is_flux_group(k.group)));
         let sources: Vec<_> = in_category(Category::Source).map(|k| k.kind).collect();
         assert_eq!(
             sources,
@@ -474,5 +556,84 @@ mod tests {
                 seen.push(k.flux);
             }
         }
+    }
+
+    #[test]
+    fn flux_groups_are_the_toolkits_source_watchers_and_the_operators() {
+        for group in [
+            "kustomize.toolkit.fluxcd.io",
+            "probe.toolkit.fluxcd.io",
+            "source.extensions.fluxcd.io",
+            "fluxcd.controlplane.io",
+        ] {
+            assert!(is_flux_group(group), "{group}");
+        }
+        for group in [
+            "toolkit.fluxcd.io",
+            ".toolkit.fluxcd.io",
+            "evil.toolkit.fluxcd.io.example.com",
+            "apps",
+            "",
+        ] {
+            assert!(!is_flux_group(group), "{group}");
+        }
+    }
+
+    #[test]
+    fn discovered_kinds_get_one_generic_entry_each() {
+        let mut registry = Registry::default();
+        let probe = registry
+            .entry("Probe", "probe.toolkit.fluxcd.io", "probes", true)
+            .unwrap();
+        assert_eq!(
+            *probe,
+            FluxKind {
+                kind: "Probe",
+                group: "probe.toolkit.fluxcd.io",
+                plural: "probes",
+                short_names: &[],
+                revision: Revision::Generic,
+                suspend: SuspendBy::Spec,
+                source: SourceRef::None,
+                category: Category::Other,
+                flux: &[],
+            }
+        );
+        assert!(probe.is_named("probe") && probe.is_named("Probes"));
+        assert!(probe.controllable() && !probe.is_compiled());
+        assert_eq!(probe.revision_column(), "REVISION");
+        // The next discovery gets the same entry (caches compare entries by address).
+        let again = registry
+            .entry("Probe", "probe.toolkit.fluxcd.io", "probes", true)
+            .unwrap();
+        assert!(std::ptr::eq(probe, again));
+        // A schema without spec.suspend: read-only, as an entry of its own.
+        let read_only = registry
+            .entry("Probe", "probe.toolkit.fluxcd.io", "probes", false)
+            .unwrap();
+        assert!(!std::ptr::eq(probe, read_only));
+        assert!(!read_only.controllable());
+        assert!(compiled(KUSTOMIZE, "Kustomization").is_some_and(FluxKind::is_compiled));
+        assert!(compiled(KUSTOMIZE, "Probe").is_none());
+    }
+
+    #[test]
+    fn the_registry_stops_at_its_cap() {
+        let mut registry = Registry::default();
+        for n in 0..MAX_DISCOVERED {
+            registry
+                .entry(&format!("Kind{n}"), "x.toolkit.fluxcd.io", "kinds", true)
+                .unwrap();
+        }
+        assert_eq!(
+            registry.entry("More", "x.toolkit.fluxcd.io", "mores", true),
+            Err(RegistryFull)
+        );
+        // What it holds is still found.
+        assert!(
+            registry
+                .entry("Kind0", "x.toolkit.fluxcd.io", "kinds", true)
+                .is_ok()
+        );
     }
 }

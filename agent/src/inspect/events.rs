@@ -16,7 +16,7 @@ use kube::{
 use crate::workloads::{
     WorkloadsError,
     access::{Access, AccessError, Need},
-    catalog,
+    catalog::{self, FluxKind},
 };
 
 use super::{Inspector, Result, decide, find_kind};
@@ -71,12 +71,12 @@ pub struct EventWatch {
     pub needs: Vec<Need>,
 }
 
-/// The Event as a row, if it is about a Flux object (its kind in the catalog, of the kind's
+/// The Event as a row, if it is about a Flux object (its kind one of the `known`, of the kind's
 /// group when the Event names an apiVersion).
-pub fn row(event: &KubeEvent) -> Option<EventRow> {
+pub fn row(event: &KubeEvent, known: &[&'static FluxKind]) -> Option<EventRow> {
     let involved = &event.involved_object;
     let kind = involved.kind.as_deref()?;
-    let flux = catalog::KINDS.iter().find(|k| k.kind == kind)?;
+    let flux = known.iter().find(|k| k.kind == kind)?;
     if let Some(api_version) = involved.api_version.as_deref()
         && let Some((group, _)) = api_version.split_once('/')
         && group != flux.group
@@ -194,7 +194,7 @@ impl Inspector {
                 .map_err(WorkloadsError::InvalidArgument)?;
             tenantflux_core::names::object_name("name", name)
                 .map_err(WorkloadsError::InvalidArgument)?;
-            let kind = find_kind(kind)?;
+            let kind = find_kind(&self.caches, kind)?;
             let cache = self.cache_of(kind).await?;
             let mut objects = vec![(kind.kind.to_owned(), namespace.clone(), name.clone())];
             if let Some(source) = cache
@@ -267,6 +267,7 @@ impl Inspector {
                 .map(|ns| Api::namespaced(self.client.clone(), ns))
                 .collect(),
         };
+        let known = self.caches.known();
         let mut rows = Vec::new();
         for api in apis {
             let mut params = ListParams::default().limit(500);
@@ -278,7 +279,12 @@ impl Inspector {
                         what: "Events".into(),
                         source: Box::new(source),
                     })?;
-                rows.extend(page.items.iter().filter_map(row).filter(|r| filter.pass(r)));
+                rows.extend(
+                    page.items
+                        .iter()
+                        .filter_map(|e| row(e, &known))
+                        .filter(|r| filter.pass(r)),
+                );
                 match page.metadata.continue_ {
                     Some(token) if !token.is_empty() => params = params.continue_token(&token),
                     _ => break,
@@ -321,21 +327,23 @@ impl Inspector {
                     (Api::all(self.client.clone()), Some(namespaces), needs)
                 }
             };
+        // The kinds known when the watch starts; a kind discovered later is in the next one.
+        let known = self.caches.known();
         let mut synced = false;
         let changes = watcher::watcher(api, watcher::Config::default())
             .backoff(crate::watch_backoff())
             .filter_map(move |event| {
                 let change = match event {
-                    Ok(watcher::Event::InitApply(e)) if !synced => row(&e)
+                    Ok(watcher::Event::InitApply(e)) if !synced => row(&e, &known)
                         .filter(|r| filter.pass(r))
                         .map(EventChange::Existing),
                     Ok(watcher::Event::InitDone) if !synced => {
                         synced = true;
                         Some(EventChange::Synced)
                     }
-                    Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) => {
-                        row(&e).filter(|r| filter.pass(r)).map(EventChange::New)
-                    }
+                    Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) => row(&e, &known)
+                        .filter(|r| filter.pass(r))
+                        .map(EventChange::New),
                     Ok(_) => None,
                     Err(err) => {
                         tracing::debug!(%err, "watching Events failed; retrying");
@@ -371,6 +379,11 @@ mod tests {
             "lastTimestamp": at, "firstTimestamp": at, "count": 3
         }))
         .unwrap()
+    }
+
+    fn row(event: &KubeEvent) -> Option<EventRow> {
+        let known: Vec<&'static FluxKind> = catalog::KINDS.iter().collect();
+        super::row(event, &known)
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::workloads::{
     Caches, WorkloadsError,
     access::{Access, AccessError, Need},
     cache::KindCache,
-    catalog::{self, FluxKind},
+    catalog::FluxKind,
 };
 
 pub mod events;
@@ -79,15 +79,18 @@ impl Inspector {
 }
 
 /// The kind `name` names, as `get` accepts it.
-fn find_kind(name: &str) -> Result<&'static FluxKind> {
-    catalog::find(name).ok_or_else(|| WorkloadsError::UnknownKind {
-        name: name.into(),
-        known: catalog::KINDS
-            .iter()
-            .map(|k| k.kind.to_ascii_lowercase())
-            .collect::<Vec<_>>()
-            .join(", "),
-    })
+fn find_kind(caches: &Caches, name: &str) -> Result<&'static FluxKind> {
+    caches
+        .find(name)
+        .ok_or_else(|| WorkloadsError::UnknownKind {
+            name: name.into(),
+            known: caches
+                .known()
+                .iter()
+                .map(|k| k.kind.to_ascii_lowercase())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
 }
 
 /// Splits `needs` into the permitted ones and the reasons of the denied ones; a decision that

@@ -79,14 +79,15 @@ pub fn count<'a>(
     stats
 }
 
-/// The kinds `stats` counts: flux's, in its order, then the other controllable kinds of the
-/// catalog (ArtifactGenerator, flux-operator's).
-fn counted() -> Vec<&'static FluxKind> {
+/// The kinds `stats` counts of the `known` ones: flux's, in its order, then the other
+/// controllable kinds (ArtifactGenerator, flux-operator's, the ones discovery found beyond the
+/// table).
+fn counted(known: &[&'static FluxKind]) -> Vec<&'static FluxKind> {
     let mut kinds: Vec<&'static FluxKind> = FLUX_ORDER
         .iter()
         .filter_map(|name| catalog::KINDS.iter().find(|k| k.kind == *name))
         .collect();
-    for kind in catalog::KINDS {
+    for &kind in known {
         if kind.controllable() && !kinds.iter().any(|k| std::ptr::eq(*k, kind)) {
             kinds.push(kind);
         }
@@ -104,7 +105,7 @@ impl Inspector {
                 .map_err(WorkloadsError::InvalidArgument)?;
         }
         let served = self.served().await?;
-        let items: Vec<_> = counted()
+        let items: Vec<_> = counted(&self.caches.known())
             .into_iter()
             .filter_map(|kind| served.iter().find(|c| std::ptr::eq(c.kind, kind)).cloned())
             .map(|cache| {
@@ -187,7 +188,16 @@ mod tests {
 
     #[test]
     fn flux_kinds_come_first_in_flux_order() {
-        let kinds: Vec<_> = counted().iter().map(|k| k.kind).collect();
+        let mut registry = catalog::Registry::default();
+        let probe = registry
+            .entry("Probe", "probe.toolkit.fluxcd.io", "probes", true)
+            .unwrap();
+        let read_only = registry
+            .entry("Probe", "probe.toolkit.fluxcd.io", "probes", false)
+            .unwrap();
+        let known: Vec<&'static FluxKind> =
+            catalog::KINDS.iter().chain([probe, read_only]).collect();
+        let kinds: Vec<_> = counted(&known).iter().map(|k| k.kind).collect();
         assert_eq!(
             &kinds[..3],
             ["GitRepository", "OCIRepository", "HelmRepository"]
@@ -195,5 +205,8 @@ mod tests {
         assert_eq!(kinds[5], "Kustomization");
         assert!(kinds.contains(&"ResourceSet"));
         assert!(!kinds.contains(&"FluxReport"));
+        // A discovered kind is counted last, once: the read-only entry is not.
+        assert_eq!(kinds.last(), Some(&"Probe"));
+        assert_eq!(kinds.iter().filter(|k| **k == "Probe").count(), 1);
     }
 }

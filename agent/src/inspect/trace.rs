@@ -196,7 +196,9 @@ impl Inspector {
             .map_err(WorkloadsError::InvalidArgument)?;
         let served = self.served().await?;
         // A Flux kind is known without discovery; anything else is found by it.
-        let flux_kind = catalog::find(&reference.kind)
+        let flux_kind = self
+            .caches
+            .find(&reference.kind)
             .and_then(|k| served.iter().find(|c| std::ptr::eq(c.kind, k)).cloned());
         let resolved = match &flux_kind {
             Some(cache) => Resolved {

@@ -49,7 +49,7 @@ impl Inspector {
             .map_err(WorkloadsError::InvalidArgument)?;
         tenantflux_core::names::object_name("name", &reference.name)
             .map_err(WorkloadsError::InvalidArgument)?;
-        let kind = find_kind(&reference.kind)?;
+        let kind = find_kind(&self.caches, &reference.kind)?;
         let root = Entry {
             namespace: reference.namespace.clone(),
             name: reference.name.clone(),

@@ -45,7 +45,8 @@ impl From<WorkloadsError> for tonic::Status {
             | WorkloadsError::InvalidArgument(_) => Code::InvalidArgument,
             WorkloadsError::NotServed { .. }
             | WorkloadsError::NoSource { .. }
-            | WorkloadsError::ReadOnly { .. } => Code::FailedPrecondition,
+            | WorkloadsError::ReadOnly { .. }
+            | WorkloadsError::NoSpecSuspend { .. } => Code::FailedPrecondition,
             WorkloadsError::NotFound { .. } => Code::NotFound,
             WorkloadsError::Loading { .. } => Code::Unavailable,
             WorkloadsError::Lagged(_) => Code::Aborted,

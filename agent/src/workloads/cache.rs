@@ -1,20 +1,28 @@
 //! Which Flux kinds the cluster serves, and an in-memory cache (a reflector) of every object of
 //! each, at the version the cluster prefers. Discovery runs again whenever a CRD of a Flux API
 //! group changes (and every half minute), so the caches follow a Flux upgrade that adds or
-//! removes API versions. The cache keeps of each object its row and what filters read
-//! ([`Cached`]), not the object.
+//! removes API versions or kinds: a kind served under a Flux group that the compiled table
+//! lacks is cached too, under a generic entry (`catalog::unknown`), once the agent may list
+//! and watch it. The cache keeps of each object its row and what filters read ([`Cached`]),
+//! not the object.
 
 use std::{
     collections::HashMap,
-    sync::{Arc, RwLock},
+    sync::{Arc, Mutex, RwLock},
     time::Duration,
 };
 
 use futures::StreamExt;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::{
+    api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
 use kube::{
     Api, Client, Discovery, ResourceExt,
-    api::{ApiResource, DynamicObject, PartialObjectMeta},
+    api::{ApiResource, DynamicObject, PartialObjectMeta, PostParams},
+    discovery::Scope,
     runtime::{
         WatchStreamExt,
         watcher::{self, Event},
@@ -26,7 +34,7 @@ use tokio::{
 };
 
 use super::{
-    catalog::{self, FluxKind, GroupVersions, Served},
+    catalog::{self, FluxKind, GroupVersions, Registry, Served, Unknown},
     rows::Cached,
 };
 use tokio_util::sync::CancellationToken;
@@ -128,6 +136,8 @@ pub struct Caches {
     kinds: RwLock<Vec<Arc<KindCache>>>,
     changes: broadcast::Sender<Change>,
     discovered: watch::Sender<bool>,
+    /// The entries of the kinds discovery found beyond the compiled table.
+    registry: Mutex<Registry>,
 }
 
 impl Default for Caches {
@@ -136,14 +146,40 @@ impl Default for Caches {
             kinds: RwLock::default(),
             changes: broadcast::channel(EVENT_BUFFER).0,
             discovered: watch::channel(false).0,
+            registry: Mutex::default(),
         }
     }
 }
 
 impl Caches {
-    /// The caches of the served kinds, in catalog order.
+    /// The caches of the served kinds: the table's in its order, then the discovered ones.
     pub fn served(&self) -> Vec<Arc<KindCache>> {
         self.kinds.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Every kind there is: the table's, served or not, then the served ones discovery found
+    /// beyond it.
+    pub fn known(&self) -> Vec<&'static FluxKind> {
+        catalog::KINDS
+            .iter()
+            .chain(
+                self.served()
+                    .iter()
+                    .map(|c| c.kind)
+                    .filter(|k| !k.is_compiled()),
+            )
+            .collect()
+    }
+
+    /// The kind `name` names (its kind, plural or a short name, case-insensitive): one of the
+    /// table's, else a served kind discovery found.
+    pub fn find(&self, name: &str) -> Option<&'static FluxKind> {
+        catalog::find(name).or_else(|| {
+            self.served()
+                .iter()
+                .map(|c| c.kind)
+                .find(|k| k.is_named(name))
+        })
     }
 
     /// The cache of `kind`, if the cluster serves it.
@@ -177,7 +213,6 @@ impl Caches {
     /// Discovers, starts and replaces reflectors, and re-discovers on CRD changes, until the
     /// shutdown.
     pub async fn run(self: Arc<Self>, client: Client, shutdown: CancellationToken) {
-        let groups = catalog::groups();
         // Metadata only: a CRD's name is `<plural>.<group>`, which is all that is needed.
         let crds = watcher::watcher(
             Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()),
@@ -186,9 +221,10 @@ impl Caches {
         .backoff(crate::watch_backoff())
         .filter_map(|event| {
             let relevant = match event {
-                Ok(Event::Apply(crd) | Event::Delete(crd)) => groups
-                    .iter()
-                    .any(|g| crd.name_any().ends_with(&format!(".{g}"))),
+                Ok(Event::Apply(crd) | Event::Delete(crd)) => crd
+                    .name_any()
+                    .split_once('.')
+                    .is_some_and(|(_, group)| catalog::is_flux_group(group)),
                 Ok(Event::InitDone) => true,
                 Ok(_) => false,
                 Err(err) => {
@@ -201,6 +237,8 @@ impl Caches {
         let mut crds = std::pin::pin!(crds);
         let mut next = tokio::time::Instant::now();
         let mut last_error: Option<String> = None;
+        // Why each discovered kind is not cached, as last logged (logged again when it changes).
+        let mut left_out: HashMap<String, String> = HashMap::new();
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -215,7 +253,8 @@ impl Caches {
                     if last_error.take().is_some() {
                         tracing::info!("discovery of the Flux APIs recovered");
                     }
-                    self.update(&client, &groups);
+                    let kinds = self.resolve(&client, &groups, &mut left_out).await;
+                    self.update(&client, kinds);
                     tokio::time::Instant::now() + REDISCOVER_EVERY
                 }
                 Err(err) => {
@@ -235,15 +274,74 @@ impl Caches {
             .clear();
     }
 
+    /// The kinds to cache and how each is served: the table's that the cluster serves, then
+    /// the ones discovery found beyond it that the agent may list and watch, each with its
+    /// entry. Why one of those is left out is logged when it changes.
+    async fn resolve(
+        &self,
+        client: &Client,
+        groups: &[GroupVersions],
+        left_out: &mut HashMap<String, String>,
+    ) -> Vec<(&'static FluxKind, Served)> {
+        let mut kinds: Vec<(&'static FluxKind, Served)> = catalog::KINDS
+            .iter()
+            .filter_map(|kind| Some((kind, catalog::served(kind, groups)?)))
+            .collect();
+        let unknown = catalog::unknown(groups);
+        left_out.retain(|crd, _| unknown.iter().any(|u| u.crd() == *crd));
+        for found in unknown {
+            match self.discovered_entry(client, &found).await {
+                Ok(kind) => {
+                    if left_out.remove(&found.crd()).is_some() {
+                        tracing::info!(resource = %found.crd(), "a discovered Flux kind is cached again");
+                    }
+                    kinds.push((kind, found.served));
+                }
+                Err(reason) => {
+                    if left_out.get(&found.crd()) != Some(&reason) {
+                        tracing::warn!(resource = %found.crd(), %reason, "a Flux kind the compiled table lacks is not cached");
+                        left_out.insert(found.crd(), reason);
+                    }
+                }
+            }
+        }
+        kinds
+    }
+
+    /// The entry of a kind discovery found beyond the table, once its CRD says how it is
+    /// suspended and the agent may list and watch it (a reflector it may not run would keep
+    /// every `get all` waiting for that kind's first list).
+    async fn discovered_entry(
+        &self,
+        client: &Client,
+        found: &Unknown,
+    ) -> Result<&'static FluxKind, String> {
+        for verb in ["list", "watch"] {
+            if !may(client, verb, found).await? {
+                return Err(format!(
+                    "the agent may not {verb} {} (add it to the agent's ClusterRole)",
+                    found.crd()
+                ));
+            }
+        }
+        let crd = Api::<CustomResourceDefinition>::all(client.clone())
+            .get(&found.crd())
+            .await
+            .map_err(|err| format!("reading CustomResourceDefinition {}: {err}", found.crd()))?;
+        let spec_suspend = catalog::has_spec_suspend(&crd, &found.served.version);
+        self.registry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(&found.kind, &found.group, &found.plural, spec_suspend)
+            .map_err(|full| format!("{full}; restart the agent to cache kinds since removed"))
+    }
+
     /// Keeps the reflectors whose version is unchanged, starts the new ones, and drops the
     /// ones whose kind or version is gone.
-    fn update(&self, client: &Client, groups: &[GroupVersions]) {
+    fn update(&self, client: &Client, kinds: Vec<(&'static FluxKind, Served)>) {
         let current = self.served();
         let mut next = Vec::new();
-        for kind in catalog::KINDS {
-            let Some(served) = catalog::served(kind, groups) else {
-                continue;
-            };
+        for (kind, served) in kinds {
             let same_version = current
                 .iter()
                 .find(|c| std::ptr::eq(c.kind, kind) && c.served.version == served.version);
@@ -295,29 +393,69 @@ impl Caches {
     }
 }
 
+/// Whether the agent may `verb` the objects of `found` in every namespace.
+async fn may(client: &Client, verb: &str, found: &Unknown) -> Result<bool, String> {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(found.group.clone()),
+                resource: Some(found.plural.clone()),
+                verb: Some(verb.to_owned()),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .map(|answer| answer.status.is_some_and(|s| s.allowed))
+        .map_err(|err| {
+            format!(
+                "checking the agent's own permissions on {}: {err}",
+                found.crd()
+            )
+        })
+}
+
 /// The versions and kinds of every Flux API group the cluster serves (one aggregated
-/// discovery request).
+/// discovery request; which groups are Flux's is a rule on their names, not a list, so every
+/// group is fetched and the others dropped here, as kube's own filter would do).
 async fn discover(client: &Client) -> Result<Vec<GroupVersions>, kube::Error> {
     let discovery = Discovery::new(client.clone())
-        .filter(&catalog::groups())
+        .exclude(&[""])
         .run_aggregated()
         .await?;
     Ok(discovery
         .groups()
-        .map(|group| GroupVersions {
-            group: group.name().to_owned(),
-            preferred: group.preferred_version().map(str::to_owned),
-            versions: group
+        .filter(|group| catalog::is_flux_group(group.name()))
+        .map(|group| {
+            let mut resources: Vec<(String, String)> = Vec::new();
+            let versions = group
                 .versions()
                 .map(|version| {
-                    let kinds = group
-                        .versioned_resources(version)
+                    let served = group.versioned_resources(version);
+                    for (resource, capabilities) in &served {
+                        if capabilities.scope == Scope::Namespaced
+                            && !resources.iter().any(|(kind, _)| *kind == resource.kind)
+                        {
+                            resources.push((resource.kind.clone(), resource.plural.clone()));
+                        }
+                    }
+                    let kinds = served
                         .into_iter()
                         .map(|(resource, _)| resource.kind)
                         .collect();
                     (version.to_owned(), kinds)
                 })
-                .collect(),
+                .collect();
+            GroupVersions {
+                group: group.name().to_owned(),
+                preferred: group.preferred_version().map(str::to_owned),
+                versions,
+                resources,
+            }
         })
         .collect())
 }

@@ -24,6 +24,14 @@ pub enum WorkloadsError {
     )]
     ReadOnly { kind: &'static str },
 
+    #[error(
+        "{kind} ({resource}) is not in tenantflux's table of Flux kinds and its schema has no spec.suspend: tenantflux knows no way to suspend, resume or reconcile it (get it with `get`)"
+    )]
+    NoSpecSuspend {
+        kind: &'static str,
+        resource: String,
+    },
+
     #[error("{kind} {namespace}/{name} not found")]
     NotFound {
         kind: &'static str,

@@ -115,6 +115,7 @@ fn revision(kind: &FluxKind, object: &Value) -> String {
         Revision::LastRun => first(&["/status/lastAutomationRunTime"]),
         Revision::LastExported => first(&["/status/lastExportedRevision"]),
         Revision::Distribution => first(&["/spec/distribution/version"]),
+        Revision::Generic => first(&["/status/artifact/revision", "/status/lastAppliedRevision"]),
     }
     .unwrap_or_default()
 }
@@ -481,6 +482,32 @@ mod tests {
         assert!(!kind("externalartifact").controllable());
         assert!(kind("rset").controllable());
         assert_eq!(kind("fluxreport").revision_column(), "VERSION");
+    }
+    #[test]
+    fn discovered_kinds_read_a_generic_revision_and_spec_suspend() {
+        let mut registry = tenantflux_core::kinds::Registry::default();
+        let probe = registry
+            .entry("Probe", "probe.toolkit.fluxcd.io", "probes", true)
+            .unwrap();
+        let revision = |status: Value| super::row(probe, &json!({"status": status})).revision;
+        assert_eq!(
+            revision(json!({"artifact": {"revision": "v1@sha256:a"}, "lastAppliedRevision": "x"})),
+            "v1@sha256:a"
+        );
+        assert_eq!(
+            revision(json!({"lastAppliedRevision": "main@sha1:b"})),
+            "main@sha1:b"
+        );
+        assert_eq!(revision(json!({"lastAttemptedRevision": "c"})), "");
+        let object =
+            json!({"spec": {"suspend": true}, "status": {"conditions": [ready("True", "ok")]}});
+        let row = super::row(probe, &object);
+        assert!(row.suspended);
+        assert_eq!(row.ready.unwrap().message, "ok");
+        let read_only = registry
+            .entry("Probe", "probe.toolkit.fluxcd.io", "probes", false)
+            .unwrap();
+        assert!(!suspended(read_only, &object));
     }
     #[test]
     fn status_selectors_match_conditions() {

@@ -58,14 +58,16 @@ impl Workloads {
         }
     }
 
-    /// Every kind of the catalog; any authenticated caller may learn which Flux APIs exist,
-    /// as discovery allows.
+    /// Every kind of the catalog, and the served ones discovery found beyond it; any
+    /// authenticated caller may learn which Flux APIs exist, as discovery allows.
     pub async fn list_kinds(&self, access: &impl Access) -> Result<Vec<KindInfo>> {
         access.identify().await?;
         self.wait_discovered().await?;
         let served = self.caches.served();
-        Ok(catalog::KINDS
-            .iter()
+        Ok(self
+            .caches
+            .known()
+            .into_iter()
             .map(|kind| {
                 let cache = served.iter().find(|c| std::ptr::eq(c.kind, kind));
                 KindInfo {
@@ -101,7 +103,7 @@ impl Workloads {
     ) -> Result<Object> {
         let reference = checked(reference, "GetObject")?;
         self.wait_discovered().await?;
-        let cache = self.served(find_kind(&reference.kind)?)?;
+        let cache = self.served(find_kind(&self.caches, &reference.kind)?)?;
         access
             .check(&Need::new("get", cache.kind, Some(&reference.namespace)).on(&reference.name))
             .await?;
@@ -302,7 +304,7 @@ impl Workloads {
                     .collect(),
             ));
         }
-        let kind = find_kind(name)?;
+        let kind = find_kind(&self.caches, name)?;
         Ok(Kinds::One(self.served(kind)?))
     }
 
@@ -405,9 +407,16 @@ impl Workloads {
     ) -> Result<(Arc<KindCache>, String, String)> {
         let reference = checked(reference, what)?;
         self.wait_discovered().await?;
-        let kind = find_kind(&reference.kind)?;
+        let kind = find_kind(&self.caches, &reference.kind)?;
         if !kind.controllable() {
-            return Err(WorkloadsError::ReadOnly { kind: kind.kind });
+            return Err(if kind.is_compiled() {
+                WorkloadsError::ReadOnly { kind: kind.kind }
+            } else {
+                WorkloadsError::NoSpecSuspend {
+                    kind: kind.kind,
+                    resource: kind.resource(),
+                }
+            });
         }
         let cache = self.served(kind)?;
         access
@@ -489,19 +498,22 @@ fn object(cache: &KindCache, cached: Arc<Cached>) -> Object {
     }
 }
 
-fn find_kind(name: &str) -> Result<&'static FluxKind> {
-    catalog::find(name).ok_or_else(|| WorkloadsError::UnknownKind {
-        name: name.into(),
-        known: catalog::KINDS
-            .iter()
-            .map(|k| match k.short_names.first() {
-                Some(short) => format!("{} ({short})", k.kind.to_ascii_lowercase()),
-                None => k.kind.to_ascii_lowercase(),
-            })
-            .chain(["sources", "images", "all"].map(str::to_owned))
-            .collect::<Vec<_>>()
-            .join(", "),
-    })
+fn find_kind(caches: &Caches, name: &str) -> Result<&'static FluxKind> {
+    caches
+        .find(name)
+        .ok_or_else(|| WorkloadsError::UnknownKind {
+            name: name.into(),
+            known: caches
+                .known()
+                .iter()
+                .map(|k| match k.short_names.first() {
+                    Some(short) => format!("{} ({short})", k.kind.to_ascii_lowercase()),
+                    None => k.kind.to_ascii_lowercase(),
+                })
+                .chain(["sources", "images", "all"].map(str::to_owned))
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
 }
 
 /// The object a call names, once its namespace and name are ones Kubernetes accepts.
@@ -540,7 +552,9 @@ mod tests {
 
     #[test]
     fn unknown_kinds_list_the_known_ones() {
-        let message = find_kind("deployment").unwrap_err().to_string();
+        let message = find_kind(&Caches::default(), "deployment")
+            .unwrap_err()
+            .to_string();
         assert!(
             message.starts_with("unknown kind \"deployment\""),
             "{message}"

@@ -12,7 +12,8 @@ use crate::{context::RequestTimeout, exit::Exit, grammar};
                       kubectl tenantflux get artifact generators [NAME] [flags]",
     after_help = "KIND, as kubectl names it: all, ks, hr, gitrepo, ocirepo, helmrepo, helmchart, bucket, \
                   externalartifact, imagerepo, imagepolicy, imageupdate, receiver, alert, provider, ag, \
-                  instance, fluxreport, rset, rsip (or the kind's name or plural). \
+                  instance, fluxreport, rset, rsip (or the kind's name or plural), or the name or \
+                  plural of any other kind the cluster serves under a Flux API group. \
                   The flux CLI's words work too: sources …, images …, artifact generators, \
                   kustomizations, helmreleases, alerts, alert-providers, receivers.\n\n\
                   Examples:\n  \
@@ -132,7 +133,9 @@ impl ControlArgs {
 pub fn control_help(examples: &[&str]) -> String {
     let mut text = String::from(
         "KIND, as kubectl names it: ks, hr, gitrepo, ocirepo, helmrepo, helmchart, bucket, \
-         imagerepo, imagepolicy, imageupdate, receiver, alert, provider, ag, instance, rset, rsip. \
+         imagerepo, imagepolicy, imageupdate, receiver, alert, provider, ag, instance, rset, rsip, \
+         or the name or plural of any other kind the cluster serves under a Flux API group \
+         (suspended by its spec.suspend). \
          The flux CLI's words work too: kustomization, helmrelease, source git, image policy, …\n\n\
          Examples:\n",
     );
