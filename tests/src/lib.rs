@@ -81,10 +81,77 @@ pub fn repo_root() -> PathBuf {
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     // target/<profile>/deps/<test binary>
-    exe.parent()
+    let dir = exe
+        .parent()
         .and_then(Path::parent)
         .expect("test binaries live in target/<profile>/deps")
-        .to_path_buf()
+        .to_path_buf();
+    static FRESH: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
+    if let Err(stale) = FRESH.get_or_init(|| binaries_fresh(&dir, &repo_root())) {
+        panic!("{stale}");
+    }
+    dir
+}
+
+/// The binaries a test runs, and the sources each is built from.
+const BINARIES: &[(&str, &[&str])] = &[
+    ("kubectl-tenantflux", &["plugin", "agent/core", "proto"]),
+    ("tenantflux-agent", &["agent", "proto"]),
+];
+
+/// Refuses to test binaries older than their sources: `cargo test -p tenantflux-tests` builds
+/// the tests, not the plugin and agent they run, so a test run alone after an edit would
+/// otherwise test the previous code and pass or fail for the wrong reason.
+fn binaries_fresh(bin_dir: &Path, root: &Path) -> std::result::Result<(), String> {
+    fn newest(path: &Path, best: &mut Option<(std::time::SystemTime, PathBuf)>) {
+        let Ok(meta) = std::fs::metadata(path) else {
+            return;
+        };
+        if meta.is_dir() {
+            if path
+                .file_name()
+                .is_some_and(|n| n == "target" || n == "tests")
+            {
+                return;
+            }
+            for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
+                newest(&entry.path(), best);
+            }
+        } else if path.extension().is_some_and(|e| e == "rs" || e == "proto")
+            // Unit tests (`tests.rs`, `tests/`) are not in the binary: cargo does not relink it
+            // for them.
+            && path.file_name().is_some_and(|n| n != "tests.rs")
+            && let Ok(modified) = meta.modified()
+            && best.as_ref().is_none_or(|(t, _)| modified > *t)
+        {
+            *best = Some((modified, path.to_path_buf()));
+        }
+    }
+    for (binary, sources) in BINARIES {
+        let built = bin_dir.join(binary);
+        let command = "cargo build --workspace --all-targets (tests/run NAME builds first)";
+        let Ok(built_at) = std::fs::metadata(&built).and_then(|m| m.modified()) else {
+            return Err(format!(
+                "{} does not exist: build it first: {command}",
+                built.display()
+            ));
+        };
+        let mut source = None;
+        for path in *sources {
+            newest(&root.join(path), &mut source);
+        }
+        if let Some((changed, path)) = source
+            && changed > built_at
+        {
+            return Err(format!(
+                "{} is older than {}: the test would run the code before that change; \
+                 build first: {command}",
+                built.display(),
+                path.strip_prefix(root).unwrap_or(&path).display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Runs `tests/env/cluster ARGS`; progress goes to the test's stderr, stdout is returned.
@@ -815,6 +882,33 @@ pub fn condition_status<'a>(object: &'a serde_json::Value, type_: &str) -> Optio
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_binary_older_than_its_sources_is_refused_naming_the_source() {
+        let root = tempfile::tempdir().unwrap();
+        let bin = root.path().join("target/debug");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(root.path().join("plugin/src")).unwrap();
+        std::fs::create_dir_all(root.path().join("agent/src")).unwrap();
+        std::fs::write(root.path().join("plugin/src/main.rs"), "fn main() {}").unwrap();
+        std::fs::write(root.path().join("agent/src/main.rs"), "fn main() {}").unwrap();
+        let missing = super::binaries_fresh(&bin, root.path()).unwrap_err();
+        assert!(missing.contains("does not exist"), "{missing}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        for name in ["kubectl-tenantflux", "tenantflux-agent"] {
+            std::fs::write(bin.join(name), "").unwrap();
+        }
+        super::binaries_fresh(&bin, root.path()).expect("built after the sources");
+        // An edit after the build: refused, naming the file and the command.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(root.path().join("agent/src/main.rs"), "fn main() { }").unwrap();
+        let stale = super::binaries_fresh(&bin, root.path()).unwrap_err();
+        assert!(
+            stale.contains("tenantflux-agent is older than agent/src/main.rs"),
+            "{stale}"
+        );
+        assert!(stale.contains("cargo build --workspace"), "{stale}");
+    }
     use super::*;
 
     #[test]
