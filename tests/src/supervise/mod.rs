@@ -277,8 +277,8 @@ impl Supervisor {
         if process.version != process.tag {
             log(format_args!(
                 "{component} {} is not built here (refused by the module proxy, or not in \
-                 FLUX_CONTROLLERS): running {}, the nearest built patch of its minor \
-                 (FLUX_CONTROLLER_SUBSTITUTES in versions.env)",
+                 FLUX_CONTROLLERS): running the {} build instead, the substitute \
+                 FLUX_CONTROLLER_SUBSTITUTES in versions.env names for it",
                 process.tag, process.version
             ));
         }
