@@ -720,6 +720,119 @@ async fn reconcile_waits(cluster: &TestCluster, admin: &Path, repo: &GitRepo) {
     assert!(asked.contains("reconciliation of"), "{asked}");
 }
 
+/// The attack on `tree`: whoever owns an applier writes its inventory, so a tenant who names
+/// another namespace's Kustomization in the inventory of their own (suspended, status written by
+/// hand) must not learn its Ready or message. The entry is listed (the tenant may read their
+/// own inventory) with its state not shown; an entry they may read keeps its state.
+async fn tree_hides_what_the_caller_may_not_get(cluster: &TestCluster, admin: &Path) {
+    const OTHER: &str = "insp-other";
+    const SECRET: &str = "the other tenant's deploy key was rotated";
+    let suspended = |namespace: &str, name: &str| {
+        format!(
+            "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\n\
+             metadata: {{name: {name}, namespace: {namespace}}}\n\
+             spec: {{interval: 1h, path: ./, prune: false, suspend: true, \
+             sourceRef: {{kind: GitRepository, name: nowhere}}}}\n"
+        )
+    };
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {OTHER}}}\n---\n{}---\n{}",
+            suspended(OTHER, "secret-ks"),
+            suspended(NS, "insp-probe")
+        ))
+        .expect("the two Kustomizations");
+    let status = |namespace: &str, name: &str, patch: &str| {
+        cluster
+            .kubectl_ok(&[
+                "-n",
+                namespace,
+                "patch",
+                KUSTOMIZATIONS,
+                name,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                patch,
+            ])
+            .expect("status patch");
+    };
+    // Step 1: the other namespace's object carries a message its owner alone may read.
+    status(
+        OTHER,
+        "secret-ks",
+        &format!(
+            r#"{{"status":{{"conditions":[{{"type":"Ready","status":"False","reason":"Probe","message":"{SECRET}","lastTransitionTime":"2026-12-01T00:00:00Z"}}]}}}}"#
+        ),
+    );
+    // Step 2: the tenant's own inventory names it, and an object the tenant may read.
+    status(
+        NS,
+        "insp-probe",
+        &format!(
+            r#"{{"status":{{"inventory":{{"entries":[{{"id":"{OTHER}_secret-ks_kustomize.toolkit.fluxcd.io_Kustomization","v":"v1"}},{{"id":"{NS}_insp-root_kustomize.toolkit.fluxcd.io_Kustomization","v":"v1"}}]}}}}}}"#
+        ),
+    );
+    let child = |tree: &Value, name: &str| -> Value {
+        tree["children"]
+            .as_array()
+            .and_then(|c| c.iter().find(|n| n["name"] == name))
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} in {tree:#}"))
+    };
+    // Step 3: the cluster's admin sees the other object's state (so the agent holds it).
+    let seen = wait_for("the admin's tree with the other state", RECONCILE, || {
+        let tree = plugin_json(cluster, admin, &["tree", "ks", "insp-probe", "-n", NS]);
+        async move { (child(&tree, "secret-ks")["message"] == SECRET).then_some(tree) }
+    })
+    .await
+    .expect("the admin sees it");
+    assert_eq!(child(&seen, "secret-ks")["ready"], "False");
+    // Step 4: a tenant who may get Kustomizations in their own namespace only.
+    let tenant = cluster.token_kubeconfig(NS, "insp-prober").expect("tenant");
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: insp-prober, namespace: tenantflux-system}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
+             subjects: [{{kind: ServiceAccount, name: insp-prober, namespace: {NS}}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
+             metadata: {{name: insp-prober, namespace: {NS}}}\n\
+             rules: [{{apiGroups: [kustomize.toolkit.fluxcd.io], resources: [kustomizations], verbs: [get, list, watch]}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: insp-prober, namespace: {NS}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: insp-prober}}\n\
+             subjects: [{{kind: ServiceAccount, name: insp-prober, namespace: {NS}}}]\n"
+        ))
+        .expect("tenant RBAC");
+    let tree = plugin_json(cluster, &tenant, &["tree", "ks", "insp-probe", "-n", NS]);
+    let hidden = child(&tree, "secret-ks");
+    assert_eq!(hidden["namespace"], OTHER, "listed: {tree:#}");
+    assert_eq!(
+        hidden["error"], "state not shown: you may not get it",
+        "{tree:#}"
+    );
+    assert_ne!(hidden["ready"], "False", "{tree:#}");
+    assert!(
+        !tree.to_string().contains(SECRET),
+        "the message leaked: {tree:#}"
+    );
+    let text = plugin_ok(cluster, &tenant, &["tree", "ks", "insp-probe", "-n", NS]);
+    assert!(
+        !text.contains(SECRET) && text.contains("state not shown"),
+        "{text}"
+    );
+    // What the tenant may read keeps its state.
+    assert_eq!(child(&tree, "insp-root")["ready"], "True", "{tree:#}");
+    cluster
+        // Gone before the next test binary counts Kustomizations across namespaces.
+        .kubectl_ok(&["delete", "namespace", OTHER, "--wait", "--timeout=120s"])
+        .expect("cleanup");
+    cluster
+        .kubectl_ok(&["-n", NS, "delete", KUSTOMIZATIONS, "insp-probe", "--wait"])
+        .expect("cleanup");
+}
+
 /// What a ResourceSet applied (flux-operator reconciles it for real): in its tree, and traced
 /// back to it, which `flux trace` cannot.
 async fn resource_sets(cluster: &TestCluster, admin: &Path) {
@@ -781,6 +894,7 @@ async fn events_tree_trace_stats_and_reconcile_on_the_real_controllers() {
     let cluster = TestCluster::shared();
     let (admin, repo, rev1) = prepare(cluster).await;
     tree_and_trace(cluster, &admin, &rev1).await;
+    tree_hides_what_the_caller_may_not_get(cluster, &admin).await;
     resource_sets(cluster, &admin).await;
     events(cluster, &admin).await;
     stats(cluster, &admin).await;

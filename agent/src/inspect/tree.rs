@@ -1,7 +1,9 @@
 //! `flux tree`: the inventory of a Kustomization, HelmRelease or ResourceSet, recursing into
 //! the appliers it applied, each Flux object with its Ready condition from the caches. The
 //! inventories are read from the API server (the caches keep no inventory), one GET per
-//! applier, each after the caller's own `get` on it was allowed.
+//! applier, each after the caller's own `get` on it was allowed. The Ready of a Flux object
+//! is shown only when the caller may `get` that object: an inventory is written by whoever owns
+//! the applier, so without the check it would probe any Flux object of the cluster.
 
 use std::collections::HashSet;
 
@@ -34,9 +36,13 @@ pub struct Node {
     pub children: Vec<Node>,
     /// Children left out to keep the answer within [`MAX_NODES`].
     pub more: u32,
-    /// Why its own inventory was not read.
+    /// Why its own inventory was not read, or why its state is not shown.
     pub error: String,
 }
+
+/// What a node says when the caller may not `get` its object: it is listed (the inventory the
+/// caller may read names it) but its state is not.
+pub const HIDDEN: &str = "state not shown: you may not get it";
 
 impl Inspector {
     /// The tree of the applier `reference` names.
@@ -88,7 +94,7 @@ impl Inspector {
                 name: root.name.clone(),
             })?;
         let object = serde_json::to_value(object).unwrap_or_default();
-        let mut node = self.leaf(root.clone());
+        let mut node = self.leaf(access, root.clone()).await?;
         let mut visited = HashSet::from([root]);
         let mut budget = MAX_NODES;
         self.grow(access, &mut node, &object, &mut visited, &mut budget, 0)
@@ -96,19 +102,30 @@ impl Inspector {
         Ok(node)
     }
 
-    /// A node without children: its Ready condition if it is a cached Flux object.
-    fn leaf(&self, entry: Entry) -> Node {
+    /// A node without children: its Ready condition if it is a cached Flux object the caller
+    /// may `get`; [`HIDDEN`] if they may not.
+    async fn leaf(&self, access: &impl Access, entry: Entry) -> Result<Node> {
         let cache = self.flux_cache(&entry.group, &entry.kind);
-        let ready = cache
-            .as_ref()
-            .and_then(|c| c.store.get(&entry.namespace, &entry.name))
-            .and_then(|o| o.row.ready.clone());
-        Node {
+        let mut node = Node {
             flux: cache.is_some(),
-            ready,
             entry,
             ..Node::default()
+        };
+        let Some(cache) = cache else {
+            return Ok(node);
+        };
+        let need = Need::new("get", cache.kind, Some(&node.entry.namespace)).on(&node.entry.name);
+        match access.check(&need).await {
+            Ok(()) => {
+                node.ready = cache
+                    .store
+                    .get(&node.entry.namespace, &node.entry.name)
+                    .and_then(|o| o.row.ready.clone());
+            }
+            Err(AccessError::Denied(_)) => node.error = HIDDEN.to_owned(),
+            Err(err) => return Err(err.into()),
         }
+        Ok(node)
     }
 
     /// Adds the inventory of `object` under `node`, following appliers.
@@ -136,8 +153,9 @@ impl Inspector {
                 continue;
             }
             *budget -= 1;
-            let mut child = self.leaf(entry.clone());
-            let follow = entry.is_applier()
+            let mut child = self.leaf(access, entry.clone()).await?;
+            let follow = child.error.is_empty()
+                && entry.is_applier()
                 && !inventory::targets_remote_cluster(object)
                 && depth < MAX_DEPTH
                 && visited.insert(entry.clone());
@@ -147,9 +165,9 @@ impl Inspector {
                         Box::pin(self.grow(access, &mut child, &inner, visited, budget, depth + 1))
                             .await?;
                     }
-                    Ok(None) => child.error = "not found".into(),
+                    Ok(None) => child.error = "inventory not shown: not found".into(),
                     Err(WorkloadsError::Access(AccessError::Denied(reason))) => {
-                        child.error = reason;
+                        child.error = format!("inventory not shown: {reason}");
                     }
                     Err(err) => return Err(err),
                 }

@@ -200,7 +200,7 @@ impl NodeView {
             ));
         }
         if !self.error.is_empty() {
-            line.push_str(&format!(" (inventory not shown: {})", self.error));
+            line.push_str(&format!(" ({})", self.error));
         }
         line
     }
