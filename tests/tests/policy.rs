@@ -866,6 +866,18 @@ async fn defaults_create_the_instance_once_and_then_the_tenant_owns_it() {
     let platform = Platform::new(&cluster);
     let example = std::fs::read_to_string(repo_root().join("deploy/policy/example.yaml")).unwrap();
 
+    // The attack: a namespace's admin creates a Deployment named like a Flux controller before
+    // the first policy with defaults; it must not pass for a running Flux (which would stop the
+    // defaults for good) nor block adoption.
+    cluster
+        .apply_yaml(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a}\n---\n\
+             apiVersion: apps/v1\nkind: Deployment\n\
+             metadata: {name: notification-controller, namespace: team-a}\n\
+             spec:\n  selector: {matchLabels: {app: decoy}}\n  template:\n    metadata: {labels: {app: decoy}}\n\
+             \x20   spec: {containers: [{name: manager, image: ghcr.io/fluxcd/notification-controller:v1.9.4}]}\n",
+        )
+        .expect("the decoy");
     // No instance: the defaults of generation 7 create it, and flux-operator makes it Ready.
     assert!(instance_json(&cluster).is_none());
     platform.sign_and_push("policy-7", &example);
@@ -889,6 +901,22 @@ async fn defaults_create_the_instance_once_and_then_the_tenant_owns_it() {
         ])
     );
     assert_eq!(defaults_record(&cluster), "created/7");
+    let plan = cluster
+        .kubectl_tenantflux(None, &["adopt", "plan", "-o", "json"])
+        .expect("adopt plan");
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).expect("adopt plan JSON");
+    assert!(
+        plan["ignored"].as_array().is_some_and(|i| i
+            .iter()
+            .any(|o| o["namespace"] == "team-a" && o["name"] == "notification-controller")),
+        "the decoy is named as ignored: {plan:#}"
+    );
+    assert!(
+        !plan["refusals"]
+            .to_string()
+            .contains("more than one namespace"),
+        "{plan:#}"
+    );
 
     // The tenant edits a field; generation 8 with other defaults overwrites nothing.
     cluster

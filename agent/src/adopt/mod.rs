@@ -172,12 +172,24 @@ impl Adopter {
 
     /// What runs now.
     pub async fn facts(&self) -> Result<Facts, AdoptError> {
-        let mut facts = Facts {
-            operators: self.deployments(OPERATOR_DEPLOYMENT).await?,
-            ..Facts::default()
-        };
+        // Only the operator namespace counts: a Deployment named like Flux's elsewhere may be
+        // a namespace admin's decoy, which must neither block adoption nor pass for a Flux.
+        let mut facts = Facts::default();
+        let (operators, ignored): (Vec<Found>, Vec<Found>) = self
+            .deployments(OPERATOR_DEPLOYMENT)
+            .await?
+            .into_iter()
+            .partition(|f| f.namespace == self.operator_namespace);
+        facts.operators = operators;
+        facts.ignored = ignored;
         for name in plan::controller_names() {
-            facts.controllers.extend(self.deployments(name).await?);
+            let (ours, elsewhere): (Vec<Found>, Vec<Found>) = self
+                .deployments(name)
+                .await?
+                .into_iter()
+                .partition(|f| f.namespace == self.operator_namespace);
+            facts.controllers.extend(ours);
+            facts.ignored.extend(elsewhere);
         }
         let instances: Api<DynamicObject> =
             Api::all_with(self.client.clone(), &flux_instance_resource());

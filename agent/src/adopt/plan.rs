@@ -98,6 +98,9 @@ pub struct Facts {
     /// Kustomizations (`namespace/name`) whose inventory holds a controller Deployment, as
     /// `flux bootstrap`'s `flux-system` holds `gotk-components.yaml`.
     pub appliers: Vec<String>,
+    /// Deployments named like flux-operator or a Flux controller outside the operator
+    /// namespace: a namespace's admin can create one, so they are not taken as a running Flux.
+    pub ignored: Vec<Found>,
 }
 
 impl Default for Facts {
@@ -109,6 +112,7 @@ impl Default for Facts {
             helm_records: Ok(Vec::new()),
             adopted: false,
             appliers: Vec::new(),
+            ignored: Vec::new(),
         }
     }
 }
@@ -185,6 +189,8 @@ pub struct AdoptionPlan {
     pub adopted: bool,
     /// See [`Facts::appliers`].
     pub appliers: Vec<String>,
+    /// See [`Facts::ignored`].
+    pub ignored: Vec<Found>,
 }
 
 /// The names of Flux's controller Deployments (the components a FluxInstance lists).
@@ -222,6 +228,7 @@ pub fn plan(facts: &Facts, agent: &Agent<'_>) -> AdoptionPlan {
         cleanup: Vec::new(),
         adopted: facts.adopted,
         appliers: facts.appliers.clone(),
+        ignored: facts.ignored.clone(),
     };
     if facts.operators.len() > 1 {
         plan.refusals.push(format!(
@@ -244,7 +251,14 @@ pub fn plan(facts: &Facts, agent: &Agent<'_>) -> AdoptionPlan {
         .or(facts.controllers.first())
         .map(|f| f.namespace.clone());
     let Some(namespace) = namespace else {
-        plan.summary = "nothing to adopt: no flux-operator, FluxInstance or Flux controller runs in this cluster".into();
+        plan.summary = if facts.ignored.is_empty() {
+            "nothing to adopt: no flux-operator, FluxInstance or Flux controller runs in this cluster".into()
+        } else {
+            format!(
+                "nothing to adopt in the operator namespace {}: the Deployments named like Flux's elsewhere are ignored (anyone who administers their namespace can create one); if one of them is the Flux to adopt, install the agent with operatorNamespace set to its namespace",
+                quote(agent.operator_namespace)
+            )
+        };
         return plan;
     };
     plan.namespace.clone_from(&namespace);
@@ -612,6 +626,28 @@ mod tests {
             plan.summary
         );
         assert!(plan.refusals.is_empty());
+    }
+
+    #[test]
+    fn decoys_outside_the_operator_namespace_are_named_not_adopted() {
+        let facts = Facts {
+            ignored: vec![deployment(
+                "team-a",
+                "notification-controller",
+                "ghcr.io/fluxcd/notification-controller:v1.9.4",
+            )],
+            ..Facts::default()
+        };
+        let plan = plan(&facts, &agent(None));
+        assert_eq!(plan.case, Case::None);
+        assert!(plan.refusals.is_empty(), "{:?}", plan.refusals);
+        assert!(plan.summary.contains("ignored"), "{}", plan.summary);
+        assert_eq!(plan.ignored.len(), 1);
+        // Beside the Flux of the operator namespace, a decoy changes nothing of the plan.
+        let mut with_flux = cozystack();
+        with_flux.ignored = facts.ignored.clone();
+        let plan = super::plan(&with_flux, &agent(Some("v0.58.1")));
+        assert_eq!(plan.case, Case::Operator, "{:?}", plan.refusals);
     }
 
     #[test]

@@ -302,7 +302,9 @@ pub async fn run(
 ) {
     let defaults = Defaults {
         records: Api::namespaced(client.clone(), agent_namespace),
-        deployments: Api::all(client.clone()),
+        // The operator namespace only: a Deployment named like a Flux controller elsewhere may
+        // be a namespace admin's decoy, which must not stop the defaults for good.
+        deployments: Api::namespaced(client.clone(), operator_namespace),
         instances: Api::namespaced_with(client, operator_namespace, &flux_instance_resource()),
         agent_namespace: agent_namespace.to_owned(),
         operator_namespace: operator_namespace.to_owned(),

@@ -63,6 +63,7 @@ fn to_message(p: plan::AdoptionPlan) -> AdoptionPlan {
         operators: p.operators.iter().map(found).collect(),
         instances: p.instances.iter().map(found).collect(),
         controllers: p.controllers.iter().map(found).collect(),
+        ignored: p.ignored.iter().map(found).collect(),
         helm_records: p
             .helm_records
             .into_iter()

@@ -93,6 +93,8 @@ pub struct PlanView {
     pub instance: String,
     pub cleanup: Vec<String>,
     pub adopted: bool,
+    /// Deployments named like Flux's outside the operator namespace, not taken as a Flux.
+    pub ignored: Vec<ObjectView>,
 }
 
 fn object(o: pb::FoundObject) -> ObjectView {
@@ -116,6 +118,7 @@ impl From<pb::AdoptionPlan> for PlanView {
             operators: p.operators.into_iter().map(object).collect(),
             instances: p.instances.into_iter().map(object).collect(),
             controllers: p.controllers.into_iter().map(object).collect(),
+            ignored: p.ignored.into_iter().map(object).collect(),
             helm_records: p
                 .helm_records
                 .into_iter()
@@ -215,6 +218,16 @@ pub fn render_plan(view: &PlanView, style: Style) -> String {
         }
     };
     section(&mut out, "Refused", &view.refusals);
+    let ignored: Vec<String> = view
+        .ignored
+        .iter()
+        .map(|o| format!("{} {}/{}", o.kind, o.namespace, o.name))
+        .collect();
+    section(
+        &mut out,
+        "Ignored (named like Flux's, outside the operator namespace; anyone who administers their namespace can create one)",
+        &ignored,
+    );
     section(&mut out, "Changes", &view.changes);
     section(&mut out, "Keeps", &view.keeps);
     let rollout = if view.rollout {
