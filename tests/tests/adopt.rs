@@ -17,7 +17,8 @@
 //! Each test has a cluster of its own (adoption moves the operator namespace). The Cozystack
 //! test: nothing to adopt
 //! says so (exit 0); the plan names what runs, Helm's releases and their records; two
-//! FluxInstances, and two flux-operators, are refused naming both, with nothing changed; the policy's verdict for a
+//! FluxInstances are refused naming both, with nothing changed, and a flux-operator Deployment
+//! outside the operator namespace is a decoy, named as ignored; the policy's verdict for a
 //! non-compliant and a compliant policy; the agent started with `--adopt` is killed (SIGKILL)
 //! inside the adoption and, restarted, ends as an uninterrupted adoption does; the controllers'
 //! Deployments are unchanged and their processes keep their PIDs; the app is Ready at its
@@ -503,8 +504,9 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
         .kubectl_ok(&["-n", "flux-system", "delete", "fluxinstance", "flux"])
         .unwrap();
 
-    // Two flux-operators (a second install in flux-system, a pod without a process here):
-    // refused naming both, nothing changed.
+    // A flux-operator Deployment outside the operator namespace (in flux-system, a pod without a
+    // process here): anyone who administers that namespace can create one, so it is a decoy to
+    // the agent: named as ignored, and the adoption plan is not refused for it.
     cluster
         .apply_yaml(
             "apiVersion: apps/v1\nkind: Deployment\n\
@@ -514,11 +516,16 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
              \x20   spec: {containers: [{name: manager, image: 'ghcr.io/controlplaneio-fluxcd/flux-operator:v0.59.0'}]}\n",
         )
         .unwrap();
-    assert_refused(
-        cluster,
-        "2 flux-operators run: Deployment cozy-fluxcd/flux-operator and Deployment flux-system/flux-operator",
-        "Deployment flux-system/flux-operator",
+    let (planned, output) = plan(cluster);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(planned["refusals"], serde_json::json!([]), "{planned:#}");
+    assert!(
+        planned["ignored"].as_array().is_some_and(|i| i
+            .iter()
+            .any(|o| o["namespace"] == "flux-system" && o["name"] == "flux-operator")),
+        "{planned:#}"
     );
+    assert!(helm_owned(&instance(cluster)), "a plan changes nothing");
     cluster
         .kubectl_ok(&["-n", "flux-system", "delete", "deployment", "flux-operator"])
         .unwrap();
@@ -1062,6 +1069,46 @@ async fn a_flux_install_cluster_is_adopted_with_a_flux_instance_that_matches_it(
         cluster
             .object("fluxinstances.fluxcd.controlplane.io", FLUX_NS, "flux")
             .is_none()
+    );
+    assert_eq!(
+        templates_and_pids(cluster, FLUX_NS, &DEFAULT_COMPONENTS),
+        before
+    );
+
+    // The attack: a caller who may patch FluxInstance flux (what apply asks of everyone) but
+    // not create one may not have adoption create it in their name. Refused before any write.
+    let patcher = cluster
+        .token_kubeconfig(FLUX_NS, "adopt-patcher")
+        .expect("kubeconfig");
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: adopt-patcher, namespace: tenantflux-system}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
+             subjects: [{{kind: ServiceAccount, name: adopt-patcher, namespace: {FLUX_NS}}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
+             metadata: {{name: adopt-patcher, namespace: {FLUX_NS}}}\n\
+             rules: [{{apiGroups: [fluxcd.controlplane.io], resources: [fluxinstances], verbs: [get, patch]}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: adopt-patcher, namespace: {FLUX_NS}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: adopt-patcher}}\n\
+             subjects: [{{kind: ServiceAccount, name: adopt-patcher, namespace: {FLUX_NS}}}]\n"
+        ))
+        .expect("the patcher's RBAC");
+    let output = cluster
+        .kubectl_tenantflux(Some(&patcher), &["adopt", "apply", "--allow-rollout"])
+        .unwrap();
+    assert_eq!(output.status.code(), Some(6), "{output:?}");
+    assert!(
+        stderr(&output).contains("you may not create FluxInstances"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
+        cluster
+            .object("fluxinstances.fluxcd.controlplane.io", FLUX_NS, "flux")
+            .is_none(),
+        "nothing created"
     );
     assert_eq!(
         templates_and_pids(cluster, FLUX_NS, &DEFAULT_COMPONENTS),

@@ -13,7 +13,7 @@
 
 pub mod plan;
 
-use std::{sync::Arc, time::Duration};
+use std::{future::Future, sync::Arc, time::Duration};
 
 use k8s_openapi::api::{
     apps::v1::Deployment,
@@ -60,6 +60,25 @@ pub enum AdoptError {
     Refused(String),
     #[error("{0}")]
     NotReady(String),
+    /// The caller may not make a write the adoption needs; nothing was written.
+    #[error("adoption refused, nothing was changed: {0}")]
+    Denied(String),
+}
+
+/// A write adoption makes in the caller's name, for their authorization before anything is
+/// written: adoption must not do what the caller could not do themselves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// Create FluxInstance `flux` in the namespace (a `flux install` cluster).
+    CreateInstance { namespace: String },
+    /// Ask Kustomization `namespace/name` to reconcile (an annotation).
+    AnnotateKustomization { namespace: String, name: String },
+}
+
+/// The caller's authorization of a [`Write`]: `Ok(true)` allowed, `Ok(false)` denied, `Err`
+/// when it could not be decided.
+pub trait Authorize: Send + Sync {
+    fn may(&self, write: &Write) -> impl Future<Output = Result<bool, String>> + Send;
 }
 
 impl AdoptError {
@@ -347,7 +366,11 @@ impl Adopter {
 
     /// Plans again and adopts, unless the plan refuses or would roll the controllers out
     /// without `allow_rollout`. Running it again after an interruption ends in the same state.
-    pub async fn apply(&self, options: ApplyOptions) -> Result<Adopted, AdoptError> {
+    pub async fn apply(
+        &self,
+        options: ApplyOptions,
+        caller: &impl Authorize,
+    ) -> Result<Adopted, AdoptError> {
         let _one = self.lock.lock().await;
         let facts = self.facts().await?;
         let plan = self.plan(&facts);
@@ -371,7 +394,33 @@ impl Adopter {
         let kustomizations = health::list(&self.client)
             .await
             .map_err(|e| AdoptError::NotReady(chain(&e)))?;
-        let mut healthy = health::snapshot(&kustomizations);
+        let undecided = |err: String| AdoptError::NotReady(format!("authorizing adoption: {err}"));
+        // Every write is authorized before the first one is made.
+        if plan.case == Case::FluxInstall && plan.instance.is_some() {
+            let write = Write::CreateInstance {
+                namespace: plan.namespace.clone(),
+            };
+            if !caller.may(&write).await.map_err(undecided)? {
+                return Err(AdoptError::Denied(format!(
+                    "adopting this Flux creates FluxInstance {}/{INSTANCE_NAME}, and you may not create FluxInstances there",
+                    plan.namespace
+                )));
+            }
+        }
+        // Only what the caller may patch is asked to reconcile (and reported back).
+        let mut healthy = Vec::new();
+        let mut skipped = 0;
+        for k in health::snapshot(&kustomizations) {
+            let write = Write::AnnotateKustomization {
+                namespace: k.namespace.clone(),
+                name: k.name.clone(),
+            };
+            if caller.may(&write).await.map_err(undecided)? {
+                healthy.push(k);
+            } else {
+                skipped += 1;
+            }
+        }
         let timeout = match options.timeout_seconds {
             0 => DEFAULT_TIMEOUT,
             s => Duration::from_secs(u64::from(s)),
@@ -421,6 +470,11 @@ impl Adopter {
             done.push(format!(
                 "{} Kustomization(s) Ready before are Ready again at their revisions",
                 healthy.len()
+            ));
+        }
+        if skipped > 0 {
+            done.push(format!(
+                "{skipped} Ready Kustomization(s) you may not patch were not asked to reconcile or checked"
             ));
         }
         self.record("adopted", &plan, options.allow_rollout).await?;
@@ -611,6 +665,16 @@ fn ready_condition(generation: Option<i64>, data: &Value) -> (bool, Option<Strin
     )
 }
 
+/// The agent adopting on its own at start (`--adopt`, the platform's choice when it installed
+/// the agent): no caller to hold the writes to.
+struct AtStart;
+
+impl Authorize for AtStart {
+    async fn may(&self, _: &Write) -> Result<bool, String> {
+        Ok(true)
+    }
+}
+
 /// `--adopt`: adopts once at start (as `adopt apply` without `--allow-rollout`), retrying what
 /// may pass (the API server, flux-operator's CRDs not there yet) and giving up, with a warning,
 /// on a refusal. An adoption recorded already is not repeated; one an earlier agent left
@@ -622,7 +686,10 @@ pub async fn run_at_start(adopter: Adopter, shutdown: tokio_util::sync::Cancella
             if adopter.facts().await?.adopted {
                 return Ok(None);
             }
-            adopter.apply(ApplyOptions::default()).await.map(Some)
+            adopter
+                .apply(ApplyOptions::default(), &AtStart)
+                .await
+                .map(Some)
         };
         let result = tokio::select! {
             () = shutdown.cancelled() => return,

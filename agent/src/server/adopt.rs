@@ -13,14 +13,15 @@ use tenantflux_proto::v1::{
 };
 use tonic::{Request, Response};
 
-use super::auth::{Authorizer, Permission};
-use crate::adopt::{AdoptError, Adopted, Adopter, ApplyOptions, plan};
+use super::auth::{AuthError, Authorizer, Permission};
+use crate::adopt::{AdoptError, Adopted, Adopter, ApplyOptions, Authorize, Write, plan};
 
 impl From<AdoptError> for tonic::Status {
     fn from(err: AdoptError) -> Self {
         let message = chain(&err);
         match err {
             AdoptError::Refused(_) => tonic::Status::failed_precondition(message),
+            AdoptError::Denied(_) => tonic::Status::permission_denied(message),
             AdoptError::Kube { .. } if err.is_forbidden() => {
                 tonic::Status::failed_precondition(format!(
                     "{message}; the agent's RBAC lacks it (see deploy/manifests/agent-rbac.yaml)"
@@ -98,6 +99,46 @@ fn to_message(p: plan::AdoptionPlan) -> AdoptionPlan {
     }
 }
 
+/// The caller of an ApplyAdoption, authorizing each write adoption makes in their name.
+struct Caller<'a> {
+    authorizer: &'a Authorizer,
+    metadata: tonic::metadata::MetadataMap,
+}
+
+impl Authorize for Caller<'_> {
+    async fn may(&self, write: &Write) -> Result<bool, String> {
+        let (verb, group, resource, namespace, name) = match write {
+            Write::CreateInstance { namespace } => (
+                "create",
+                OPERATOR_GROUP,
+                INSTANCE_PLURAL,
+                namespace,
+                INSTANCE_NAME,
+            ),
+            Write::AnnotateKustomization { namespace, name } => (
+                "patch",
+                tenantflux_core::kinds::KUSTOMIZE,
+                "kustomizations",
+                namespace,
+                name.as_str(),
+            ),
+        };
+        let permission = Permission {
+            verb: verb.into(),
+            group: group.into(),
+            resource: resource.into(),
+            subresource: None,
+            namespace: Some(namespace.clone()),
+            name: Some(name.into()),
+        };
+        match self.authorizer.authorize(&self.metadata, &permission).await {
+            Ok(_) => Ok(true),
+            Err(AuthError::Denied { .. }) => Ok(false),
+            Err(err) => Err(err.to_string()),
+        }
+    }
+}
+
 pub struct AdoptService {
     adopter: Adopter,
     authorizer: Arc<Authorizer>,
@@ -143,6 +184,10 @@ impl adopt_server::Adopt for AdoptService {
         self.authorizer
             .authorize(request.metadata(), &self.permission("patch"))
             .await?;
+        let caller = Caller {
+            authorizer: &self.authorizer,
+            metadata: request.metadata().clone(),
+        };
         let message = request.into_inner();
         let Adopted {
             plan,
@@ -150,10 +195,13 @@ impl adopt_server::Adopt for AdoptService {
             kustomizations,
         } = self
             .adopter
-            .apply(ApplyOptions {
-                allow_rollout: message.allow_rollout,
-                timeout_seconds: message.timeout_seconds,
-            })
+            .apply(
+                ApplyOptions {
+                    allow_rollout: message.allow_rollout,
+                    timeout_seconds: message.timeout_seconds,
+                },
+                &caller,
+            )
             .await?;
         Ok(Response::new(AdoptionResult {
             plan: Some(to_message(plan)),
