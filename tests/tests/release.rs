@@ -213,3 +213,26 @@ fn a_release_built_twice_from_one_commit_has_the_same_sha256sums() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&stray.stdout), "");
 }
+
+/// The attack on SHA256SUMS: a file planted in DIST (or a previous release's leftovers) would be
+/// listed beside the release's own. deploy/release refuses a DIST that is not empty, naming what
+/// is there, before it builds anything.
+#[test]
+fn a_file_planted_in_dist_is_refused_and_nothing_is_summed() {
+    let work = tempfile::tempdir().unwrap();
+    let dist = work.path().join("dist");
+    std::fs::create_dir_all(&dist).unwrap();
+    std::fs::write(dist.join("planted-kubectl-tenantflux"), "#!/bin/sh\n").unwrap();
+    let output = Command::new(repo_root().join("deploy/release"))
+        .args([&format!("v{}", env!("CARGO_PKG_VERSION")), path(&dist)])
+        .env("SOURCE_DATE_EPOCH", EPOCH)
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("is not empty") && stderr.contains("planted-kubectl-tenantflux"),
+        "{stderr}"
+    );
+    assert!(!dist.join("SHA256SUMS").exists());
+}

@@ -287,8 +287,22 @@ pub fn plan(facts: &Facts, agent: &Agent<'_>) -> AdoptionPlan {
     }
     match &facts.helm_records {
         Ok(records) => {
-            plan.helm_records = records.clone();
-            plan.cleanup = records
+            // Only the releases that own something of Flux: the namespace may hold other
+            // releases, whose records are none of adoption's business.
+            let owning: std::collections::BTreeSet<String> = facts
+                .operators
+                .iter()
+                .chain(&facts.instances)
+                .chain(&facts.controllers)
+                .filter_map(Found::helm_release)
+                .collect();
+            plan.helm_records = records
+                .iter()
+                .filter(|r| owning.contains(&format!("{}/{}", r.namespace, r.release)))
+                .cloned()
+                .collect();
+            plan.cleanup = plan
+                .helm_records
                 .iter()
                 .map(|r| format!("kubectl delete secret -n {} {}", r.namespace, r.name))
                 .collect();
@@ -626,6 +640,27 @@ mod tests {
             plan.summary
         );
         assert!(plan.refusals.is_empty());
+    }
+
+    #[test]
+    fn the_cleanup_names_only_the_releases_that_own_flux() {
+        let mut facts = cozystack();
+        let mut records = facts.helm_records.clone().unwrap();
+        records.push(HelmRecord {
+            namespace: "cozy-fluxcd".into(),
+            name: "sh.helm.release.v1.unrelated.v3".into(),
+            release: "unrelated".into(),
+            status: "deployed".into(),
+        });
+        facts.helm_records = Ok(records);
+        let plan = plan(&facts, &agent(Some("v0.58.1")));
+        assert!(
+            plan.cleanup.iter().all(|c| !c.contains("unrelated")),
+            "{:?}",
+            plan.cleanup
+        );
+        assert!(plan.helm_records.iter().all(|r| r.release != "unrelated"));
+        assert!(!plan.cleanup.is_empty());
     }
 
     #[test]
