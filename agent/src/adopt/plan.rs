@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 use tenantflux_core::{
-    flux::{INSTANCE_API_VERSION, INSTANCE_KIND, INSTANCE_NAME, KNOWN_COMPONENTS, image_tag},
+    flux::{
+        ADOPTED_FROM_HELM_ANNOTATION, INSTANCE_API_VERSION, INSTANCE_KIND, INSTANCE_NAME,
+        KNOWN_COMPONENTS, image_tag,
+    },
     policy::{Policy, Violation},
     text::quote,
 };
@@ -287,14 +290,19 @@ pub fn plan(facts: &Facts, agent: &Agent<'_>) -> AdoptionPlan {
     }
     match &facts.helm_records {
         Ok(records) => {
-            // Only the releases that own something of Flux: the namespace may hold other
-            // releases, whose records are none of adoption's business.
+            // Only the releases that own (or, before an adoption removed Helm's ownership,
+            // owned) something of Flux: the namespace may hold other releases, whose records
+            // are none of adoption's business.
             let owning: std::collections::BTreeSet<String> = facts
                 .operators
                 .iter()
                 .chain(&facts.instances)
                 .chain(&facts.controllers)
-                .filter_map(Found::helm_release)
+                .flat_map(|f| {
+                    f.helm_release()
+                        .into_iter()
+                        .chain(f.annotations.get(ADOPTED_FROM_HELM_ANNOTATION).cloned())
+                })
                 .collect();
             plan.helm_records = records
                 .iter()
@@ -661,6 +669,19 @@ mod tests {
         );
         assert!(plan.helm_records.iter().all(|r| r.release != "unrelated"));
         assert!(!plan.cleanup.is_empty());
+        // After the adoption removed Helm's ownership, the release it came from still counts.
+        let before = plan.cleanup.clone();
+        for instance in &mut facts.instances {
+            let release = instance.helm_release().unwrap();
+            instance.annotations.remove(HELM_RELEASE_NAME);
+            instance.annotations.remove(HELM_RELEASE_NAMESPACE);
+            instance.labels.remove(MANAGED_BY);
+            instance
+                .annotations
+                .insert(ADOPTED_FROM_HELM_ANNOTATION.to_owned(), release);
+        }
+        let adopted = super::plan(&facts, &agent(Some("v0.58.1")));
+        assert_eq!(adopted.cleanup, before);
     }
 
     #[test]
