@@ -22,11 +22,16 @@
 //! non-compliant and a compliant policy; the agent started with `--adopt` is killed (SIGKILL)
 //! inside the adoption and, restarted, ends as an uninterrupted adoption does; the controllers'
 //! Deployments are unchanged and their processes keep their PIDs; the app is Ready at its
-//! revision and a new commit is applied; `adopt apply` again changes nothing; a stray
-//! `helm upgrade` of the old release succeeds while its records exist and is reported until
-//! `adopt apply` releases the instance again, and fails once the records are deleted; and with
-//! the agent uninstalled, flux-operator, the FluxInstance and the controllers still run and a
-//! new commit is still applied. The `flux install` test is described where it is defined.
+//! revision and a new commit is applied. Observe-only, every object of both releases is marked
+//! `helm.sh/resource-policy: keep` live and in the records (the NetworkPolicy, which the agent
+//! may not annotate, is named with the command); a `helm upgrade` that drops the Service leaves
+//! it and its unkept record is reported until `adopt apply`; `helm uninstall` of the operator's
+//! release leaves every object; the operator's Deployment deleted is a problem in status, and
+//! the agent with a bundle restores it. `adopt apply` again changes nothing; a stray `helm
+//! upgrade` of the instance's release is reported until `adopt apply` releases the instance
+//! again; `helm uninstall` of it leaves the FluxInstance; and with the agent uninstalled,
+//! flux-operator, the FluxInstance and the controllers still run and a new commit is still
+//! applied. The `flux install` test is described where it is defined.
 
 use std::{
     path::{Path, PathBuf},
@@ -79,7 +84,9 @@ fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
-/// A chart made of `documents` (as JSON, which is YAML Helm does not template), CRDs in `crds/`.
+/// A chart made of `documents` (as JSON, which is YAML Helm does not template), all in
+/// `templates/`: flux-operator's chart renders its CRDs as templates (`installCRDs`), so its
+/// release holds them.
 fn chart(dir: &Path, name: &str, version: &str, documents: &[Value]) -> PathBuf {
     let root = dir.join(name);
     write(
@@ -92,19 +99,15 @@ fn chart(dir: &Path, name: &str, version: &str, documents: &[Value]) -> PathBuf 
     for (index, document) in documents.iter().enumerate() {
         let text = document.to_string();
         assert!(!text.contains("{{"), "a document Helm would template");
-        let folder = if document["kind"] == "CustomResourceDefinition" {
-            "crds"
-        } else {
-            "templates"
-        };
-        write(&root.join(format!("{folder}/{index:02}.yaml")), &text);
+        write(&root.join(format!("templates/{index:02}.yaml")), &text);
     }
     root
 }
 
 /// flux-operator's release manifests as Cozystack's chart installs them: in `cozy-fluxcd`
 /// (the release creates no namespace of its own), `hostNetwork`, the not-ready toleration,
-/// 100m/350Mi.
+/// 100m/350Mi; and with the metadata flux-operator's chart (0.49/0.50) gives them: its labels
+/// on every object, and `helm.sh/resource-policy: keep` on the CRDs, which its templates hold.
 fn operator_chart_documents(version: &str) -> Vec<Value> {
     let install = std::fs::read_to_string(operator_bundle(version).unwrap()).unwrap();
     let mut documents = Vec::new();
@@ -114,6 +117,22 @@ fn operator_chart_documents(version: &str) -> Vec<Value> {
         }
         if document["metadata"]["namespace"].is_string() {
             document["metadata"]["namespace"] = json!(NS);
+        }
+        let labels = document["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .entry("labels")
+            .or_insert_with(|| json!({}));
+        for (key, value) in [
+            ("app.kubernetes.io/name", "flux-operator"),
+            ("app.kubernetes.io/instance", "fluxcd-operator"),
+            ("app.kubernetes.io/version", version),
+            ("helm.sh/chart", "flux-operator-0.50.0"),
+        ] {
+            labels[key] = json!(value);
+        }
+        if document["kind"] == "CustomResourceDefinition" {
+            document["metadata"]["annotations"]["helm.sh/resource-policy"] = json!("keep");
         }
         let subjects = document.get_mut("subjects").and_then(Value::as_array_mut);
         for subject in subjects.into_iter().flatten() {
@@ -131,6 +150,21 @@ fn operator_chart_documents(version: &str) -> Vec<Value> {
         documents.push(document);
     }
     documents
+}
+
+/// The NetworkPolicy flux-operator's chart renders by default (`web.networkPolicy.create`), a
+/// kind the agent may neither read nor annotate.
+fn web_network_policy() -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "flux-operator-web", "namespace": NS},
+        "spec": {
+            "policyTypes": ["Ingress"],
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "flux-operator"}},
+            "ingress": [{"from": [{"namespaceSelector": {}}], "ports": [{"protocol": "TCP", "port": 9080}]}],
+        },
+    })
 }
 
 fn add_args(target: &str, args: &[&str]) -> Value {
@@ -320,12 +354,9 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
     );
 
     // The add-on's two Helm releases, and the real operator and controllers running them.
-    let operator = chart(
-        work.path(),
-        "flux-operator",
-        &previous,
-        &operator_chart_documents(&previous),
-    );
+    let mut operator_documents = operator_chart_documents(&previous);
+    operator_documents.push(web_network_policy());
+    let operator = chart(work.path(), "flux-operator", &previous, &operator_documents);
     helm(
         cluster,
         &[
@@ -584,6 +615,133 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
         .await
         .expect("a new commit is applied after adoption");
 
+    // Helm keeps its hands off what was adopted (observe-only): every object of the owning
+    // releases is marked `helm.sh/resource-policy: keep` live (what an upgrade that drops it
+    // reads) and in the releases' records (what `helm uninstall` reads); the NetworkPolicy, a
+    // kind the agent may not annotate, is named with the command that marks it.
+    let (marked, _) = plan(cluster);
+    let marks: Vec<&str> = marked["marks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    eprintln!("marks: {marks:#?}");
+    for object in [
+        "Deployment cozy-fluxcd/flux-operator (release cozy-fluxcd/fluxcd-operator): marked",
+        "Service cozy-fluxcd/flux-operator (release cozy-fluxcd/fluxcd-operator): marked",
+        "CustomResourceDefinition fluxinstances.fluxcd.controlplane.io (release cozy-fluxcd/fluxcd-operator): marked",
+        "FluxInstance cozy-fluxcd/flux (release cozy-fluxcd/fluxcd): marked",
+    ] {
+        assert!(marks.contains(&object), "{object}: {marks:#?}");
+    }
+    assert!(
+        marks.iter().any(|m| m.starts_with("NetworkPolicy cozy-fluxcd/flux-operator-web")
+            && m.contains("kubectl annotate networkpolicy.networking.k8s.io -n cozy-fluxcd flux-operator-web helm.sh/resource-policy=keep")),
+        "{marks:#?}"
+    );
+    let keep = |resource: &str, namespace: &str, name: &str| {
+        cluster
+            .object(resource, namespace, name)
+            .unwrap_or_else(|| panic!("{resource} {namespace}/{name} is gone"))["metadata"]["annotations"]
+            ["helm.sh/resource-policy"]
+            == "keep"
+    };
+    assert!(keep("deployments", NS, "flux-operator"));
+    assert!(keep("serviceaccounts", NS, "flux-operator"));
+    assert!(keep("clusterroles", "", "flux-operator-edit"));
+    let manifest = helm(cluster, &["get", "manifest", "fluxcd-operator", "-n", NS]);
+    let recorded: Vec<Value> = tenantflux_core::yaml::documents(&manifest).unwrap();
+    assert_eq!(recorded.len(), operator_documents.len(), "{manifest}");
+    assert!(
+        recorded
+            .iter()
+            .all(|d| d["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"),
+        "every object of the release's record is kept: {manifest}"
+    );
+    let status = |cluster: &TestCluster| {
+        json(
+            &cluster
+                .kubectl_tenantflux(None, &["status", "-o", "json"])
+                .unwrap(),
+        )
+        .to_string()
+    };
+    let at_risk = "objects adopted from Helm are at risk";
+    assert!(!status(cluster).contains(at_risk));
+    // `helm upgrade` of the old release with a chart that no longer holds the Service: Helm
+    // leaves the marked Service; its new record does not keep the rest, which status reports
+    // until `adopt apply` marks it too.
+    let without_service: Vec<Value> = operator_documents
+        .iter()
+        .filter(|d| d["kind"] != "Service")
+        .cloned()
+        .collect();
+    let smaller = chart(
+        &work.path().join("smaller"),
+        "flux-operator",
+        &previous,
+        &without_service,
+    );
+    helm(
+        cluster,
+        &["upgrade", "fluxcd-operator", path(&smaller), "-n", NS],
+    );
+    assert!(
+        keep("services", NS, "flux-operator"),
+        "Helm left the Service"
+    );
+    let problem = wait_for("status to name the unkept record", timeout, || async {
+        let status = status(cluster);
+        status.contains(at_risk).then_some(status)
+    })
+    .await
+    .unwrap();
+    assert!(
+        problem.contains("sh.helm.release.v1.fluxcd-operator.v2"),
+        "{problem}"
+    );
+    let output = cluster
+        .kubectl_tenantflux(None, &["adopt", "apply"])
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        stdout(&output).contains("rewrote 1 Helm release record"),
+        "{}",
+        stdout(&output)
+    );
+    wait_for("the risk to clear", timeout, || async {
+        (!status(cluster).contains(at_risk)).then_some(())
+    })
+    .await
+    .unwrap();
+    // What Cozystack's release note tells tenants: uninstall the operator's release. Helm
+    // keeps every object it held; flux-operator and Flux go on.
+    let uninstalled = helm(cluster, &["uninstall", "fluxcd-operator", "-n", NS]);
+    eprintln!("helm uninstall fluxcd-operator: {uninstalled}");
+    for (resource, namespace, name) in [
+        ("deployments", NS, "flux-operator"),
+        ("services", NS, "flux-operator"),
+        ("serviceaccounts", NS, "flux-operator"),
+        ("networkpolicies", NS, "flux-operator-web"),
+        ("clusterroles", "", "flux-operator-edit"),
+        (
+            "customresourcedefinitions",
+            "",
+            "fluxinstances.fluxcd.controlplane.io",
+        ),
+    ] {
+        let object = cluster
+            .object(resource, namespace, name)
+            .unwrap_or_else(|| panic!("helm uninstall deleted {resource} {name}"));
+        assert!(
+            object["metadata"]["deletionTimestamp"].is_null(),
+            "{resource} {name} is being deleted"
+        );
+    }
+    assert_eq!(controllers_now(cluster), before);
+    assert!(!status(cluster).contains(at_risk));
+
     // A bundle of another version (the environment's pinned release) would re-render the
     // controllers: with --adopt the agent holds it back, the plan says why, and `adopt apply`
     // refuses without --allow-rollout; nothing of Flux changes.
@@ -629,14 +787,10 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
         "{}",
         stderr(&output)
     );
-    let status = json(
-        &cluster
-            .kubectl_tenantflux(None, &["status", "-o", "json"])
-            .unwrap(),
-    );
+    let held_status = status(cluster);
     assert!(
-        status.to_string().contains("adopt apply --allow-rollout"),
-        "the install says why it holds back: {status:#}"
+        held_status.contains("adopt apply --allow-rollout"),
+        "the install says why it holds back: {held_status}"
     );
     let operator = cluster.object("deployments", NS, "flux-operator").unwrap();
     assert_ne!(
@@ -644,6 +798,23 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
         "tenantflux-agent"
     );
     assert_eq!(controllers_now(cluster), before);
+
+    // Observe-only, the operator's Deployment deleted (by hand, or by a Helm that did not
+    // keep it): a problem in status that says how to bring it back; with a bundle the agent
+    // restores it (below).
+    cluster.restart_agent_with(&env).unwrap();
+    cluster
+        .kubectl_ok(&["-n", NS, "delete", "deployment", "flux-operator"])
+        .unwrap();
+    let gone = wait_for("status to report the operator gone", timeout, || async {
+        let status = status(cluster);
+        status
+            .contains("Deployment cozy-fluxcd/flux-operator is gone while FluxInstance cozy-fluxcd/flux exists")
+            .then_some(status)
+    })
+    .await
+    .unwrap();
+    assert!(gone.contains("spec.operator.bundle"), "{gone}");
 
     // The agent takes the operator's install over with its own bundle at the same version,
     // Cozystack's pod settings kept because the platform allows them
@@ -660,7 +831,7 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
     ]);
     cluster.restart_agent_with(&with_bundle).unwrap();
     let operator = wait_for(
-        "the agent to apply its bundle over Helm's",
+        "the agent to restore the operator from its bundle",
         timeout,
         || async {
             cluster
@@ -703,6 +874,17 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
     );
     assert_eq!(taken["rollout"], false);
 
+    // A wait longer than the adoption lock may be held is refused before anything is done.
+    let output = cluster
+        .kubectl_tenantflux(None, &["adopt", "apply", "--timeout", "2h"])
+        .unwrap();
+    assert!(!output.status.success(), "{output:?}");
+    assert!(
+        stderr(&output).contains("at most 30m"),
+        "{}",
+        stderr(&output)
+    );
+
     // Applying again changes nothing of Flux; the Kustomization is Ready again at its revision.
     let output = cluster
         .kubectl_tenantflux(None, &["adopt", "apply", "-o", "json"])
@@ -734,14 +916,6 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
     assert!(output.status.success(), "helm upgrade: {output:?}");
     assert!(helm_owned(&instance(cluster)));
     let problem = "adopted from Helm release cozy-fluxcd/fluxcd, carries Helm's ownership again";
-    let status = |cluster: &TestCluster| {
-        json(
-            &cluster
-                .kubectl_tenantflux(None, &["status", "-o", "json"])
-                .unwrap(),
-        )
-        .to_string()
-    };
     wait_for("the agent to report Helm's write", timeout, || async {
         status(cluster).contains(problem).then_some(())
     })
@@ -752,31 +926,23 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
         .unwrap();
     assert!(output.status.success(), "{output:?}");
     assert!(!helm_owned(&instance(cluster)));
-    wait_for("the problem to clear", timeout, || async {
-        (!status(cluster).contains(problem)).then_some(())
+    wait_for("the problems to clear", timeout, || async {
+        let status = status(cluster);
+        (!status.contains(problem) && !status.contains(at_risk)).then_some(())
     })
     .await
     .unwrap();
+    // Owning mode: `helm uninstall` of the instance's release leaves the FluxInstance.
     let (cleaned, _) = plan(cluster);
-    for command in cleaned["cleanup"].as_array().unwrap() {
-        let command = command.as_str().unwrap();
-        let args: Vec<&str> = command
-            .strip_prefix("kubectl ")
-            .unwrap()
-            .split(' ')
-            .collect();
-        cluster
-            .kubectl_ok(&args)
-            .unwrap_or_else(|err| panic!("{command}: {err}"));
-    }
-    let output = upgrade(cluster);
-    assert!(!output.status.success(), "helm upgrade: {output:?}");
     assert!(
-        stderr(&output).contains("has no deployed releases"),
-        "{}",
-        stderr(&output)
+        cleaned["marks"]
+            .to_string()
+            .contains("FluxInstance cozy-fluxcd/flux (release cozy-fluxcd/fluxcd): marked"),
+        "{cleaned:#}"
     );
-    assert!(!helm_owned(&instance(cluster)));
+    helm(cluster, &["uninstall", "fluxcd", "-n", NS]);
+    let kept = instance(cluster);
+    assert!(kept["metadata"]["deletionTimestamp"].is_null(), "{kept:#}");
     assert_eq!(controllers_now(cluster), before);
 
     // The agent uninstalled: Flux keeps running and applying.
@@ -1095,6 +1261,27 @@ async fn a_flux_install_cluster_is_adopted_with_a_flux_instance_that_matches_it(
              subjects: [{{kind: ServiceAccount, name: adopt-patcher, namespace: {FLUX_NS}}}]\n"
         ))
         .expect("the patcher's RBAC");
+    // Their plan shows only what they may read: no controller Deployment (they may not get
+    // Deployments), no Kustomization that applies them; both counted.
+    let output = cluster
+        .kubectl_tenantflux(Some(&patcher), &["adopt", "plan", "-o", "json"])
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let narrow = json(&output);
+    assert_eq!(narrow["controllers"], json!([]), "{narrow:#}");
+    assert_eq!(narrow["operators"], json!([]), "{narrow:#}");
+    let hidden = narrow["hidden"].to_string();
+    assert!(
+        hidden.contains("Deployment(s) in flux-system: you may not get deployments there")
+            && hidden.contains("1 Kustomization(s) in flux-system"),
+        "{narrow:#}"
+    );
+    assert!(
+        !narrow["changes"]
+            .to_string()
+            .contains("Kustomization flux-system/flux-system"),
+        "{narrow:#}"
+    );
     let output = cluster
         .kubectl_tenantflux(Some(&patcher), &["adopt", "apply", "--allow-rollout"])
         .unwrap();

@@ -6,14 +6,18 @@
 //!
 //! What it reads, with the least the agent's RBAC allows: Deployments and FluxInstances by
 //! name (`flux-operator`, Flux's controller names, `flux`) in every namespace, listed with a
-//! `metadata.name` field selector so RBAC's `resourceNames` hold; Helm's release records by
-//! their metadata only (labels `owner=helm`), in the namespace Flux runs in, and only when the
-//! platform granted `list secrets` there (the chart's `adopt: true`). The agent never sets an
-//! ownerReference or finalizer on what it adopts, so removing the agent removes none of it.
+//! `metadata.name` field selector so RBAC's `resourceNames` hold; Helm's release records
+//! (labels `owner=helm`) in the namespace Flux runs in, and only when the platform granted
+//! Secrets there (the chart's `adopt: true`): their names, and the manifests of the releases
+//! that own Flux, whose objects adoption marks `helm.sh/resource-policy: keep` live and in the
+//! records ([`keep`]) so that `helm uninstall` or `helm upgrade` of the old release leaves
+//! Flux. The agent never sets an ownerReference or finalizer on what it adopts, so removing
+//! the agent removes none of it.
 
+pub mod keep;
 pub mod plan;
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{collections::BTreeSet, future::Future, sync::Arc, time::Duration};
 
 use k8s_openapi::api::{
     apps::v1::Deployment,
@@ -22,7 +26,8 @@ use k8s_openapi::api::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
     Api, Client, Resource,
-    api::{DynamicObject, ListParams, Patch, PatchParams},
+    api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams},
+    discovery::Scope,
 };
 use serde_json::{Value, json};
 use tenantflux_core::{
@@ -41,12 +46,28 @@ use crate::{
     policy::store::Held,
     upgrade::health::{self, Healthy},
 };
+use keep::{Live, ManifestObject, Marks, Owned};
 use plan::{AdoptionPlan, Agent, Case, Facts, Found, HelmRecord};
 
 /// The ConfigMap in the agent's namespace that records an adoption.
 pub const RECORD_NAME: &str = crate::operator::ADOPTION_RECORD;
 /// How long the apply waits for the Kustomizations by default.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+/// The longest wait a caller may ask for: the apply holds the adoption lock while it waits.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// The wait an apply was asked for (0: the default), or why it is refused.
+pub fn apply_timeout(seconds: u32) -> Result<Duration, String> {
+    match u64::from(seconds) {
+        0 => Ok(DEFAULT_TIMEOUT),
+        s if s > MAX_TIMEOUT.as_secs() => Err(format!(
+            "--timeout {s}s is longer than the {}m an adoption may hold its lock; ask for at most {}m",
+            MAX_TIMEOUT.as_secs() / 60,
+            MAX_TIMEOUT.as_secs() / 60
+        )),
+        s => Ok(Duration::from_secs(s)),
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdoptError {
@@ -255,14 +276,325 @@ impl Adopter {
                 )
             })
             .collect();
+        let stored = self.stored().await?;
+        facts.adopted = stored.outcome == "adopted";
+        let mut releases = facts.owning_releases();
+        releases.extend(stored.releases);
+        facts.marks = self.marks(&namespace, &releases, &stored.kept).await;
+        Ok(facts)
+    }
+
+    /// The adoption's record: its outcome, the releases it adopted from and the objects it
+    /// marked.
+    async fn stored(&self) -> Result<Stored, AdoptError> {
         let records: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.agent_namespace);
-        facts.adopted = records
+        let data = records
             .get_opt(RECORD_NAME)
             .await
             .map_err(kube_err(format!("reading ConfigMap {RECORD_NAME}")))?
-            .and_then(|m| m.data?.get("outcome").cloned())
-            .is_some_and(|o| o == "adopted");
-        Ok(facts)
+            .and_then(|m| m.data)
+            .unwrap_or_default();
+        let field = |key: &str| data.get(key).cloned().unwrap_or_default();
+        Ok(Stored {
+            outcome: field("outcome"),
+            allow_rollout: field("allowRollout") == "true",
+            releases: field("releases")
+                .split(',')
+                .filter(|r| !r.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            kept: field("kept")
+                .lines()
+                .filter_map(ManifestObject::from_key)
+                .collect(),
+        })
+    }
+
+    /// The objects the `releases` hold (from their records in `namespace`, whose `list
+    /// secrets` the chart's `adopt: true` grants) and `stored` (marked before, whose records
+    /// may be gone since), each with where it stands; and the records that do not keep them.
+    async fn marks(
+        &self,
+        namespace: &str,
+        releases: &BTreeSet<String>,
+        stored: &[ManifestObject],
+    ) -> Marks {
+        let mut marks = Marks::default();
+        if releases.is_empty() && stored.is_empty() {
+            return marks;
+        }
+        let mut objects: Vec<(ManifestObject, String)> = Vec::new();
+        match self.release_payloads(namespace, releases).await {
+            Ok(payloads) => {
+                // Per release, the objects of its newest record; every record is kept.
+                let mut newest: std::collections::BTreeMap<&str, (i64, &Vec<ManifestObject>)> =
+                    std::collections::BTreeMap::new();
+                for payload in &payloads {
+                    if payload.unkept {
+                        marks
+                            .records
+                            .push(format!("{namespace}/{}", payload.secret));
+                    }
+                    let entry = newest
+                        .entry(payload.release.as_str())
+                        .or_insert((payload.version, &payload.objects));
+                    if payload.version > entry.0 {
+                        *entry = (payload.version, &payload.objects);
+                    }
+                }
+                for (release, (_, held)) in newest {
+                    objects.extend(held.iter().map(|o| (o.clone(), release.to_owned())));
+                }
+            }
+            Err(note) => marks.note = note,
+        }
+        for object in stored {
+            if !objects.iter().any(|(o, _)| o.key() == object.key()) {
+                objects.push((object.clone(), String::new()));
+            }
+        }
+        let mut kinds: std::collections::BTreeMap<String, Option<(ApiResource, bool)>> =
+            std::collections::BTreeMap::new();
+        for (mut object, release) in objects {
+            let gvk_key = format!("{}/{}", object.api_version, object.kind);
+            if !kinds.contains_key(&gvk_key) {
+                let (group, version) = object
+                    .api_version
+                    .split_once('/')
+                    .unwrap_or(("", object.api_version.as_str()));
+                let gvk = GroupVersionKind::gvk(group, version, &object.kind);
+                let found = kube::discovery::pinned_kind(&self.client, &gvk)
+                    .await
+                    .ok()
+                    .map(|(resource, caps)| (resource, caps.scope == Scope::Namespaced));
+                kinds.insert(gvk_key.clone(), found);
+            }
+            let live = match &kinds[&gvk_key] {
+                None => Live::Gone,
+                Some((resource, namespaced)) => {
+                    if *namespaced && object.namespace.is_empty() {
+                        object.namespace = namespace.to_owned();
+                    }
+                    if !*namespaced {
+                        object.namespace.clear();
+                    }
+                    self.live_mark(resource, &object).await
+                }
+            };
+            marks.objects.push(Owned {
+                object,
+                release,
+                live,
+            });
+        }
+        marks
+    }
+
+    async fn live_mark(&self, resource: &ApiResource, object: &ManifestObject) -> Live {
+        let api = self.dynamic(resource, object);
+        match api.get_opt(&object.name).await {
+            Ok(None) => Live::Gone,
+            Ok(Some(live)) if live.metadata.deletion_timestamp.is_some() => Live::Deleting,
+            Ok(Some(live)) => {
+                let marked = live
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(keep::RESOURCE_POLICY))
+                    .is_some_and(|v| v == keep::KEEP);
+                if marked { Live::Marked } else { Live::Unmarked }
+            }
+            Err(kube::Error::Api(status)) if status.code == 403 => Live::Denied,
+            Err(err) => {
+                tracing::warn!(error = %chain(&err), object = %object.describe(), "adoption: reading an adopted object");
+                Live::Denied
+            }
+        }
+    }
+
+    fn dynamic(&self, resource: &ApiResource, object: &ManifestObject) -> Api<DynamicObject> {
+        if object.namespace.is_empty() {
+            Api::all_with(self.client.clone(), resource)
+        } else {
+            Api::namespaced_with(self.client.clone(), &object.namespace, resource)
+        }
+    }
+
+    /// The records of `releases` in `namespace`, decoded.
+    async fn release_payloads(
+        &self,
+        namespace: &str,
+        releases: &BTreeSet<String>,
+    ) -> Result<Vec<Payload>, String> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let list = api
+            .list(&ListParams::default().labels("owner=helm"))
+            .await
+            .map_err(|err| match err {
+                kube::Error::Api(status) if status.code == 403 => format!(
+                    "the agent may not list Secrets in {namespace} (the chart grants it with adopt: true), so the objects of Helm's releases there are not marked"
+                ),
+                err => format!("reading Helm's release records in {namespace}: {}", chain(&err)),
+            })?;
+        let mut payloads = Vec::new();
+        for secret in list.items {
+            let labels = secret.metadata.labels.clone().unwrap_or_default();
+            let release = labels.get("name").cloned().unwrap_or_default();
+            let name = secret.metadata.name.clone().unwrap_or_default();
+            if !name.starts_with("sh.helm.release.v1.")
+                || !releases.contains(&format!("{namespace}/{release}"))
+            {
+                continue;
+            }
+            let what = format!("Helm release record {namespace}/{name}");
+            let data = secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get("release"))
+                .ok_or_else(|| format!("{what} has no key release"))?;
+            let payload = keep::decode_record(&data.0).map_err(|e| format!("{what}: {e}"))?;
+            let manifest = payload["manifest"].as_str().unwrap_or_default();
+            let objects = keep::manifest_objects(manifest).map_err(|e| format!("{what}: {e}"))?;
+            payloads.push(Payload {
+                version: labels
+                    .get("version")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_default(),
+                unkept: objects.iter().any(|o| !o.kept),
+                release: format!("{namespace}/{release}"),
+                secret: name,
+                objects,
+            });
+        }
+        Ok(payloads)
+    }
+
+    /// Marks what `marks` found unmarked: each live object (an annotation, nothing else of it
+    /// changes) and each record's manifest. Returns what it did, one line each.
+    async fn apply_marks(&self, marks: &Marks) -> Result<Vec<String>, AdoptError> {
+        let mut done = Vec::new();
+        let patch = json!({"metadata": {"annotations": {keep::RESOURCE_POLICY: keep::KEEP}}});
+        let params = PatchParams {
+            field_manager: Some(keep::FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        let mut marked = 0;
+        for held in marks.objects.iter().filter(|h| h.live == Live::Unmarked) {
+            let object = &held.object;
+            let (group, version) = object
+                .api_version
+                .split_once('/')
+                .unwrap_or(("", object.api_version.as_str()));
+            let gvk = GroupVersionKind::gvk(group, version, &object.kind);
+            let (resource, _) = kube::discovery::pinned_kind(&self.client, &gvk)
+                .await
+                .map_err(kube_err(format!(
+                    "finding the kind of {}",
+                    object.describe()
+                )))?;
+            self.dynamic(&resource, object)
+                .patch(&object.name, &params, &Patch::Merge(&patch))
+                .await
+                .map_err(kube_err(format!(
+                    "marking {} {}: keep",
+                    object.describe(),
+                    keep::RESOURCE_POLICY
+                )))?;
+            marked += 1;
+        }
+        if marked > 0 {
+            done.push(format!(
+                "marked {marked} object(s) of Helm's releases {}: keep",
+                keep::RESOURCE_POLICY
+            ));
+        }
+        for record in &marks.records {
+            let (namespace, name) = record.split_once('/').unwrap_or_default();
+            self.keep_record(namespace, name).await?;
+        }
+        if !marks.records.is_empty() {
+            done.push(format!(
+                "rewrote {} Helm release record(s) so that their manifests keep every object: {}",
+                marks.records.len(),
+                marks.records.join(", ")
+            ));
+        }
+        Ok(done)
+    }
+
+    /// Rewrites one record's manifest with every object kept, guarded by its resourceVersion
+    /// (a record Helm wrote meanwhile is a conflict: the next apply reads it again).
+    async fn keep_record(&self, namespace: &str, name: &str) -> Result<(), AdoptError> {
+        let what = format!("Helm release record {namespace}/{name}");
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let secret = api
+            .get(name)
+            .await
+            .map_err(kube_err(format!("reading {what}")))?;
+        let data = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get("release"))
+            .ok_or_else(|| AdoptError::NotReady(format!("{what} has no key release")))?;
+        let mut payload = keep::decode_record(&data.0)
+            .map_err(|e| AdoptError::NotReady(format!("{what}: {e}")))?;
+        let manifest = payload["manifest"].as_str().unwrap_or_default();
+        let Some(kept) = keep::keep_manifest(manifest)
+            .map_err(|e| AdoptError::NotReady(format!("{what}: {e}")))?
+        else {
+            return Ok(());
+        };
+        payload["manifest"] = json!(kept);
+        let encoded = keep::encode_record(&payload);
+        use base64::Engine;
+        let patch = json!({
+            "metadata": {"resourceVersion": secret.metadata.resource_version},
+            "data": {"release": base64::engine::general_purpose::STANDARD.encode(encoded)},
+        });
+        api.patch(
+            name,
+            &PatchParams {
+                field_manager: Some(keep::FIELD_MANAGER.into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(kube_err(format!("rewriting {what}")))?;
+        Ok(())
+    }
+
+    /// After an adoption: marks what is not marked (what `adopt apply` does first), and
+    /// records the objects marked. Returns what it did.
+    pub async fn keep_marked(&self) -> Result<Vec<String>, AdoptError> {
+        let _one = self.lock.lock().await;
+        let facts = self.facts().await?;
+        if !facts.adopted || !facts.marks.pending() {
+            return Ok(Vec::new());
+        }
+        let done = self.apply_marks(&facts.marks).await?;
+        let allow_rollout = self.stored().await?.allow_rollout;
+        self.record("adopted", &self.plan(&facts), allow_rollout, &facts)
+            .await?;
+        Ok(done)
+    }
+
+    /// After an adoption: what puts the objects it marked at risk from Helm (see
+    /// [`Marks::problem`]), or `None`.
+    pub async fn marks_problem(&self) -> Result<Option<String>, AdoptError> {
+        let stored = self.stored().await?;
+        if stored.outcome != "adopted" || (stored.kept.is_empty() && stored.releases.is_empty()) {
+            return Ok(None);
+        }
+        let releases: BTreeSet<String> = stored.releases.iter().cloned().collect();
+        let namespace = releases
+            .iter()
+            .next()
+            .and_then(|r| r.split_once('/'))
+            .map_or(self.operator_namespace.clone(), |(ns, _)| ns.to_owned());
+        let marks = self.marks(&namespace, &releases, &stored.kept).await;
+        // The agent cannot tell a kept object it may not read from one that is fine.
+        Ok(marks.problem())
     }
 
     /// Helm's release records in `namespace`, from their metadata only (never their payload).
@@ -336,7 +668,23 @@ impl Adopter {
         outcome: &str,
         plan: &AdoptionPlan,
         allow_rollout: bool,
+        facts: &Facts,
     ) -> Result<(), AdoptError> {
+        let kept: Vec<String> = facts
+            .marks
+            .objects
+            .iter()
+            .filter(|h| h.live != Live::Gone)
+            .map(|h| h.object.key())
+            .collect();
+        let releases: BTreeSet<String> = facts
+            .marks
+            .objects
+            .iter()
+            .map(|h| h.release.clone())
+            .filter(|r| !r.is_empty())
+            .chain(facts.owning_releases())
+            .collect();
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.agent_namespace);
         let map = json!({
             "apiVersion": "v1",
@@ -352,6 +700,9 @@ impl Adopter {
                 "summary": plan.summary,
                 // Read by the install loop (`--adopt`): it may replace the operator now.
                 "allowRollout": allow_rollout.to_string(),
+                // The releases adopted from and the objects marked, checked after adoption.
+                "releases": releases.into_iter().collect::<Vec<_>>().join(","),
+                "kept": kept.join("\n"),
             },
         });
         api.patch(
@@ -421,15 +772,13 @@ impl Adopter {
                 skipped += 1;
             }
         }
-        let timeout = match options.timeout_seconds {
-            0 => DEFAULT_TIMEOUT,
-            s => Duration::from_secs(u64::from(s)),
-        };
+        let timeout = apply_timeout(options.timeout_seconds).map_err(AdoptError::Refused)?;
         let deadline = tokio::time::Instant::now() + timeout;
-        self.record("adopting", &plan, options.allow_rollout)
+        self.record("adopting", &plan, options.allow_rollout, &facts)
             .await?;
         crate::failpoint("adopt-recorded-adopting").await;
-        let mut done = Vec::new();
+        // First: from here on, Helm removing its releases leaves Flux in place.
+        let mut done = self.apply_marks(&facts.marks).await?;
         if let Some(instance) = facts.instances.first().filter(|i| i.helm_owned()) {
             self.release_from_helm(instance).await?;
             done.push(format!(
@@ -477,7 +826,8 @@ impl Adopter {
                 "{skipped} Ready Kustomization(s) you may not patch were not asked to reconcile or checked"
             ));
         }
-        self.record("adopted", &plan, options.allow_rollout).await?;
+        self.record("adopted", &plan, options.allow_rollout, &facts)
+            .await?;
         done.push(format!(
             "recorded the adoption in ConfigMap {}/{RECORD_NAME}",
             self.agent_namespace
@@ -646,6 +996,54 @@ impl Adopter {
     }
 }
 
+/// How often an adoption's marks are checked (see [`Adopter::marks_problem`]).
+const MARKS_CHECK: Duration = Duration::from_secs(15);
+
+/// Publishes what puts adopted objects at risk from Helm (a problem `status` reports), checked
+/// every [`MARKS_CHECK`], until the shutdown. A check that fails keeps the last answer.
+pub async fn watch_marks(
+    adopter: Adopter,
+    tx: watch::Sender<Option<String>>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let mut tick = tokio::time::interval(MARKS_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match adopter.marks_problem().await {
+            Ok(problem) => {
+                tx.send_if_modified(|old| {
+                    let changed = *old != problem;
+                    *old = problem;
+                    changed
+                });
+            }
+            Err(err) => tracing::debug!(error = %chain(&err), "checking the adoption's marks"),
+        }
+    }
+}
+
+/// The adoption's record, as read back.
+struct Stored {
+    outcome: String,
+    allow_rollout: bool,
+    releases: Vec<String>,
+    kept: Vec<ManifestObject>,
+}
+
+/// One Helm release record, decoded.
+struct Payload {
+    release: String,
+    secret: String,
+    version: i64,
+    objects: Vec<ManifestObject>,
+    /// Whether some object of its manifest lacks the keep mark.
+    unkept: bool,
+}
+
 /// Whether an object's Ready condition (in `data`, its fields beside metadata) is True for its
 /// `generation`, and the condition's message.
 fn ready_condition(generation: Option<i64>, data: &Value) -> (bool, Option<String>) {
@@ -684,6 +1082,11 @@ pub async fn run_at_start(adopter: Adopter, shutdown: tokio_util::sync::Cancella
     loop {
         let attempt = async {
             if adopter.facts().await?.adopted {
+                // Adopted by an agent that did not mark Helm's objects yet, or marks lost.
+                let done = adopter.keep_marked().await?;
+                if !done.is_empty() {
+                    tracing::info!(?done, "adoption at start: kept Helm's objects in place");
+                }
                 return Ok(None);
             }
             adopter
@@ -717,5 +1120,19 @@ pub async fn run_at_start(adopter: Adopter, shutdown: tokio_util::sync::Cancella
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_apply_waits_at_most_thirty_minutes() {
+        assert_eq!(apply_timeout(0), Ok(DEFAULT_TIMEOUT));
+        assert_eq!(apply_timeout(1800), Ok(Duration::from_secs(1800)));
+        let refused = apply_timeout(1801).unwrap_err();
+        assert!(refused.contains("at most 30m"), "{refused}");
+        assert!(apply_timeout(u32::MAX).is_err());
     }
 }

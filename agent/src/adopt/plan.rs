@@ -2,7 +2,7 @@
 //! take over, from whom, what it changes and keeps, whether Flux's controllers would be
 //! re-rendered, and the policy's verdict. Unit-tested without a cluster.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 use tenantflux_core::{
@@ -13,6 +13,8 @@ use tenantflux_core::{
     policy::{Policy, Violation},
     text::quote,
 };
+
+use super::keep::{Marks, RESOURCE_POLICY};
 
 /// Helm's ownership metadata, which `helm upgrade` checks before it writes an object.
 pub const HELM_MANAGED_BY: &str = "Helm";
@@ -104,6 +106,8 @@ pub struct Facts {
     /// Deployments named like flux-operator or a Flux controller outside the operator
     /// namespace: a namespace's admin can create one, so they are not taken as a running Flux.
     pub ignored: Vec<Found>,
+    /// The objects of the releases that own Flux, and whether Helm is kept off them.
+    pub marks: Marks,
 }
 
 impl Default for Facts {
@@ -116,7 +120,26 @@ impl Default for Facts {
             adopted: false,
             appliers: Vec::new(),
             ignored: Vec::new(),
+            marks: Marks::default(),
         }
+    }
+}
+
+impl Facts {
+    /// The Helm releases (`namespace/name`) that own something of Flux or, before an
+    /// adoption removed Helm's ownership, owned it: the namespace may hold other releases,
+    /// which are none of adoption's business.
+    pub fn owning_releases(&self) -> BTreeSet<String> {
+        self.operators
+            .iter()
+            .chain(&self.instances)
+            .chain(&self.controllers)
+            .flat_map(|f| {
+                f.helm_release()
+                    .into_iter()
+                    .chain(f.annotations.get(ADOPTED_FROM_HELM_ANNOTATION).cloned())
+            })
+            .collect()
     }
 }
 
@@ -194,6 +217,11 @@ pub struct AdoptionPlan {
     pub appliers: Vec<String>,
     /// See [`Facts::ignored`].
     pub ignored: Vec<Found>,
+    /// The objects of the owning releases adoption marks `helm.sh/resource-policy: keep`,
+    /// one line each with where it stands.
+    pub marks: Vec<String>,
+    /// What the caller may not read, counted (the service fills it in).
+    pub hidden: Vec<String>,
 }
 
 /// The names of Flux's controller Deployments (the components a FluxInstance lists).
@@ -232,6 +260,8 @@ pub fn plan(facts: &Facts, agent: &Agent<'_>) -> AdoptionPlan {
         adopted: facts.adopted,
         appliers: facts.appliers.clone(),
         ignored: facts.ignored.clone(),
+        marks: Vec::new(),
+        hidden: Vec::new(),
     };
     if facts.operators.len() > 1 {
         plan.refusals.push(format!(
@@ -290,20 +320,7 @@ pub fn plan(facts: &Facts, agent: &Agent<'_>) -> AdoptionPlan {
     }
     match &facts.helm_records {
         Ok(records) => {
-            // Only the releases that own (or, before an adoption removed Helm's ownership,
-            // owned) something of Flux: the namespace may hold other releases, whose records
-            // are none of adoption's business.
-            let owning: std::collections::BTreeSet<String> = facts
-                .operators
-                .iter()
-                .chain(&facts.instances)
-                .chain(&facts.controllers)
-                .flat_map(|f| {
-                    f.helm_release()
-                        .into_iter()
-                        .chain(f.annotations.get(ADOPTED_FROM_HELM_ANNOTATION).cloned())
-                })
-                .collect();
+            let owning = facts.owning_releases();
             plan.helm_records = records
                 .iter()
                 .filter(|r| owning.contains(&format!("{}/{}", r.namespace, r.release)))
@@ -339,7 +356,35 @@ pub fn plan(facts: &Facts, agent: &Agent<'_>) -> AdoptionPlan {
         }
         (None, None) => flux_install_case(&mut plan, None, agent),
     }
+    if matches!(plan.case, Case::Operator | Case::FluxInstall) {
+        keep_from_helm(&mut plan, &facts.marks);
+    }
     plan
+}
+
+/// Helm deletes what its releases hold on `helm uninstall` and what an upgrade drops: adoption
+/// marks those objects, live and in the releases' records, so Flux stays.
+fn keep_from_helm(plan: &mut AdoptionPlan, marks: &Marks) {
+    plan.marks = marks.lines();
+    if !marks.note.is_empty() {
+        if !plan.helm_records_note.is_empty() {
+            plan.helm_records_note.push_str("; ");
+        }
+        plan.helm_records_note.push_str(&marks.note);
+    }
+    if marks.pending() {
+        let releases: BTreeSet<&str> = marks
+            .objects
+            .iter()
+            .map(|h| h.release.as_str())
+            .filter(|r| !r.is_empty())
+            .collect();
+        plan.changes.push(format!(
+            "marks the objects of Helm release(s) {} with {RESOURCE_POLICY}: keep, live and in {} record(s), so that `helm uninstall` of the old release, or an upgrade that drops an object, leaves Flux in place",
+            releases.into_iter().collect::<Vec<_>>().join(", "),
+            marks.records.len()
+        ));
+    }
 }
 
 fn operator_case(

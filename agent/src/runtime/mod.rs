@@ -328,6 +328,7 @@ async fn run(args: Args) -> Result<(), Error> {
     );
 
     let adopt_install_rx = install_rx.clone();
+    let (marks_tx, marks_rx) = watch::channel(None);
     let (status_tx, status_rx) = watch::channel(status::initial(&facts));
     tasks.spawn(
         "status",
@@ -336,8 +337,11 @@ async fn run(args: Args) -> Result<(), Error> {
             facts,
             status_tx,
             readiness.clone(),
-            install_rx.clone(),
-            policy_store.subscribe(),
+            status::Inputs {
+                install: install_rx.clone(),
+                policy: policy_store.subscribe(),
+                marks: marks_rx,
+            },
             shutdown.clone(),
         ),
     );
@@ -417,6 +421,10 @@ async fn run(args: Args) -> Result<(), Error> {
             crate::adopt::run_at_start(adopter.clone(), shutdown.clone()),
         );
     }
+    tasks.spawn(
+        "adoption marks",
+        crate::adopt::watch_marks(adopter.clone(), marks_tx, shutdown.clone()),
+    );
     let adopt = crate::server::AdoptService::new(adopter, authorizer.clone());
     let policy = PolicyService::new(policy_store, authorizer.clone());
     let inspect = server::InspectService::new(

@@ -1,7 +1,7 @@
 //! The `tenantflux.v1.Adopt` service: a plan of the Flux that runs and its adoption, each call
 //! authorized with SubjectAccessReview on the FluxInstance it concerns.
 
-use std::sync::Arc;
+use std::{collections::BTreeMap, sync::Arc};
 
 use tenantflux_core::{
     flux::{INSTANCE_NAME, INSTANCE_PLURAL, OPERATOR_GROUP},
@@ -65,6 +65,8 @@ fn to_message(p: plan::AdoptionPlan) -> AdoptionPlan {
         instances: p.instances.iter().map(found).collect(),
         controllers: p.controllers.iter().map(found).collect(),
         ignored: p.ignored.iter().map(found).collect(),
+        marks: p.marks.clone(),
+        hidden: p.hidden.clone(),
         helm_records: p
             .helm_records
             .into_iter()
@@ -97,6 +99,177 @@ fn to_message(p: plan::AdoptionPlan) -> AdoptionPlan {
         cleanup: p.cleanup,
         adopted: p.adopted,
     }
+}
+
+/// What the caller may read, asked once per permission (SubjectAccessReview); an answer that
+/// could not be had counts as no.
+struct Reader<'a> {
+    authorizer: &'a Authorizer,
+    metadata: &'a tonic::metadata::MetadataMap,
+    asked: BTreeMap<(String, String, String, String), bool>,
+}
+
+impl<'a> Reader<'a> {
+    fn new(authorizer: &'a Authorizer, metadata: &'a tonic::metadata::MetadataMap) -> Self {
+        Self {
+            authorizer,
+            metadata,
+            asked: BTreeMap::new(),
+        }
+    }
+
+    async fn may(&mut self, verb: &str, group: &str, resource: &str, namespace: &str) -> bool {
+        let key = (
+            verb.to_owned(),
+            group.to_owned(),
+            resource.to_owned(),
+            namespace.to_owned(),
+        );
+        if let Some(answer) = self.asked.get(&key) {
+            return *answer;
+        }
+        let permission = Permission {
+            verb: verb.into(),
+            group: group.into(),
+            resource: resource.into(),
+            subresource: None,
+            namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
+            name: None,
+        };
+        let answer = self
+            .authorizer
+            .authorize(self.metadata, &permission)
+            .await
+            .is_ok();
+        self.asked.insert(key, answer);
+        answer
+    }
+
+    /// Keeps what `visible` allows of `items`, counting the rest per namespace in `hidden`.
+    async fn keep<T>(
+        &mut self,
+        items: Vec<T>,
+        what: &str,
+        (group, resource): (&str, &str),
+        namespace_of: impl Fn(&T) -> String,
+        hidden: &mut Vec<String>,
+    ) -> Vec<T> {
+        let mut kept = Vec::new();
+        let mut counted: BTreeMap<String, usize> = BTreeMap::new();
+        for item in items {
+            let namespace = namespace_of(&item);
+            if self.may("get", group, resource, &namespace).await {
+                kept.push(item);
+            } else {
+                *counted.entry(namespace).or_default() += 1;
+            }
+        }
+        for (namespace, n) in counted {
+            hidden.push(format!(
+                "{n} {what}(s) in {namespace}: you may not get {resource} there"
+            ));
+        }
+        kept
+    }
+}
+
+/// The facts a plan for this caller is made from: the Kustomizations that apply Flux's
+/// controllers only if the caller may read Kustomizations there, and the objects of Helm's
+/// releases only if they may read the records (list Secrets).
+async fn visible_facts(
+    reader: &mut Reader<'_>,
+    mut facts: plan::Facts,
+    hidden: &mut Vec<String>,
+) -> plan::Facts {
+    let appliers = std::mem::take(&mut facts.appliers);
+    facts.appliers = reader
+        .keep(
+            appliers,
+            "Kustomization",
+            (tenantflux_core::kinds::KUSTOMIZE, "kustomizations"),
+            |k: &String| {
+                k.split_once('/')
+                    .map(|(ns, _)| ns.to_owned())
+                    .unwrap_or_default()
+            },
+            hidden,
+        )
+        .await;
+    let records_namespace = facts
+        .instances
+        .first()
+        .or(facts.operators.first())
+        .map(|f| f.namespace.clone());
+    if let Some(namespace) = records_namespace
+        && !reader.may("list", "", "secrets", &namespace).await
+    {
+        let marks = std::mem::take(&mut facts.marks);
+        if !marks.objects.is_empty() {
+            hidden.push(format!(
+                "the {} object(s) of Helm's releases and their records in {namespace}: you may not list secrets there",
+                marks.objects.len()
+            ));
+        }
+        if let Ok(records) = &mut facts.helm_records
+            && !records.is_empty()
+        {
+            hidden.push(format!(
+                "{} Helm release record(s) in {namespace}: you may not list secrets there",
+                records.len()
+            ));
+            records.clear();
+        }
+    }
+    facts
+}
+
+/// The plan with only what the caller may read of what runs (each object by `get` on its
+/// kind in its namespace), the rest counted in `hidden`.
+async fn visible_plan(
+    reader: &mut Reader<'_>,
+    mut plan: plan::AdoptionPlan,
+    mut hidden: Vec<String>,
+) -> plan::AdoptionPlan {
+    let namespace = |f: &plan::Found| f.namespace.clone();
+    let apps = ("apps", "deployments");
+    plan.operators = reader
+        .keep(
+            std::mem::take(&mut plan.operators),
+            "Deployment",
+            apps,
+            namespace,
+            &mut hidden,
+        )
+        .await;
+    plan.controllers = reader
+        .keep(
+            std::mem::take(&mut plan.controllers),
+            "Deployment",
+            apps,
+            namespace,
+            &mut hidden,
+        )
+        .await;
+    plan.ignored = reader
+        .keep(
+            std::mem::take(&mut plan.ignored),
+            "Deployment",
+            apps,
+            namespace,
+            &mut hidden,
+        )
+        .await;
+    plan.instances = reader
+        .keep(
+            std::mem::take(&mut plan.instances),
+            "FluxInstance",
+            (OPERATOR_GROUP, INSTANCE_PLURAL),
+            namespace,
+            &mut hidden,
+        )
+        .await;
+    plan.hidden = hidden;
+    plan
 }
 
 /// The caller of an ApplyAdoption, authorizing each write adoption makes in their name.
@@ -174,7 +347,11 @@ impl adopt_server::Adopt for AdoptService {
             .authorize(request.metadata(), &self.permission("get"))
             .await?;
         let facts = self.adopter.facts().await?;
-        Ok(Response::new(to_message(self.adopter.plan(&facts))))
+        let mut reader = Reader::new(&self.authorizer, request.metadata());
+        let mut hidden = Vec::new();
+        let facts = visible_facts(&mut reader, facts, &mut hidden).await;
+        let plan = visible_plan(&mut reader, self.adopter.plan(&facts), hidden).await;
+        Ok(Response::new(to_message(plan)))
     }
 
     async fn apply_adoption(
@@ -189,6 +366,8 @@ impl adopt_server::Adopt for AdoptService {
             metadata: request.metadata().clone(),
         };
         let message = request.into_inner();
+        crate::adopt::apply_timeout(message.timeout_seconds)
+            .map_err(tonic::Status::invalid_argument)?;
         let Adopted {
             plan,
             done,

@@ -51,6 +51,15 @@ pub fn initial(facts: &AgentFacts) -> Status {
     stamp(derive(facts, &Observed::default()))
 }
 
+/// What other tasks of the agent report into the status.
+pub struct Inputs {
+    /// The agent's own flux-operator install, when it installs one.
+    pub install: Option<watch::Receiver<InstallState>>,
+    pub policy: watch::Receiver<Held>,
+    /// What puts an adoption's objects at risk from Helm (`adopt::watch_marks`).
+    pub marks: watch::Receiver<Option<String>>,
+}
+
 /// Watches what the status reports and publishes each changed status on `tx`, until the
 /// shutdown. Watch errors are retried with backoff and logged once per change of error.
 pub async fn run(
@@ -58,10 +67,14 @@ pub async fn run(
     facts: AgentFacts,
     tx: watch::Sender<Status>,
     readiness: Arc<Readiness>,
-    install: Option<watch::Receiver<InstallState>>,
-    mut policy: watch::Receiver<Held>,
+    inputs: Inputs,
     shutdown: CancellationToken,
 ) {
+    let Inputs {
+        install,
+        mut policy,
+        mut marks,
+    } = inputs;
     let ns = facts.operator_namespace.clone();
     let by_name = |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
     let operator = watcher(
@@ -139,6 +152,9 @@ pub async fn run(
             }
             Ok(()) = policy.changed() => {
                 state.observed.policy = policy.borrow_and_update().clone();
+            }
+            Ok(()) = marks.changed() => {
+                state.observed.adoption = marks.borrow_and_update().clone();
             }
             _ = report_check.tick() => {
                 if report_lags(&state.observed) {

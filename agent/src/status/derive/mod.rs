@@ -94,6 +94,8 @@ pub struct Observed {
     pub install: Option<InstallState>,
     /// The policy in force and the problems of its stored copy.
     pub policy: Held,
+    /// What puts the objects an adoption took from Helm at risk (`adopt::watch_marks`).
+    pub adoption: Option<String>,
 }
 
 /// The status the agent reports for what it observed. `observed_at` is left empty: it is the
@@ -123,6 +125,8 @@ pub fn derive(facts: &AgentFacts, observed: &Observed) -> Status {
             .as_ref()
             .and_then(|i| helm_wrote_adopted(&i.metadata)),
     );
+    problems.extend(observed.adoption.clone());
+    problems.extend(operator_gone(&facts.operator_namespace, observed));
     Status {
         agent: AgentInfo {
             version: facts.version.clone(),
@@ -293,6 +297,20 @@ fn operator_version(deployment: &Deployment) -> String {
         .and_then(image_tag)
         .unwrap_or_default()
         .to_owned()
+}
+
+/// flux-operator's Deployment gone while its FluxInstance exists, and the agent only observes
+/// the operator (no bundle): nothing applies a change of the FluxInstance or repairs Flux any
+/// more, while the controllers keep running, so nothing else would show it. (With a bundle the
+/// install loop restores the Deployment and reports its own phase.)
+fn operator_gone(namespace: &str, observed: &Observed) -> Option<String> {
+    let gone = observed.install.is_none()
+        && observed.operator.synced
+        && observed.operator.object.is_none()
+        && observed.instance.object.is_some();
+    gone.then(|| format!(
+        "Deployment {namespace}/{OPERATOR_DEPLOYMENT} is gone while FluxInstance {namespace}/{INSTANCE_NAME} exists: Flux's controllers keep running, but no change of the FluxInstance, upgrade or repair is applied; the agent only observes the operator here, so have the platform give it a bundle to install from (the policy's spec.operator.bundle, or the chart's operatorBundle), which restores it, or reinstall flux-operator in {namespace}"
+    ))
 }
 
 /// A FluxInstance adopted from a Helm release that carries Helm's ownership again: Helm wrote

@@ -357,3 +357,53 @@ fn helm_writing_an_adopted_instance_again_is_a_problem() {
         "{problem}"
     );
 }
+
+#[test]
+fn an_operator_gone_under_an_instance_is_a_problem_only_when_the_agent_only_observes() {
+    let stranded = Observed {
+        operator: Tracked::absent(),
+        instance: dynamic(INSTANCE_READY),
+        ..Observed::default()
+    };
+    let status = derive(&facts(), &stranded);
+    assert_eq!(status.agent.health, Health::Degraded);
+    let problem = status
+        .agent
+        .problems
+        .iter()
+        .find(|p| p.starts_with("Deployment flux-system/flux-operator is gone"))
+        .expect("the stranded FluxInstance is named");
+    assert!(problem.contains("spec.operator.bundle"), "{problem}");
+    // Nothing installed yet (no FluxInstance) is not stranding anything.
+    let empty = Observed {
+        operator: Tracked::absent(),
+        instance: Tracked::absent(),
+        ..Observed::default()
+    };
+    assert!(derive(&facts(), &empty).agent.problems.is_empty());
+    // With a bundle the install loop restores it and reports its own phase.
+    let installing = Observed {
+        install: Some(crate::operator::InstallState::initial(
+            &crate::operator::source::BundleSource::ConfigMap("bundle".into()),
+        )),
+        ..stranded
+    };
+    assert!(
+        !derive(&facts(), &installing)
+            .agent
+            .problems
+            .iter()
+            .any(|p| p.contains("is gone")),
+    );
+}
+
+#[test]
+fn the_adoption_marks_problem_is_reported() {
+    let observed = Observed {
+        adoption: Some("objects adopted from Helm are at risk: gone: Service x/y".into()),
+        ..Observed::default()
+    };
+    let status = derive(&facts(), &observed);
+    assert_eq!(status.agent.health, Health::Degraded);
+    assert!(status.agent.problems[0].contains("at risk"));
+}

@@ -95,6 +95,10 @@ pub struct PlanView {
     pub adopted: bool,
     /// Deployments named like Flux's outside the operator namespace, not taken as a Flux.
     pub ignored: Vec<ObjectView>,
+    /// The objects of Helm's releases marked `helm.sh/resource-policy: keep`.
+    pub marks: Vec<String>,
+    /// What the plan leaves out because you may not read it, counted.
+    pub hidden: Vec<String>,
 }
 
 fn object(o: pb::FoundObject) -> ObjectView {
@@ -119,6 +123,8 @@ impl From<pb::AdoptionPlan> for PlanView {
             instances: p.instances.into_iter().map(object).collect(),
             controllers: p.controllers.into_iter().map(object).collect(),
             ignored: p.ignored.into_iter().map(object).collect(),
+            marks: p.marks,
+            hidden: p.hidden,
             helm_records: p
                 .helm_records
                 .into_iter()
@@ -218,6 +224,7 @@ pub fn render_plan(view: &PlanView, style: Style) -> String {
         }
     };
     section(&mut out, "Refused", &view.refusals);
+    section(&mut out, "Not shown (you may not read them)", &view.hidden);
     let ignored: Vec<String> = view
         .ignored
         .iter()
@@ -230,6 +237,11 @@ pub fn render_plan(view: &PlanView, style: Style) -> String {
     );
     section(&mut out, "Changes", &view.changes);
     section(&mut out, "Keeps", &view.keeps);
+    section(
+        &mut out,
+        "Kept from Helm (helm.sh/resource-policy: keep, so helm uninstall or upgrade of the old release leaves them)",
+        &view.marks,
+    );
     let rollout = if view.rollout {
         style.paint(&format!("yes: {}", view.rollout_reason), Tone::Bad)
     } else {
@@ -273,6 +285,21 @@ pub fn render_plan(view: &PlanView, style: Style) -> String {
         let _ = writeln!(out, "\nHelm release records: {}", view.helm_records_note);
     }
     section(&mut out, "Remove them with", &view.cleanup);
+    if !view.marks.is_empty() {
+        let pending = view.marks.iter().any(|m| m.ends_with(": to mark"));
+        let _ = writeln!(
+            out,
+            "\n{}",
+            if pending {
+                style.paint(
+                    "Do not `helm uninstall` these releases before `kubectl tenantflux adopt apply` marked their objects: Helm deletes what its release holds, flux-operator included.",
+                    Tone::Bad,
+                )
+            } else {
+                "Safe cleanups: delete the records (above), or `helm uninstall` the releases: Helm keeps every object marked above.".to_owned()
+            }
+        );
+    }
     if !view.instance.is_empty() {
         let _ = writeln!(out, "\nFluxInstance to create:");
         for line in view.instance.lines() {
