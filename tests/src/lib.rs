@@ -24,6 +24,7 @@ use std::{
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 pub mod browser;
+pub mod cozystack;
 pub mod flux;
 pub mod supervise;
 pub mod tenant;

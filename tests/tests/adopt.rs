@@ -41,7 +41,7 @@ use std::{
 
 use serde_json::{Value, json};
 use tenantflux_tests::{
-    TestCluster, ensure_packaging_tools,
+    TestCluster, cozystack, ensure_packaging_tools,
     flux::{GitRepo, revision},
     json, operator_bundle, path, repo_root, stderr, stdout,
     tenant::{AGENT_NAMESPACE, defaults_record, wait_enforced},
@@ -60,6 +60,63 @@ const CONTROLLERS: [&str; 7] = [
 ];
 /// The controllers that run as processes here.
 const RUNNING: [&str; 2] = ["source-controller", "kustomize-controller"];
+
+/// GitRepository and Kustomization apps/app from `url`, and what a multitenant Flux needs to
+/// apply them: the Kustomization applies as the namespace's default ServiceAccount, which the
+/// tenant grants `edit` there.
+fn apply_app(cluster: &TestCluster, url: &str) {
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: apps}}\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: flux-apply, namespace: apps}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edit}}\n\
+             subjects: [{{kind: ServiceAccount, name: default, namespace: apps}}]\n---\n\
+             apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\n\
+             metadata: {{name: app, namespace: apps}}\n\
+             spec: {{interval: 5s, url: \"{url}\", ref: {{branch: main}}}}\n---\n\
+             apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\n\
+             metadata: {{name: app, namespace: apps}}\n\
+             spec: {{interval: 1m, path: ./app, prune: true, sourceRef: {{kind: GitRepository, name: app}}}}\n"
+        ))
+        .expect("the app");
+}
+
+/// The agent as Cozystack's add-on package configures it (deploy/cozystack: the system
+/// package vendored by its Makefile, rendered with the values of the add-on's HelmRelease).
+struct Package {
+    objects: Vec<Value>,
+    env: Vec<(String, String)>,
+}
+
+impl Package {
+    fn render() -> Self {
+        let objects =
+            cozystack::Vendored::new().objects(&cozystack::addon_release(&cozystack::enabled()));
+        let env = cozystack::agent_env(&objects);
+        Self { objects, env }
+    }
+
+    /// The value the package gives the agent's environment variable `name`.
+    fn env(&self, name: &str) -> String {
+        self.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("the package sets {name}: {:?}", self.env))
+    }
+
+    /// What else it renders into the tenant cluster whose `kind` or name matches.
+    fn rendered(&self, pick: impl Fn(&Value) -> bool) -> String {
+        let picked: Vec<String> = self
+            .objects
+            .iter()
+            .filter(|o| pick(o))
+            .map(Value::to_string)
+            .collect();
+        picked.join("\n---\n")
+    }
+}
 
 /// The app both tests reconcile: ConfigMap apps/app holding `value`.
 fn app_config(value: &str) -> String {
@@ -109,15 +166,31 @@ fn chart(dir: &Path, name: &str, version: &str, documents: &[Value]) -> PathBuf 
 /// 100m/350Mi; and with the metadata flux-operator's chart (0.49/0.50) gives them: its labels
 /// on every object, and `helm.sh/resource-policy: keep` on the CRDs, which its templates hold.
 fn operator_chart_documents(version: &str) -> Vec<Value> {
-    let install = std::fs::read_to_string(operator_bundle(version).unwrap()).unwrap();
     let mut documents = Vec::new();
-    for mut document in tenantflux_core::yaml::documents::<Value>(&install).unwrap() {
+    for mut document in operator_release_documents(version) {
         if document["kind"] == "Namespace" {
             continue;
         }
         if document["metadata"]["namespace"].is_string() {
             document["metadata"]["namespace"] = json!(NS);
         }
+        let subjects = document.get_mut("subjects").and_then(Value::as_array_mut);
+        for subject in subjects.into_iter().flatten() {
+            subject["namespace"] = json!(NS);
+        }
+        documents.push(document);
+    }
+    documents
+}
+
+/// flux-operator's release manifests of `version` as they are (in `flux-system`, as the
+/// release's OCI artifact holds them) with Cozystack's pod settings and the chart's metadata
+/// (see [`operator_chart_documents`]): what the agent gets as a bundle, and moves into the
+/// operator namespace itself.
+fn operator_release_documents(version: &str) -> Vec<Value> {
+    let install = std::fs::read_to_string(operator_bundle(version).unwrap()).unwrap();
+    let mut documents = Vec::new();
+    for mut document in tenantflux_core::yaml::documents::<Value>(&install).unwrap() {
         let labels = document["metadata"]
             .as_object_mut()
             .unwrap()
@@ -133,10 +206,6 @@ fn operator_chart_documents(version: &str) -> Vec<Value> {
         }
         if document["kind"] == "CustomResourceDefinition" {
             document["metadata"]["annotations"]["helm.sh/resource-policy"] = json!("keep");
-        }
-        let subjects = document.get_mut("subjects").and_then(Value::as_array_mut);
-        for subject in subjects.into_iter().flatten() {
-            subject["namespace"] = json!(NS);
         }
         if document["kind"] == "Deployment" {
             let pod = &mut document["spec"]["template"]["spec"];
@@ -389,17 +458,7 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
         .commit(&[("app/configmap.yaml", &app_config("one"))], &[], "one")
         .unwrap();
     let url = cluster.git_server(&repo).unwrap();
-    cluster
-        .apply_yaml(&format!(
-            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: apps}}\n---\n\
-             apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\n\
-             metadata: {{name: app, namespace: apps}}\n\
-             spec: {{interval: 5s, url: \"{url}\", ref: {{branch: main}}}}\n---\n\
-             apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\n\
-             metadata: {{name: app, namespace: apps}}\n\
-             spec: {{interval: 1m, path: ./app, prune: true, sourceRef: {{kind: GitRepository, name: app}}}}\n"
-        ))
-        .expect("the app");
+    apply_app(cluster, &url);
     let timeout = Duration::from_secs(180);
     cluster
         .kustomization_applied("apps", "app", &revision(&rev1), timeout)
@@ -408,27 +467,22 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
     let before = controllers_now(cluster);
     assert!(helm_owned(&instance(cluster)));
 
-    // The platform grants what the chart's `adopt: true` grants: listing Secrets in cozy-fluxcd.
-    let rendered = Command::new(tool_path("HELM"))
-        .args(["template", "tenantflux-agent"])
-        .arg(repo_root().join("deploy/helm/tenantflux-agent"))
-        .args([
-            "--set",
-            "adopt=true",
-            "--set",
-            &format!("operatorNamespace={NS}"),
-        ])
-        .args(["--show-only", "templates/agent-rbac.yaml"])
-        .output()
-        .unwrap();
-    assert!(rendered.status.success(), "{rendered:?}");
-    let rendered = stdout(&rendered);
-    let adopt_rbac: Vec<&str> = rendered
-        .split("\n---")
-        .filter(|d| d.contains("name: tenantflux-agent-adopt"))
-        .collect();
-    assert_eq!(adopt_rbac.len(), 2, "the adopt Role and RoleBinding");
-    cluster.apply_yaml(&adopt_rbac.join("\n---\n")).unwrap();
+    // The agent as Cozystack's add-on package configures it (deploy/cozystack: the system
+    // package vendored by its Makefile, rendered with the values of the add-on's HelmRelease):
+    // its environment, and the Role `adopt: true` grants in cozy-fluxcd, which the platform
+    // applies here.
+    let package = Package::render();
+    let packaged = |name: &str| package.env(name);
+    assert_eq!(packaged("TENANTFLUX_OPERATOR_NAMESPACE"), NS);
+    assert_eq!(packaged("TENANTFLUX_ADOPT"), "true");
+    assert_eq!(packaged("TENANTFLUX_OPERATOR_BUNDLE"), cozystack::BUNDLE);
+    let adopt_rbac = package.rendered(|o| o["metadata"]["name"] == "tenantflux-agent-adopt");
+    assert_eq!(
+        adopt_rbac.matches("\"apiVersion\"").count(),
+        2,
+        "the adopt Role and RoleBinding"
+    );
+    cluster.apply_yaml(&adopt_rbac).unwrap();
 
     let (plan_json, output) = plan(cluster);
     assert!(output.status.success(), "{output:?}");
@@ -562,8 +616,9 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
         .unwrap();
 
     // `adopt: true`, killed (SIGKILL) after recording that it adopts and before it did.
+    let adopt = packaged("TENANTFLUX_ADOPT");
     let mut env = agent_env.to_vec();
-    env.push(("TENANTFLUX_ADOPT", "true"));
+    env.push(("TENANTFLUX_ADOPT", adopt.as_str()));
     let mut with_failpoint = env.clone();
     with_failpoint.push(("TENANTFLUX_FAILPOINTS", "adopt-recorded-adopting"));
     let from = cluster.agent_log_len();
@@ -745,27 +800,33 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
     // A bundle of another version (the environment's pinned release) would re-render the
     // controllers: with --adopt the agent holds it back, the plan says why, and `adopt apply`
     // refuses without --allow-rollout; nothing of Flux changes.
+    // The bundles name flux-system, as flux-operator's releases do; the agent moves them.
     let write_bundle = |version: &str| {
-        let mut documents =
-            vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})];
-        documents.extend(operator_chart_documents(version));
+        let documents = operator_release_documents(version);
+        assert!(
+            documents
+                .iter()
+                .any(|d| d["metadata"]["namespace"] == "flux-system")
+        );
         let bundle = work.path().join(format!("install-{version}.yaml"));
         let text: Vec<String> = documents.iter().map(Value::to_string).collect();
         std::fs::write(&bundle, text.join("\n---\n")).unwrap();
         format!("file:{}", bundle.display())
     };
+    // The add-on package's bundle is flux-operator's OCI artifact of the environment's pinned
+    // release (ghcr.io is out of reach here: the same release's manifests from a file).
     let pinned = tool_path("FLUX_OPERATOR_VERSION")
         .to_string_lossy()
         .into_owned();
+    assert_eq!(packaged("TENANTFLUX_OPERATOR_VERSION"), pinned);
+    assert!(cozystack::BUNDLE.ends_with(&format!(":{pinned}")));
     let newer = write_bundle(&pinned);
+    let pod_fields = packaged("TENANTFLUX_OPERATOR_ALLOW_POD_FIELDS");
     let mut with_newer = env.clone();
     with_newer.extend([
         ("TENANTFLUX_OPERATOR_BUNDLE", newer.as_str()),
         ("TENANTFLUX_OPERATOR_VERSION", pinned.as_str()),
-        (
-            "TENANTFLUX_OPERATOR_ALLOW_POD_FIELDS",
-            "hostNetwork,tolerations,resources",
-        ),
+        ("TENANTFLUX_OPERATOR_ALLOW_POD_FIELDS", pod_fields.as_str()),
     ]);
     cluster.restart_agent_with(&with_newer).unwrap();
     let held = wait_for("the plan to see the bundle held back", timeout, || async {
@@ -824,10 +885,7 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
     with_bundle.extend([
         ("TENANTFLUX_OPERATOR_BUNDLE", source.as_str()),
         ("TENANTFLUX_OPERATOR_VERSION", previous.as_str()),
-        (
-            "TENANTFLUX_OPERATOR_ALLOW_POD_FIELDS",
-            "hostNetwork,tolerations,resources",
-        ),
+        ("TENANTFLUX_OPERATOR_ALLOW_POD_FIELDS", pod_fields.as_str()),
     ]);
     cluster.restart_agent_with(&with_bundle).unwrap();
     let operator = wait_for(
@@ -1388,4 +1446,134 @@ async fn a_flux_install_cluster_is_adopted_with_a_flux_instance_that_matches_it(
     let (adopted, _) = plan(cluster);
     assert_eq!(adopted["adopted"], true, "{adopted:#}");
     assert_eq!(adopted["case"], "operator", "{adopted:#}");
+}
+
+/// A new tenant cluster with Cozystack's add-on ticked (deploy/cozystack, as the package's
+/// HelmRelease configures the agent): nothing of Flux runs; the agent installs flux-operator
+/// from the release's manifests (which name flux-system) into `cozy-fluxcd`, the platform's
+/// policy creates the FluxInstance there, the real controllers apply an app, and status is
+/// clean. A cluster of its own: the operator namespace is the package's, not the suite's.
+#[tokio::test]
+async fn a_new_tenant_cluster_gets_its_flux_from_the_cozystack_addon() {
+    let cluster = TestCluster::own("tf-cozy-new");
+    ensure_packaging_tools().expect("helm");
+    let package = Package::render();
+    let packaged = |name: &str| package.env(name);
+    // What the package renders into the tenant cluster besides the agent: the operator
+    // namespace (the cluster lacks it) and the adopt Role and RoleBinding in it.
+    let extra = package.rendered(|o| {
+        o["kind"] == "Namespace" || o["metadata"]["name"] == "tenantflux-agent-adopt"
+    });
+    assert_eq!(extra.matches("\"apiVersion\"").count(), 3, "{extra}");
+    cluster.apply_yaml(&extra).unwrap();
+
+    let work = tempfile::tempdir().unwrap();
+    let keys = work.path().join("keys");
+    let output = cluster
+        .kubectl_tenantflux(None, &["policy", "keygen", "--out", path(&keys)])
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    // The package's bundle is flux-operator's OCI artifact of this version; ghcr.io is out of
+    // reach here, so the same release's manifests come from a file.
+    let version = packaged("TENANTFLUX_OPERATOR_VERSION");
+    let bundle = format!("file:{}", operator_bundle(&version).unwrap().display());
+    let namespace = packaged("TENANTFLUX_OPERATOR_NAMESPACE");
+    let (adopt, pod_fields) = (
+        packaged("TENANTFLUX_ADOPT"),
+        packaged("TENANTFLUX_OPERATOR_ALLOW_POD_FIELDS"),
+    );
+    let public_key = keys.join("ed25519.pub");
+    cluster
+        .restart_agent_with(&[
+            ("TENANTFLUX_OPERATOR_NAMESPACE", namespace.as_str()),
+            ("TENANTFLUX_ADOPT", adopt.as_str()),
+            ("TENANTFLUX_OPERATOR_BUNDLE", bundle.as_str()),
+            ("TENANTFLUX_OPERATOR_VERSION", version.as_str()),
+            ("TENANTFLUX_OPERATOR_ALLOW_POD_FIELDS", pod_fields.as_str()),
+            ("TENANTFLUX_POLICY_PUBLIC_KEY", path(&public_key)),
+        ])
+        .expect("agent");
+    let timeout = Duration::from_secs(180);
+    wait_for("the agent to install flux-operator", timeout, || async {
+        cluster
+            .object("deployments", NS, "flux-operator")
+            .filter(|d| {
+                d["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tenantflux-agent"
+            })
+    })
+    .await
+    .unwrap_or_else(|err| {
+        let log = std::fs::read_to_string(cluster.dir().join("agent.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        panic!(
+            "{err}; the agent's log ends:\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        )
+    });
+    assert!(
+        cluster.object("namespaces", "", "flux-system").is_none(),
+        "the release's namespace was moved, not created"
+    );
+    cluster
+        .run_flux_operator_in(NS, &version)
+        .expect("flux-operator process");
+
+    // The platform's policy for every tenant: flux-operator's releases from their artifact
+    // (and this test's file of one), Flux 2.9 or 2.10, and defaults that create the
+    // FluxInstance once.
+    let platform = cluster.policy_pusher_kubeconfig().unwrap();
+    let policy = format!(
+        "apiVersion: tenantflux.io/v1alpha1\nkind: Policy\nmetadata: {{name: cozystack}}\nspec:\n\
+         \x20 generation: 1\n\
+         \x20 operator:\n    versions: \"={}\"\n\
+         \x20   bundles: [\"oci://ghcr.io/controlplaneio-fluxcd/flux-operator-manifests*\", \"file:*\"]\n\
+         \x20 distribution:\n    versions: \">=2.9.0 <2.11.0\"\n    registries: [ghcr.io/fluxcd]\n\
+         \x20 defaults:\n    distribution: {{version: \"2.9.x\", registry: ghcr.io/fluxcd}}\n\
+         \x20   components: [source-controller, kustomize-controller]\n\
+         \x20   cluster: {{type: kubernetes, multitenant: true, networkPolicy: true, size: small}}\n",
+        version.trim_start_matches('v')
+    );
+    sign_and_push(
+        cluster,
+        work.path(),
+        &keys.join("ed25519.key"),
+        &platform,
+        &policy,
+        "cozystack",
+    );
+    wait_for(
+        "the defaults to create the FluxInstance",
+        timeout,
+        || async { (defaults_record(cluster) == "created/1").then_some(()) },
+    )
+    .await
+    .unwrap();
+    for name in RUNNING {
+        cluster
+            .flux_controller_runs(name, &format!("{name}-v1.9.4"))
+            .await
+            .unwrap_or_else(|err| panic!("{name}: {err}"));
+    }
+    let repo = GitRepo::new("cozy-new-app").unwrap();
+    let rev = repo
+        .commit(&[("app/configmap.yaml", &app_config("one"))], &[], "one")
+        .unwrap();
+    let url = cluster.git_server(&repo).unwrap();
+    apply_app(cluster, &url);
+    cluster
+        .kustomization_applied("apps", "app", &revision(&rev), timeout)
+        .await
+        .expect("the new tenant's Flux applies an app");
+    let status = wait_for("a clean status", timeout, || async {
+        let status = json(
+            &cluster
+                .kubectl_tenantflux(None, &["status", "-o", "json"])
+                .unwrap(),
+        );
+        (status["agent"]["problems"] == json!([]) && status["operator"]["phase"] == "ready")
+            .then_some(status)
+    })
+    .await
+    .unwrap();
+    assert_eq!(status["operator"]["namespace"], NS, "{status:#}");
 }

@@ -17,166 +17,22 @@
 //! 5. the operator namespace the package renders (the adopt Role goes there): on a new cluster
 //!    only, not over the one the removed add-on left, looked up on the real API server.
 //!
-//! The agent these values configure, adopting the removed add-on's Flux, runs in `adopt.rs`
-//! (`TENANTFLUX_OPERATOR_NAMESPACE=cozy-fluxcd`, `TENANTFLUX_ADOPT`, the same pod fields
-//! allowed); installing the package into a tenant cluster is not tested here.
+//! The agent these values configure runs in `adopt.rs`, configured from the same render
+//! (`tenantflux_tests::cozystack`): installing Flux on a new tenant cluster, and adopting the
+//! removed add-on's Flux.
 
-use std::{
-    path::{Path, PathBuf},
-    process::{Command, Output, Stdio},
-};
+use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
-use tenantflux_tests::{TestCluster, ensure_packaging_tools, repo_root, stderr, stdout, tool_path};
-
-/// The Kubernetes application's release and namespace, as Cozystack names them.
-const RELEASE: &str = "kubernetes-acme";
-const TENANT_NAMESPACE: &str = "tenant-acme";
-const BUNDLE: &str = "oci://ghcr.io/controlplaneio-fluxcd/flux-operator-manifests:v0.59.0";
-const PUBLIC_KEY: &str = "-----BEGIN PUBLIC KEY-----\n\
-    MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=\n\
-    -----END PUBLIC KEY-----\n";
-const CHANNEL: &str = "oci://registry.example/platform/policy:stable";
-const HELMRELEASE_CRD: &str = "helmreleases.helm.toolkit.fluxcd.io";
-
-fn package_dir() -> PathBuf {
-    repo_root().join("deploy/cozystack/packages")
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
-}
-
-fn write(path: &Path, text: &str) {
-    std::fs::create_dir_all(path.parent().expect("a parent")).expect("create the directory");
-    std::fs::write(path, text).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
-}
-
-/// Copies the files under `from` to `to`, directories included.
-fn copy_dir(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap_or_else(|err| panic!("{}: {err}", from.display())) {
-        let path = entry.expect("a directory entry").path();
-        let target = to.join(path.file_name().expect("a file name"));
-        if path.is_dir() {
-            copy_dir(&path, &target);
-        } else {
-            write(&target, &read(&path));
-        }
-    }
-}
-
-/// Runs `command`, failing the test unless it exits 0; its stdout.
-fn run_ok(command: &mut Command) -> String {
-    let shown = format!("{command:?}");
-    let output = command
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|err| panic!("running {shown}: {err}"));
-    assert!(
-        output.status.success(),
-        "{shown} failed ({}):\n{}\n{}",
-        output.status,
-        stdout(&output),
-        stderr(&output)
-    );
-    stdout(&output)
-}
-
-fn helm(args: &[&str]) -> Output {
-    ensure_packaging_tools().expect("tests/env/cluster build-tools");
-    Command::new(tool_path("HELM"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run helm")
-}
-
-fn helm_ok(args: &[&str]) -> String {
-    let output = helm(args);
-    assert!(
-        output.status.success(),
-        "helm {args:?} failed:\n{}",
-        stderr(&output)
-    );
-    stdout(&output)
-}
-
-fn documents(yaml: &str) -> Vec<Value> {
-    tenantflux_core::yaml::documents::<Value>(yaml)
-        .expect("YAML documents")
-        .into_iter()
-        .filter(|document| !document.is_null())
-        .collect()
-}
-
-/// Renders the add-on's template in a chart standing for Cozystack's Kubernetes application:
-/// the template as the package has it, the package's values lines as values.yaml, and the
-/// tenant namespace's `_namespace` values (with an etcd, as every tenant that can run a
-/// Kubernetes application has), then `values` over them.
-fn render_addon(values: &Value) -> Vec<Value> {
-    let chart = tempfile::tempdir().expect("temporary directory");
-    let apps = package_dir().join("apps/kubernetes");
-    write(
-        &chart.path().join("Chart.yaml"),
-        "apiVersion: v2\nname: kubernetes\nversion: 0.0.0\n",
-    );
-    write(
-        &chart.path().join("values.yaml"),
-        &format!(
-            "{}\n_namespace:\n  etcd: tenant-root\n",
-            read(&apps.join("values.fluxcd.yaml"))
-        ),
-    );
-    write(
-        &chart.path().join("templates/helmreleases/tenantflux.yaml"),
-        &read(&apps.join("templates/helmreleases/tenantflux.yaml")),
-    );
-    write(&chart.path().join("given.json"), &values.to_string());
-    documents(&helm_ok(&[
-        "template",
-        RELEASE,
-        chart.path().to_str().expect("UTF-8 path"),
-        "--namespace",
-        TENANT_NAMESPACE,
-        "-f",
-        chart
-            .path()
-            .join("given.json")
-            .to_str()
-            .expect("UTF-8 path"),
-    ]))
-}
-
-/// The one HelmRelease the add-on renders with `values`.
-fn addon_release(values: &Value) -> Value {
-    let mut rendered = render_addon(values);
-    assert_eq!(rendered.len(), 1, "{rendered:#?}");
-    rendered.remove(0)
-}
-
-fn enabled_with_policy() -> Value {
-    json!({"addons": {"fluxcd": {
-        "enabled": true,
-        "policy": {"publicKey": PUBLIC_KEY, "source": CHANNEL},
-    }}})
-}
-
-/// The ExternalArtifact the platform makes of the package's source entry.
-fn external_artifact_name() -> String {
-    let entry: Value = tenantflux_core::yaml::from_str(&read(
-        &package_dir().join("core/platform/sources/kubernetes-application.yaml.fragment"),
-    ))
-    .expect("the source entry is YAML");
-    let path = entry[0]["path"].as_str().expect("a path");
-    assert!(
-        package_dir().join(path).join("Chart.yaml").is_file(),
-        "the entry's path {path} is the package's"
-    );
-    format!(
-        "cozystack-kubernetes-application-kubevirt-{}",
-        entry[0]["name"].as_str().expect("a name")
-    )
-}
+use tenantflux_tests::{
+    TestCluster,
+    cozystack::{
+        BUNDLE, CHANNEL, HELMRELEASE_CRD, PUBLIC_KEY, RELEASE, TENANT_NAMESPACE, Vendored,
+        addon_release, agent_env, documents, enabled_with_policy, external_artifact_name, helm_ok,
+        package_dir, read, render_addon, write,
+    },
+    repo_root, stderr, stdout, tool_path,
+};
 
 #[test]
 fn the_addon_renders_its_helmrelease_only_when_enabled() {
@@ -612,47 +468,17 @@ fn the_values_lines_follow_their_schema() {
 #[test]
 fn the_system_package_installs_the_agent_adopting_in_cozy_fluxcd() {
     // Step 1: the package in a tree laid out as Cozystack's, vendored by its Makefile from this
-    // checkout (Cozystack's hack/package.mk, which it includes, is stood for by an empty file).
-    let tree = tempfile::tempdir().expect("temporary directory");
-    write(&tree.path().join("hack/package.mk"), "");
-    let package = tree.path().join("packages/system/tenantflux-agent");
-    copy_dir(&package_dir().join("system/tenantflux-agent"), &package);
-    run_ok(
-        Command::new("make")
-            .arg("-C")
-            .arg(&package)
-            .arg("update")
-            .arg(format!("TENANTFLUX_SRC={}", repo_root().display())),
-    );
+    // checkout.
+    let vendored = Vendored::new();
     assert_eq!(
-        read(&package.join("charts/tenantflux-agent/values.yaml")),
+        read(&vendored.package.join("charts/tenantflux-agent/values.yaml")),
         read(&repo_root().join("deploy/helm/tenantflux-agent/values.yaml")),
         "step 1: the chart is vendored as it is"
     );
 
     // Step 2: rendered with the values of the add-on's HelmRelease, into its target namespace.
     let release = addon_release(&enabled_with_policy());
-    let values = tree.path().join("values.json");
-    write(&values, &release["spec"]["values"].to_string());
-    let namespace = release["spec"]["targetNamespace"]
-        .as_str()
-        .expect("a target namespace");
-    let render = |extra: &[&str]| {
-        let mut args = vec![
-            "template",
-            "tenantflux-agent",
-            package.to_str().expect("UTF-8 path"),
-            "--namespace",
-            namespace,
-            "-f",
-            values.to_str().expect("UTF-8 path"),
-        ];
-        args.extend(extra);
-        helm(&args)
-    };
-    let rendered = render(&[]);
-    assert!(rendered.status.success(), "step 2: {}", stderr(&rendered));
-    let objects = documents(&stdout(&rendered));
+    let objects = vendored.objects(&release);
     let object = |kind: &str, namespace: &str, name: &str| -> &Value {
         objects
             .iter()
@@ -666,13 +492,8 @@ fn the_system_package_installs_the_agent_adopting_in_cozy_fluxcd() {
 
     // Step 3: the agent adopts in cozy-fluxcd, installs from flux-operator's bundle with the
     // add-on's pod fields allowed, and takes the platform's key and channel.
-    let deployment = object("Deployment", "tenantflux-system", "tenantflux-agent");
-    let env: Vec<(&str, &str)> = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
-        .as_array()
-        .expect("the agent's env")
-        .iter()
-        .filter_map(|e| Some((e["name"].as_str()?, e["value"].as_str()?)))
-        .collect();
+    let env = agent_env(&objects);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     for expected in [
         ("TENANTFLUX_ADOPT", "true"),
         ("TENANTFLUX_OPERATOR_NAMESPACE", "cozy-fluxcd"),
@@ -723,10 +544,13 @@ fn the_system_package_installs_the_agent_adopting_in_cozy_fluxcd() {
 
     // Step 4: the chart's own schema holds through the wrapper: a channel without a tag is
     // refused, naming the value.
-    let refused = render(&[
-        "--set",
-        "tenantflux-agent.policy.source=oci://registry.example/p",
-    ]);
+    let refused = vendored.render(
+        &release,
+        &[
+            "--set",
+            "tenantflux-agent.policy.source=oci://registry.example/p",
+        ],
+    );
     assert!(
         !refused.status.success() && stderr(&refused).contains("policy"),
         "step 4: {}",

@@ -386,6 +386,41 @@ pub enum BundleError {
     },
 }
 
+/// flux-operator's releases install into `flux-system`; a platform that runs Flux elsewhere
+/// (Cozystack's `cozy-fluxcd`) sets the operator namespace. A bundle whose Namespace and
+/// namespaced objects all name one namespace other than `operator_namespace` is moved there:
+/// those names, and the binding subjects in it. A bundle naming several namespaces is left as
+/// it is, and its objects outside the operator namespace are refused one by one as before. The
+/// digest stays the one of the bytes read: the move is the agent's, not the bundle's.
+pub fn relocate(documents: &mut [Value], operator_namespace: &str) {
+    let mut named = BTreeSet::new();
+    for document in documents.iter() {
+        if document["kind"] == "Namespace" {
+            named.insert(document["metadata"]["name"].as_str().unwrap_or_default());
+        } else if let Some(namespace) = document["metadata"]["namespace"].as_str() {
+            named.insert(namespace);
+        }
+    }
+    let from = match named.into_iter().collect::<Vec<_>>().as_slice() {
+        [only] if *only != operator_namespace && !only.is_empty() => (*only).to_owned(),
+        _ => return,
+    };
+    let to = Value::from(operator_namespace);
+    for document in documents.iter_mut() {
+        if document["kind"] == "Namespace" {
+            document["metadata"]["name"] = to.clone();
+        } else if document["metadata"]["namespace"] == from.as_str() {
+            document["metadata"]["namespace"] = to.clone();
+        }
+        let subjects = document.get_mut("subjects").and_then(Value::as_array_mut);
+        for subject in subjects.into_iter().flatten() {
+            if subject["namespace"] == from.as_str() {
+                subject["namespace"] = to.clone();
+            }
+        }
+    }
+}
+
 /// `sha256:<hex>` of `bytes`.
 pub fn digest_of(bytes: &[u8]) -> String {
     let hash = Sha256::digest(bytes);
@@ -409,8 +444,9 @@ impl Bundle {
     ) -> Result<Self, BundleError> {
         let mut objects = Vec::new();
         let mut seen = BTreeSet::new();
-        let documents = tenantflux_core::yaml::documents::<Value>(yaml)
+        let mut documents = tenantflux_core::yaml::documents::<Value>(yaml)
             .map_err(|source| BundleError::Yaml { source })?;
+        relocate(&mut documents, operator_namespace);
         for (index, value) in documents.into_iter().enumerate() {
             let document_number = index + 1;
             let object = bundle_object(value, document_number, operator_namespace)?;

@@ -623,3 +623,52 @@ fn a_vouching_does_not_lift_what_no_release_sets() {
     let err = parse(&yaml).unwrap_err().to_string();
     assert!(err.contains("hostPath"), "{err}");
 }
+
+#[test]
+fn a_release_bundle_moves_into_another_operator_namespace() {
+    // flux-operator's releases name flux-system; Cozystack runs Flux in cozy-fluxcd.
+    let yaml = install("ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1");
+    let images = ImageRules {
+        registries: vec!["ghcr.io/controlplaneio-fluxcd/*".to_owned()],
+        require_digest: false,
+        pod_fields: Vec::new(),
+    };
+    let bundle = Bundle::parse(&yaml, digest_of(yaml.as_bytes()), "cozy-fluxcd", &images)
+        .and_then(|b| b.check_cluster_rbac(&[]).map(|()| b))
+        .unwrap();
+    assert_eq!(bundle.digest, digest_of(yaml.as_bytes()), "the bytes read");
+    let names: Vec<String> = bundle
+        .objects
+        .iter()
+        .map(|o| o.reference.to_string())
+        .collect();
+    assert!(
+        names.contains(&"Namespace cozy-fluxcd".to_owned()),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"Deployment cozy-fluxcd/flux-operator".to_owned()),
+        "{names:?}"
+    );
+    assert!(
+        !names.iter().any(|n| n.contains("flux-system")),
+        "{names:?}"
+    );
+    let binding = bundle
+        .objects
+        .iter()
+        .find(|o| o.reference.name == "flux-operator-cluster-admin")
+        .unwrap();
+    assert_eq!(binding.manifest["subjects"][0]["namespace"], "cozy-fluxcd");
+    // Two namespaces: nothing moves, and what is outside the operator namespace is refused.
+    let split = format!(
+        "{yaml}---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: sa, namespace: cozy-fluxcd}}\n"
+    );
+    let refused = Bundle::parse(&split, digest_of(split.as_bytes()), "cozy-fluxcd", &images)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("is not in the operator namespace"),
+        "{refused}"
+    );
+}
