@@ -77,7 +77,7 @@ pub enum Command {
     /// Serve a live web page of the cluster's Flux on 127.0.0.1 (objects, inventories, Events,
     /// the cluster's state; suspend, resume, reconcile), through the agent as you.
     #[command(
-        after_help = "The page shows what your credentials may watch: every namespace, or with -n one. It\nlistens on 127.0.0.1 only; the printed address signs one browser in, once. Ctrl-C stops it.\n\nExamples:\n  kubectl tenantflux dashboard\n  kubectl tenantflux dashboard -n apps --port 8900 --no-open"
+        after_help = "The page shows what your credentials may watch: every namespace, or with -n one. It\nlistens on 127.0.0.1 only, under a name of its own per run (NAME.localhost); the printed\naddress signs one browser in, once; a session ends after 30 min idle or 12 h. Ctrl-C stops it.\n\nExamples:\n  kubectl tenantflux dashboard\n  kubectl tenantflux dashboard -n apps --port 8900 --no-open"
     )]
     Dashboard(DashboardArgs),
     /// The platform's policy: keygen, sign and verify (local), push and show (the agent).

@@ -6,12 +6,17 @@
 //! commit arrives without a reload, suspend goes through the agent as the user, the viewer's
 //! action is refused with the agent's message and the viewer sees nothing of the other
 //! namespace; requests without the cookie, with a foreign Host or without the CSRF token are
-//! refused and change nothing. Each step saves a screenshot under target/screenshots/.
+//! refused and change nothing. The page is served under a name of its own
+//! (`tenantflux-<random>.localhost`): pages of other servers on 127.0.0.1 opened in the same
+//! browser receive no cookie, and 127.0.0.1 or localhost get no page. A session that ends shows
+//! why and the next address the terminal got, and its confirmations are refused in the next
+//! session; the confirmation takes no focus. Each step saves a screenshot under
+//! target/screenshots/.
 
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
     path::{Path, PathBuf},
-    process::{Child, Stdio},
+    process::{Child, ChildStdout, Stdio},
     time::Duration,
 };
 
@@ -29,21 +34,59 @@ const OTHER: &str = "dash-other";
 const RECONCILE: Duration = Duration::from_secs(120);
 /// How long the page may take to show what the agent knows.
 const SHOWN: Duration = Duration::from_secs(30);
+/// The session cookie's name.
+const COOKIE: &str = "tenantflux-session";
+/// How long the session of the dashboard that shows a session ending lasts.
+const SHORT_SESSION: &str = "45s";
 
 /// A running `kubectl tenantflux dashboard`, stopped when dropped.
 struct Dashboard {
     child: Child,
     /// The sign-in address it printed.
     url: String,
+    /// `tenantflux-<random>.localhost:PORT`: the name and port it answers under.
+    host: String,
     port: u16,
+    /// What it prints after the first line: the next sign-in address when a session ended.
+    stdout: BufReader<ChildStdout>,
+}
+
+/// The address in a line the dashboard printed: the address, its host and its port.
+fn address(line: &str) -> (String, String, u16) {
+    let url = line
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    let host = url["http://".len()..]
+        .split('/')
+        .next()
+        .expect("a host")
+        .to_owned();
+    let port = host
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .unwrap_or_else(|| panic!("a port in {url}"));
+    (url, host, port)
 }
 
 impl Dashboard {
     fn start(cluster: &TestCluster, kubeconfig: &Path, args: &[&str]) -> Dashboard {
+        Self::start_with(cluster, kubeconfig, args, &[])
+    }
+
+    /// Started with `env` too (the hidden session limits, say).
+    fn start_with(
+        cluster: &TestCluster,
+        kubeconfig: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Dashboard {
         let mut all = vec!["dashboard", "--no-open"];
         all.extend_from_slice(args);
         let mut child = cluster
             .plugin_command(Some(kubeconfig), &all)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -62,21 +105,30 @@ impl Dashboard {
                 .read_to_string(&mut err);
             panic!("the dashboard exited before printing its address: {err}");
         }
-        let url = line
-            .split_whitespace()
-            .find(|word| word.starts_with("http://127.0.0.1:"))
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_owned();
-        let port = url["http://127.0.0.1:".len()..]
-            .split('/')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .expect("a port");
-        Dashboard { child, url, port }
+        let (url, host, port) = address(&line);
+        Dashboard {
+            child,
+            url,
+            host,
+            port,
+            stdout,
+        }
     }
 
     fn base(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}", self.host)
+    }
+
+    /// The next address the dashboard printed (it prints one when a session ended, before
+    /// the page that says so is sent).
+    fn next_address(&mut self) -> String {
+        let mut line = String::new();
+        let read = self
+            .stdout
+            .read_line(&mut line)
+            .expect("read the dashboard's output");
+        assert!(read > 0, "the dashboard's output ended");
+        address(&line).0
     }
 
     /// Sends `signal` (`HUP`: the terminal closed, `INT`: Ctrl-C) and waits for the dashboard
@@ -108,8 +160,8 @@ impl Drop for Dashboard {
     }
 }
 
-/// One HTTP/1.1 request to 127.0.0.1:`port` as written; the status and the body.
-fn http(port: u16, request: &str) -> (u16, String) {
+/// One HTTP/1.1 request to 127.0.0.1:`port` as written; the status, the head and the body.
+fn http(port: u16, request: &str) -> (u16, String, String) {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
     stream.write_all(request.as_bytes()).expect("send");
     let mut answer = String::new();
@@ -119,14 +171,20 @@ fn http(port: u16, request: &str) -> (u16, String) {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .expect("status line");
-    let body = answer
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    (status, head.to_owned(), body.to_owned())
 }
 
-fn post(port: u16, host: &str, cookie: &str, extra: &str, body: &str) -> (u16, String) {
+fn get(port: u16, host: &str, target: &str, cookie: &str) -> (u16, String, String) {
+    http(
+        port,
+        &format!(
+            "GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nCookie: {cookie}\r\n\r\n"
+        ),
+    )
+}
+
+fn post(port: u16, host: &str, cookie: &str, extra: &str, body: &str) -> u16 {
     http(
         port,
         &format!(
@@ -135,6 +193,60 @@ fn post(port: u16, host: &str, cookie: &str, extra: &str, body: &str) -> (u16, S
             body.len()
         ),
     )
+    .0
+}
+
+/// A server of another local user on another loopback port, as a page the user opens in the
+/// same browser: it answers every request with the Host and Cookie headers it received.
+struct Neighbour {
+    port: u16,
+}
+
+impl Neighbour {
+    fn start() -> Neighbour {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let port = listener.local_addr().expect("address").port();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                // A browser may open a connection it sends nothing on: one thread each.
+                std::thread::spawn(move || Neighbour::answer(stream));
+            }
+        });
+        Neighbour { port }
+    }
+
+    fn answer(mut stream: std::net::TcpStream) {
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+        let mut head = Vec::new();
+        let mut buffer = [0_u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut buffer) {
+                Ok(0) | Err(_) => return,
+                Ok(read) => head.extend_from_slice(&buffer[..read]),
+            }
+        }
+        let head = String::from_utf8_lossy(&head);
+        let header = |name: &str| {
+            head.lines()
+                .find_map(|line| {
+                    let (key, value) = line.split_once(':')?;
+                    key.eq_ignore_ascii_case(name)
+                        .then(|| value.trim().to_owned())
+                })
+                .unwrap_or_default()
+        };
+        let body = format!(
+            "<!DOCTYPE html><html><body><p id=\"seen\">host {} cookie [{}]</p></body></html>",
+            header("host"),
+            header("cookie")
+        );
+        let _ = write!(
+            stream,
+            "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    }
 }
 
 fn suspended(cluster: &TestCluster, namespace: &str, name: &str) -> String {
@@ -426,34 +538,76 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
         .await
         .expect("shown suspended");
 
-    // Refused without the cookie, with a foreign Host, or without the CSRF token.
+    // The cookie is the page's name's alone: pages of other servers on 127.0.0.1 (another
+    // local user's, on another port) opened in the same browser receive none, and the
+    // dashboard's own port under 127.0.0.1 or localhost shows no page.
     let cookies = page.get_all_cookies().await.expect("cookies");
-    let name = format!("tenantflux-{}", dashboard.port);
     let session = cookies
         .iter()
-        .find(|c| c.name() == name)
-        .unwrap_or_else(|| panic!("the session cookie {name} in {cookies:?}"));
+        .find(|c| c.name() == COOKIE)
+        .unwrap_or_else(|| panic!("the session cookie {COOKIE} in {cookies:?}"));
     assert_eq!(session.http_only(), Some(true), "HttpOnly");
-    let cookie = format!("{name}={}", session.value());
-    let host = format!("127.0.0.1:{}", dashboard.port);
-    let (status, body) = http(
-        dashboard.port,
-        &format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+    let name = dashboard.host.rsplit_once(':').expect("name:port").0;
+    assert_eq!(
+        session.domain(),
+        Some(name),
+        "the page's name's: {session:?}"
     );
+    let cookie = format!("{COOKIE}={}", session.value());
+    let neighbour = Neighbour::start();
+    for other in [
+        format!("127.0.0.1:{}", neighbour.port),
+        format!("localhost:{}", neighbour.port),
+        format!("neighbour.localhost:{}", neighbour.port),
+    ] {
+        page.goto(&format!("http://{other}/"))
+            .await
+            .expect("the neighbour's page");
+        let seen = browser
+            .wait_for_text("#seen", &format!("host {other}"), SHOWN)
+            .await
+            .expect("the neighbour's answer")
+            .text()
+            .await
+            .expect("its text");
+        assert!(
+            seen.ends_with("cookie []"),
+            "{other} received a cookie: {seen}"
+        );
+    }
+    for other in [
+        format!("127.0.0.1:{}", dashboard.port),
+        format!("localhost:{}", dashboard.port),
+    ] {
+        page.goto(&format!("http://{other}/"))
+            .await
+            .expect("the old address");
+        browser
+            .wait_for_text("main", "answers only at the address it printed", SHOWN)
+            .await
+            .expect("refused");
+        let source = page.source().await.expect("source");
+        assert!(!source.contains("dash-app"), "{other}: {source}");
+    }
+
+    // Refused without the cookie, with a foreign Host, or without the CSRF token.
+    let host = dashboard.host.clone();
+    let (status, _, body) = get(dashboard.port, &host, "/", "");
     assert_eq!(status, 401, "no cookie");
     assert!(!body.contains("dash-app"), "{body}");
-    let (status, body) = http(
-        dashboard.port,
-        &format!(
-            "GET / HTTP/1.1\r\nHost: rebound.example:{}\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n",
-            dashboard.port
-        ),
-    );
-    assert_eq!(status, 421, "foreign Host");
-    assert!(!body.contains("dash-app"), "{body}");
+    for other in [
+        format!("rebound.example:{}", dashboard.port),
+        format!("127.0.0.1:{}", dashboard.port),
+        format!("localhost:{}", dashboard.port),
+    ] {
+        let (status, head, body) = get(dashboard.port, &other, "/", &cookie);
+        assert_eq!(status, 421, "Host {other}");
+        assert!(!body.contains("dash-app"), "{body}");
+        assert!(!head.to_lowercase().contains("set-cookie"), "{head}");
+    }
     let form = format!("action=suspend&kind=Kustomization&namespace={OTHER}&name=other-app");
     assert_eq!(
-        post(dashboard.port, &host, &cookie, "", &form).0,
+        post(dashboard.port, &host, &cookie, "", &form),
         403,
         "no CSRF token"
     );
@@ -473,22 +627,33 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
         .expect("value")
         .expect("a token");
     let with_token = format!("csrf={csrf}&{form}");
-    let (status, _) = post(
-        dashboard.port,
-        &host,
-        "tenantflux-0=forged",
-        "",
-        &with_token,
+    assert_eq!(
+        post(
+            dashboard.port,
+            &host,
+            &format!("{COOKIE}=forged"),
+            "",
+            &with_token
+        ),
+        401,
+        "a token without the session cookie"
     );
-    assert_eq!(status, 401, "a token without the session cookie");
-    let (status, _) = post(
-        dashboard.port,
-        &host,
-        &cookie,
-        "Origin: http://attacker.example\r\n",
-        &with_token,
-    );
-    assert_eq!(status, 403, "a post from another origin");
+    for origin in [
+        "http://attacker.example".to_owned(),
+        format!("http://127.0.0.1:{}", dashboard.port),
+    ] {
+        assert_eq!(
+            post(
+                dashboard.port,
+                &host,
+                &cookie,
+                &format!("Origin: {origin}\r\n"),
+                &with_token,
+            ),
+            403,
+            "a post from {origin}"
+        );
+    }
     assert_eq!(
         suspended(cluster, OTHER, "other-app"),
         "",
@@ -567,6 +732,146 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
         .await
         .expect("screenshot");
 
+    // A session that ends. The printed token, presented under 127.0.0.1 or localhost (whose
+    // cookies every local server receives), signs nobody in and sets no cookie; under the
+    // printed name it signs the browser in.
+    let mut short = Dashboard::start_with(
+        cluster,
+        &admin,
+        &[],
+        &[("TENANTFLUX_DASHBOARD_SESSION_MAX", SHORT_SESSION)],
+    );
+    let login = &short.url[short.url.find("/login").expect("a sign-in path")..];
+    for other in [
+        format!("127.0.0.1:{}", short.port),
+        format!("localhost:{}", short.port),
+    ] {
+        let (status, head, body) = get(short.port, &other, login, "");
+        assert_eq!(status, 421, "the token under {other}");
+        assert!(!head.to_lowercase().contains("set-cookie"), "{head}");
+        assert!(!body.contains(&short.host), "the name is not said: {body}");
+    }
+    page.goto(&short.url).await.expect("sign in");
+    browser
+        .wait_for_text(&format!("{app} td.ready"), "True", SHOWN)
+        .await
+        .expect("signed in with the same token");
+    // The confirmation takes no focus, so no key pressed on the page (which another page may
+    // have opened) submits it; its form carries the session's own token.
+    page.goto(&format!(
+        "{}/confirm?action=resume&kind=Kustomization&namespace={NS}&name=dash-app",
+        short.base()
+    ))
+    .await
+    .expect("a confirmation page");
+    browser
+        .wait_for_text("h1", "Resume Kustomization dash/dash-app?", SHOWN)
+        .await
+        .expect("the confirmation");
+    let button = page
+        .find(Locator::Css(r#"form button[type="submit"]"#))
+        .await
+        .expect("the confirm button");
+    assert_eq!(button.attr("autofocus").await.expect("attribute"), None);
+    let focused = page
+        .execute_async(
+            "const done = arguments[arguments.length - 1];\
+             requestAnimationFrame(() => requestAnimationFrame(() => done(document.activeElement.tagName)));",
+            vec![],
+        )
+        .await
+        .expect("the focused element");
+    assert_eq!(focused, serde_json::json!("BODY"), "nothing has the focus");
+    let ended_csrf = page
+        .find(Locator::Css(r#"input[name="csrf"]"#))
+        .await
+        .expect("the form's token")
+        .attr("value")
+        .await
+        .expect("value")
+        .expect("a token");
+    let ended_cookie = page
+        .get_named_cookie(COOKIE)
+        .await
+        .expect("the session cookie")
+        .value()
+        .to_owned();
+    // The list stays open; when the session ends its live stream is cut, the browser is
+    // refused on reconnecting, and the page, reloaded, says why and what to do.
+    page.goto(&format!("{}/", short.base()))
+        .await
+        .expect("the list");
+    browser
+        .wait_for_text("#live-state", "live", SHOWN)
+        .await
+        .expect("live");
+    let ended = browser
+        .wait_for_text("main", "Session expired", Duration::from_secs(120))
+        .await
+        .expect("the session's end shown")
+        .text()
+        .await
+        .expect("its text");
+    assert!(
+        ended.contains(&format!("{SHORT_SESSION} after signing in"))
+            && ended.contains("printed a new sign-in address"),
+        "{ended}"
+    );
+    browser
+        .screenshot("dashboard-session-expired")
+        .await
+        .expect("screenshot");
+    let (status, _, body) = get(
+        short.port,
+        &short.host,
+        "/",
+        &format!("{COOKIE}={ended_cookie}"),
+    );
+    assert_eq!(status, 401, "the ended session's cookie");
+    assert!(!body.contains("dash-app"), "{body}");
+    assert!(body.contains("Session expired"), "{body}");
+    // The terminal has the next address; it signs the browser in again, as a new session.
+    let next = short.next_address();
+    assert_ne!(next, short.url);
+    page.goto(&next).await.expect("sign in again");
+    browser
+        .wait_for_text(&format!("{app} td.ready"), "True", SHOWN)
+        .await
+        .expect("signed in again");
+    let cookie = format!(
+        "{COOKIE}={}",
+        page.get_named_cookie(COOKIE)
+            .await
+            .expect("the new session cookie")
+            .value()
+    );
+    assert_ne!(cookie, format!("{COOKIE}={ended_cookie}"));
+    // A confirmation is bound to the session that asked for it: the ended session's form,
+    // sent with the new session's cookie, is refused, as is one without a token.
+    let form = format!("action=resume&kind=Kustomization&namespace={NS}&name=dash-app");
+    assert_eq!(
+        post(
+            short.port,
+            &short.host,
+            &cookie,
+            "",
+            &format!("csrf={ended_csrf}&{form}")
+        ),
+        403,
+        "the ended session's confirmation"
+    );
+    assert_eq!(
+        post(short.port, &short.host, &cookie, "", &form),
+        403,
+        "no token"
+    );
+    assert_eq!(
+        suspended(cluster, NS, "dash-app"),
+        "true",
+        "nothing resumed"
+    );
+    drop(short);
+
     // A closed terminal and Ctrl-C each stop a dashboard, live streams open or not: it exits
     // and its port is closed.
     browser.close().await.expect("close the browser");
@@ -616,10 +921,7 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
     .expect("$BROWSER run");
     let _ = opened.kill();
     let _ = opened.wait();
-    let url = line
-        .split_whitespace()
-        .find(|word| word.starts_with("http://127.0.0.1:"))
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    let (url, _, _) = address(&line);
     let argv = std::fs::read_to_string(seen.with_extension("argv")).expect("argv");
     assert!(
         !argv.contains("token"),

@@ -1,8 +1,13 @@
-//! `kubectl tenantflux fleet dashboard` over ten real agents: the page shows ten clusters, one
-//! stale and one behind marked, the others current; its live stream sends the tiles again with
-//! the page's filter, and a tile's cluster page reads that cluster's agent; then the same in a
-//! real browser (chromium through chromedriver), which follows the live stream, with a
-//! screenshot (target/screenshots/fleet-dashboard.png).
+//! `kubectl tenantflux fleet dashboard` over ten real agents: against the policy the platform
+//! pushed (`--expect-policy`) the page shows ten clusters, one stale and one behind marked, the
+//! others current; its live stream sends the tiles again with the page's filter, and a tile's
+//! cluster page reads that cluster's agent; then the same in a real browser (chromium through
+//! chromedriver), which follows the live stream, with a screenshot
+//! (target/screenshots/fleet-dashboard.png). The page answers only under its own name.
+//!
+//! The attack: one tenant's agent reports a higher generation than the platform published.
+//! Against `--expect-policy` that cluster is "other policy" and the others stay current;
+//! without a reference nobody is "behind": each tile says the generation it holds.
 //!
 //! Each agent is a real tenantflux-agent process with a namespace of its own, a Deployment kwok
 //! runs as its pod and a kwok ClusterPortForward that sends port-forwards to that pod to the
@@ -49,6 +54,8 @@ impl Drop for Agents {
 struct Dashboard {
     child: Child,
     url: String,
+    /// `tenantflux-<random>.localhost:PORT`: the name and port it answers under.
+    host: String,
     port: u16,
 }
 
@@ -76,15 +83,57 @@ impl Dashboard {
         }
         let url = line
             .split_whitespace()
-            .find(|word| word.starts_with("http://127.0.0.1:"))
+            .find(|word| word.starts_with("http://"))
             .unwrap_or_else(|| panic!("no address in {line:?}"))
             .to_owned();
-        let port = url["http://127.0.0.1:".len()..]
+        let host = url["http://".len()..]
             .split('/')
             .next()
-            .and_then(|p| p.parse().ok())
+            .expect("a host")
+            .to_owned();
+        let port = host
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
             .expect("a port");
-        Dashboard { child, url, port }
+        Dashboard {
+            child,
+            url,
+            host,
+            port,
+        }
+    }
+
+    /// GET `target` as the page's browser would: under its name, with `cookie`.
+    fn get(&self, target: &str, cookie: &str) -> (u16, String, String) {
+        get(self.port, &self.host, target, cookie)
+    }
+
+    /// Signs in with the printed address over HTTP; the session cookie (`name=value`).
+    fn sign_in(&self) -> String {
+        let login = &self.url[self.url.find("/login").expect("a sign-in path")..];
+        let (status, head, _) = self.get(login, "");
+        assert_eq!(status, 303, "{head}");
+        head.lines()
+            .find_map(|l| {
+                l.strip_prefix("set-cookie: ")
+                    .or_else(|| l.strip_prefix("Set-Cookie: "))
+            })
+            .and_then(|c| c.split(';').next())
+            .expect("a session cookie")
+            .to_owned()
+    }
+
+    /// The tiles the page shows once they are `want`.
+    async fn settles_on(&self, cookie: &str, want: &[(String, String)]) -> String {
+        wait_for("the page's tiles", Duration::from_secs(120), || {
+            let (status, _, page) = self.get("/", cookie);
+            async move { (status == 200 && tiles(&page) == want).then_some(page) }
+        })
+        .await
+        .unwrap_or_else(|err| {
+            let (_, _, page) = self.get("/", cookie);
+            panic!("{err}: {:?} wanted {want:?}\n{page}", tiles(&page))
+        })
     }
 }
 
@@ -95,12 +144,13 @@ impl Drop for Dashboard {
     }
 }
 
-/// One HTTP/1.1 GET of `target` from 127.0.0.1:`port`: the status, the head and the body.
-fn get(port: u16, target: &str, cookie: &str) -> (u16, String, String) {
+/// One HTTP/1.1 GET of `target` from 127.0.0.1:`port` naming `host`: the status, the head and
+/// the body.
+fn get(port: u16, host: &str, target: &str, cookie: &str) -> (u16, String, String) {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
     write!(
         stream,
-        "GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nCookie: {cookie}\r\n\r\n"
+        "GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nCookie: {cookie}\r\n\r\n"
     )
     .expect("send");
     let mut answer = String::new();
@@ -115,14 +165,15 @@ fn get(port: u16, target: &str, cookie: &str) -> (u16, String, String) {
 }
 
 /// The first `part` event of the live stream at `target`, as JSON.
-fn first_part(port: u16, target: &str, cookie: &str) -> serde_json::Value {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+fn first_part(dashboard: &Dashboard, target: &str, cookie: &str) -> serde_json::Value {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", dashboard.port)).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .expect("a read timeout");
     write!(
         stream,
-        "GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {cookie}\r\n\r\n"
+        "GET {target} HTTP/1.1\r\nHost: {}\r\nCookie: {cookie}\r\n\r\n",
+        dashboard.host
     )
     .expect("send");
     let mut seen = Vec::new();
@@ -160,15 +211,16 @@ fn tiles(page: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The states the page should settle on: the behind one, the stale one, the rest current.
-fn expected() -> Vec<(String, String)> {
+/// The states the page should settle on: `odd` for the one held apart, the stale one, `rest`
+/// for the others.
+fn expected(odd: &str, rest: &str) -> Vec<(String, String)> {
     (0..AGENTS)
         .map(|j| {
             let name = format!("cluster-{j}");
             let state = match name.as_str() {
-                BEHIND => "behind",
+                BEHIND => odd,
                 STALE => "stale",
-                _ => "current",
+                _ => rest,
             };
             (name, state.to_owned())
         })
@@ -276,7 +328,7 @@ fn sign(
 }
 
 #[tokio::test]
-async fn the_fleet_page_over_10_real_agents_shows_10_clusters_with_one_stale_and_one_behind() {
+async fn the_fleet_page_over_10_real_agents_judges_behind_only_against_the_platform() {
     let started = std::time::Instant::now();
     let pid = std::process::id();
     let shared = TestCluster::start(&format!("tf-fleetdash-{pid}")).expect("control plane");
@@ -334,7 +386,7 @@ async fn the_fleet_page_over_10_real_agents_shows_10_clusters_with_one_stale_and
         wait_for(&format!("agent {j} ready"), STARTED, || async move {
             std::net::TcpStream::connect(("127.0.0.1", admin))
                 .is_ok()
-                .then(|| get(admin, "/readyz", ""))
+                .then(|| get(admin, &format!("127.0.0.1:{admin}"), "/readyz", ""))
                 .filter(|(status, _, _)| *status == 200)
                 .map(drop)
         })
@@ -404,37 +456,28 @@ async fn the_fleet_page_over_10_real_agents_shows_10_clusters_with_one_stale_and
     );
     assert_eq!(push(&short, "stale"), 1);
 
-    // The dashboard reads the fleet every 5s; the page settles on the states once the short
-    // policy expired and every agent proved its policy enforced.
-    let dashboard = Dashboard::start(
-        &shared,
-        &["--fleet-file", path(&fleet_file), "--interval", "5s"],
-    );
+    // The dashboard reads the fleet every 5s; against the policy the platform pushed, the page
+    // settles on the states once the short policy expired and every agent proved its policy
+    // enforced.
+    let expect = ["--expect-policy", path(&gen2)];
+    let mut args = vec!["--fleet-file", path(&fleet_file), "--interval", "5s"];
+    args.extend_from_slice(&expect);
+    let dashboard = Dashboard::start(&shared, &args);
+    // The printed token under 127.0.0.1 or localhost (whose cookies go to every local server):
+    // refused, no cookie, the token still good under the printed name.
     let login = &dashboard.url[dashboard.url.find("/login").expect("a sign-in path")..];
-    let (status, head, _) = get(dashboard.port, login, "");
-    assert_eq!(status, 303, "{head}");
-    let cookie = head
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("set-cookie: ")
-                .or_else(|| l.strip_prefix("Set-Cookie: "))
-        })
-        .and_then(|c| c.split(';').next())
-        .expect("a session cookie")
-        .to_owned();
-    let page = wait_for(
-        "the page to show one stale and one behind",
-        Duration::from_secs(120),
-        || {
-            let (status, _, page) = get(dashboard.port, "/", &cookie);
-            async move { (status == 200 && tiles(&page) == expected()).then_some(page) }
-        },
-    )
-    .await
-    .unwrap_or_else(|err| {
-        let (_, _, page) = get(dashboard.port, "/", &cookie);
-        panic!("{err}: {:?}\n{page}", tiles(&page))
-    });
+    for other in [
+        format!("127.0.0.1:{}", dashboard.port),
+        format!("localhost:{}", dashboard.port),
+    ] {
+        let (status, head, _) = get(dashboard.port, &other, login, "");
+        assert_eq!(status, 421, "the token under {other}");
+        assert!(!head.to_lowercase().contains("set-cookie"), "{head}");
+    }
+    let cookie = dashboard.sign_in();
+    let page = dashboard
+        .settles_on(&cookie, &expected("behind", "current"))
+        .await;
     eprintln!("the page settled after {:?}", started.elapsed());
     assert!(
         page.contains("the last round read 10 clusters in") && page.contains("at most 16 at once"),
@@ -442,31 +485,41 @@ async fn the_fleet_page_over_10_real_agents_shows_10_clusters_with_one_stale_and
     );
     assert!(page.contains("refreshed every 5s"), "{page}");
     assert!(page.contains("generation 2</text>"), "{page}");
-    let (status, _, filtered) = get(dashboard.port, "/?state=behind", &cookie);
+    assert!(
+        page.contains("the platform pushed generation 2"),
+        "the behind tile says against what: {page}"
+    );
+    let (status, _, filtered) = dashboard.get("/?state=behind", &cookie);
     assert_eq!(status, 200);
     assert_eq!(tiles(&filtered), [(BEHIND.to_owned(), "behind".to_owned())]);
-    let (status, _, _) = get(dashboard.port, "/", "");
+    let (status, _, _) = dashboard.get("/", "");
     assert_eq!(status, 401, "no page without the session");
+    for other in [
+        format!("127.0.0.1:{}", dashboard.port),
+        format!("localhost:{}", dashboard.port),
+        format!("rebound.example:{}", dashboard.port),
+    ] {
+        let (status, _, body) = get(dashboard.port, &other, "/", &cookie);
+        assert_eq!(status, 421, "Host {other}");
+        assert!(!body.contains("cluster-"), "{body}");
+    }
 
     // The live stream sends the tiles again after each round, with the page's filter.
-    let event = first_part(dashboard.port, "/live?state=behind", &cookie);
+    let event = first_part(&dashboard, "/live?state=behind", &cookie);
     assert_eq!(event["id"], "fleet", "{event:#}");
     let html = event["html"].as_str().expect("html");
     assert!(html.starts_with("<section id=\"fleet\""), "{html}");
     assert_eq!(tiles(html), [(BEHIND.to_owned(), "behind".to_owned())]);
 
     // A tile leads to its cluster, read now: the stale policy, still held.
-    let (status, _, detail) = get(dashboard.port, &format!("/cluster/{STALE}"), &cookie);
+    let (status, _, detail) = dashboard.get(&format!("/cluster/{STALE}"), &cookie);
     assert_eq!(status, 200, "{detail}");
     assert!(detail.contains("fleet (generation 2)"), "{detail}");
     assert!(detail.contains("stale"), "{detail}");
     // The same page in a real browser, which signs in with the printed address (the HTTP
     // sign-in above used the one-time token, so a second dashboard prints a new one).
     drop(dashboard);
-    let seen = Dashboard::start(
-        &shared,
-        &["--fleet-file", path(&fleet_file), "--interval", "5s"],
-    );
+    let seen = Dashboard::start(&shared, &args);
     let browser = Browser::start().await.expect("a browser");
     let client = browser.client();
     client.goto(&seen.url).await.expect("sign in");
@@ -547,8 +600,58 @@ async fn the_fleet_page_over_10_real_agents_shows_10_clusters_with_one_stale_and
         .expect("the cluster's policy");
     let text = policy.text().await.expect("its text");
     assert!(text.contains("stale"), "{text}");
+
+    // The attack: the tenant of the cluster held apart makes its agent report a generation the
+    // platform never published (here the agent holds a generation 3 the platform signed but
+    // pushed to nobody else; a tenant's own agent could report any number).
+    let gen3 = sign(&shared, dir.path(), &key, "gen3", 3, &[]);
+    assert_eq!(push(&gen3, "behind"), 1);
+    // Against what the platform pushed, that cluster holds another policy; the others stay
+    // current.
+    client
+        .find(Locator::Css("header a.brand"))
+        .await
+        .expect("the fleet's link")
+        .click()
+        .await
+        .expect("follow it");
+    browser
+        .wait_for_text(
+            &format!("[data-cluster=\"{BEHIND}\"] .badge"),
+            "other policy",
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("the one ahead marked");
+    let current = client
+        .find_all(Locator::Css("div.card.good[data-state=\"current\"]"))
+        .await
+        .expect("tiles");
+    assert_eq!(current.len(), AGENTS - 2, "the others are still current");
+    browser
+        .screenshot("fleet-dashboard-other-policy")
+        .await
+        .expect("screenshot");
     browser.close().await.expect("close the browser");
     drop(seen);
+    // Without --channel or --expect-policy, nobody is behind: every tile says the generation it
+    // holds, in a neutral tone.
+    let unjudged = Dashboard::start(
+        &shared,
+        &["--fleet-file", path(&fleet_file), "--interval", "5s"],
+    );
+    let cookie = unjudged.sign_in();
+    let page = unjudged
+        .settles_on(&cookie, &expected("holds", "holds"))
+        .await;
+    assert!(!page.contains("data-state=\"behind\""), "{page}");
+    assert!(page.contains("holds generation 3"), "{page}");
+    assert!(page.contains("holds generation 2"), "{page}");
+    assert!(page.contains("generations are shown, not judged"), "{page}");
+    let (status, _, filtered) = unjudged.get("/?state=behind", &cookie);
+    assert_eq!(status, 200);
+    assert_eq!(tiles(&filtered), [], "nobody behind");
+    drop(unjudged);
     drop(agents);
     eprintln!("done after {:?}", started.elapsed());
 }

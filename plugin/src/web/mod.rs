@@ -1,11 +1,18 @@
 //! The local web server behind `dashboard` and `fleet dashboard`, safe by construction:
 //!
-//! - it listens on 127.0.0.1 only, and answers only requests whose Host header names that
-//!   address (or `localhost`) and port, so a DNS-rebinding page elsewhere cannot reach it;
+//! - it listens on 127.0.0.1 only, under a name of its own for each run
+//!   (`http://tenantflux-<random>.localhost:PORT`, which browsers resolve to loopback
+//!   themselves), and answers only requests whose Host header is that name and port. Browsers
+//!   keep cookies per host name, not per port: under 127.0.0.1 or localhost the session cookie
+//!   would also go to every other server there (another local user's, on another port); under
+//!   a random name it goes to none, and a DNS-rebinding page elsewhere cannot reach the pages;
 //! - the address it prints carries a one-time token; the first request with it gets an
 //!   HttpOnly, SameSite=Strict session cookie, and every other request needs that cookie;
-//! - every request that is not a GET or HEAD needs the session's CSRF token as the form field
-//!   `csrf`, and an Origin (when the browser sends one) of this server;
+//! - a session ends after a while without a request and, however busy, a while after it
+//!   began ([`SessionLimits`]); its pages then say so, and the terminal gets a new sign-in
+//!   address;
+//! - every request that is not a GET or HEAD needs the session's own CSRF token as the form
+//!   field `csrf`, and an Origin (when the browser sends one) of this server;
 //! - every answer carries a Content-Security-Policy that allows only this server's own script,
 //!   style and images, no inline script, no framing, and no other origin: nothing from outside is
 //!   loaded.
@@ -16,7 +23,8 @@
 use std::{
     io::Write as _,
     net::{Ipv4Addr, SocketAddr},
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, MutexGuard},
+    time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
@@ -29,6 +37,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
+use futures::StreamExt as _;
 use tokio::net::TcpListener;
 
 pub mod page;
@@ -39,16 +48,24 @@ const FORM_LIMIT: usize = 16 * 1024;
 /// The policy of every answer: this origin's script, style and images only.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
+/// The session cookie's name. One server per host name, so one name serves every dashboard.
+const COOKIE: &str = "tenantflux-session";
+
+/// `bytes` random bytes from the OS, as hex.
+fn random_hex(bytes: usize) -> anyhow::Result<String> {
+    let mut random = vec![0_u8; bytes];
+    getrandom::fill(&mut random)
+        .map_err(|err| anyhow::anyhow!("cannot draw a random token from the OS: {err}"))?;
+    Ok(random.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// A random secret: 32 bytes from the OS, as hex.
 #[derive(Clone)]
 pub struct Secret(String);
 
 impl Secret {
     fn new() -> anyhow::Result<Self> {
-        let mut bytes = [0_u8; 32];
-        getrandom::fill(&mut bytes)
-            .map_err(|err| anyhow::anyhow!("cannot draw a random token from the OS: {err}"))?;
-        Ok(Self(bytes.iter().map(|b| format!("{b:02x}")).collect()))
+        random_hex(32).map(Self)
     }
 
     pub fn expose(&self) -> &str {
@@ -62,49 +79,269 @@ impl Secret {
     }
 }
 
-/// One server's secrets and address.
-pub struct Site {
-    port: u16,
-    /// The one-time login token, gone once used.
-    login: Mutex<Option<Secret>>,
-    session: Secret,
-    csrf: Secret,
+/// The CSRF token of the session a request came with, for the pages' forms (an axum
+/// extension the guard puts on every signed-in request).
+#[derive(Clone)]
+pub struct Csrf(Secret);
+
+impl Csrf {
+    pub fn token(&self) -> &str {
+        self.0.expose()
+    }
 }
 
-impl Site {
-    pub fn new(port: u16) -> anyhow::Result<Self> {
+/// How long a session lasts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// Without a request. A page left open is not idle: its live stream is ended well within
+    /// this, and the browser's reconnection is a request.
+    pub idle: Duration,
+    /// Since the sign-in, however busy.
+    pub absolute: Duration,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        Self {
+            idle: Duration::from_secs(30 * 60),
+            absolute: Duration::from_secs(12 * 3600),
+        }
+    }
+}
+
+/// The session limits as flags, hidden: they are there for tests that watch a session end.
+#[derive(Clone, Debug, clap::Args)]
+pub struct SessionArgs {
+    /// How long a session lasts without a request.
+    #[arg(long, hide = true, env = "TENANTFLUX_DASHBOARD_SESSION_IDLE", default_value = "30m", value_parser = parse_limit)]
+    pub session_idle: Duration,
+    /// How long a session lasts at most.
+    #[arg(long, hide = true, env = "TENANTFLUX_DASHBOARD_SESSION_MAX", default_value = "12h", value_parser = parse_limit)]
+    pub session_max: Duration,
+}
+
+impl From<&SessionArgs> for SessionLimits {
+    fn from(args: &SessionArgs) -> Self {
+        Self {
+            idle: args.session_idle,
+            absolute: args.session_max,
+        }
+    }
+}
+
+fn parse_limit(text: &str) -> Result<Duration, String> {
+    let limit = tenantflux_core::duration::parse(text).map_err(|err| err.to_string())?;
+    if limit.is_zero() {
+        return Err("a session must last longer than 0s".to_owned());
+    }
+    Ok(limit)
+}
+
+/// Why a session ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expiry {
+    Idle,
+    Absolute,
+}
+
+/// The signed-in browser's session.
+#[derive(Clone)]
+struct Session {
+    cookie: Secret,
+    csrf: Secret,
+    started: Instant,
+    seen: Instant,
+}
+
+impl Session {
+    fn expiry(&self, now: Instant, limits: SessionLimits) -> Option<Expiry> {
+        if now.saturating_duration_since(self.started) >= limits.absolute {
+            Some(Expiry::Absolute)
+        } else if now.saturating_duration_since(self.seen) >= limits.idle {
+            Some(Expiry::Idle)
+        } else {
+            None
+        }
+    }
+
+    /// When a stream opened at `now` must end: before the session could go idle (so the
+    /// browser reconnects in time, and an open page keeps its session), and when it ends.
+    fn stream_end(&self, now: Instant, limits: SessionLimits) -> Instant {
+        (now + limits.idle / 2).min(self.started + limits.absolute)
+    }
+}
+
+/// A sign-in token and the session it opens, drawn together so that signing in cannot fail.
+struct Pending {
+    token: Secret,
+    session: (Secret, Secret),
+}
+
+impl Pending {
+    fn new() -> anyhow::Result<Self> {
         Ok(Self {
-            port,
-            login: Mutex::new(Some(Secret::new()?)),
-            session: Secret::new()?,
-            csrf: Secret::new()?,
+            token: Secret::new()?,
+            session: (Secret::new()?, Secret::new()?),
+        })
+    }
+}
+
+/// What a request's cookie is worth.
+#[derive(Clone)]
+enum Visit {
+    /// The live session's: its CSRF token, and when a stream opened now must end.
+    Signed { csrf: Secret, stream_end: Instant },
+    /// The cookie of the session that ended last.
+    Expired(Expiry),
+    /// No cookie, or one this server never gave.
+    Stranger,
+}
+
+/// Why the sign-in address did not sign the browser in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SignInRefused {
+    /// There is no sign-in address now: the one printed was used and its session is live.
+    Used,
+    /// Not the address printed last.
+    Wrong,
+}
+
+/// Who may come in: the sign-in token while nobody is signed in, the one session, and the last
+/// session that ended (so that its cookie is told "expired", not "not signed in").
+struct Door {
+    pending: Option<Pending>,
+    session: Option<Session>,
+    ended: Option<(Secret, Expiry)>,
+}
+
+impl Door {
+    fn new() -> anyhow::Result<Self> {
+        Ok(Self {
+            pending: Some(Pending::new()?),
+            session: None,
+            ended: None,
         })
     }
 
-    /// The address that signs a browser in, once.
+    /// Ends the session when it is past a limit at `now`, and draws a new sign-in token for the
+    /// next one; true when it did (the new address is to be printed).
+    fn end_expired(&mut self, now: Instant, limits: SessionLimits) -> anyhow::Result<bool> {
+        let Some(why) = self.session.as_ref().and_then(|s| s.expiry(now, limits)) else {
+            return Ok(false);
+        };
+        if let Some(session) = self.session.take() {
+            self.ended = Some((session.cookie, why));
+        }
+        self.pending = Some(Pending::new()?);
+        Ok(true)
+    }
+
+    /// The session a request's cookies (the values of every cookie of [`COOKIE`]'s name) belong
+    /// to; a live session's request counts as use.
+    fn visit(&mut self, cookies: &[&str], now: Instant, limits: SessionLimits) -> Visit {
+        let holds = |secret: &Secret| cookies.iter().any(|c| secret.matches(c));
+        if let Some(session) = self.session.as_mut().filter(|s| holds(&s.cookie)) {
+            session.seen = now;
+            return Visit::Signed {
+                csrf: session.csrf.clone(),
+                stream_end: session.stream_end(now, limits),
+            };
+        }
+        match &self.ended {
+            Some((cookie, why)) if holds(cookie) => Visit::Expired(*why),
+            _ => Visit::Stranger,
+        }
+    }
+
+    /// Exchanges the sign-in token for a session; its cookie's value.
+    fn sign_in(&mut self, given: &str, now: Instant) -> Result<Secret, SignInRefused> {
+        let pending = self.pending.take().ok_or(SignInRefused::Used)?;
+        if !pending.token.matches(given) {
+            self.pending = Some(pending);
+            return Err(SignInRefused::Wrong);
+        }
+        let (cookie, csrf) = pending.session;
+        self.session = Some(Session {
+            cookie: cookie.clone(),
+            csrf,
+            started: now,
+            seen: now,
+        });
+        Ok(cookie)
+    }
+}
+
+/// What the server reads the time from: `Instant::now`, but for tests.
+pub type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
+
+/// One server's name, secrets and session.
+pub struct Site {
+    /// `tenantflux-<random>.localhost:PORT`: the one Host header answered.
+    host: String,
+    limits: SessionLimits,
+    clock: Clock,
+    door: Mutex<Door>,
+    /// Says a new sign-in address (a session ended) where the user reads the first one.
+    announce: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+impl Site {
+    pub fn new(port: u16, limits: SessionLimits) -> anyhow::Result<Self> {
+        Self::with_clock(
+            port,
+            limits,
+            Arc::new(Instant::now),
+            Box::new(|url| {
+                let mut stdout = std::io::stdout().lock();
+                // Nobody may read stdout any more (a pipe closed): the page still says what
+                // happened, and a restart gives a new address.
+                let _ = writeln!(stdout, "The session ended: sign in again at {url}");
+                let _ = stdout.flush();
+            }),
+        )
+    }
+
+    fn with_clock(
+        port: u16,
+        limits: SessionLimits,
+        clock: Clock,
+        announce: Box<dyn Fn(&str) + Send + Sync>,
+    ) -> anyhow::Result<Self> {
+        // 16 bytes: a name nobody guesses, in one DNS label (at most 63 characters).
+        let name = random_hex(16)?;
+        Ok(Self {
+            host: format!("tenantflux-{name}.localhost:{port}"),
+            limits,
+            clock,
+            door: Mutex::new(Door::new()?),
+            announce,
+        })
+    }
+
+    fn door(&self) -> MutexGuard<'_, Door> {
+        self.door
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `http://NAME.localhost:PORT`, the only origin this server answers.
+    pub fn origin(&self) -> String {
+        format!("http://{}", self.host)
+    }
+
+    /// The address that signs a browser in, once (no token while a session is live).
     pub fn login_url(&self) -> String {
         let token = self
-            .login
-            .lock()
-            .ok()
-            .and_then(|t| t.as_ref().map(|t| t.expose().to_owned()))
+            .door()
+            .pending
+            .as_ref()
+            .map(|p| p.token.expose().to_owned())
             .unwrap_or_default();
-        format!("http://127.0.0.1:{}/login?token={token}", self.port)
-    }
-
-    /// The token every form posts as `csrf`.
-    pub fn csrf(&self) -> &str {
-        self.csrf.expose()
-    }
-
-    /// Cookies are per host, not per port: one name per server, so two dashboards on one
-    /// machine do not sign each other out.
-    fn cookie_name(&self) -> String {
-        format!("tenantflux-{}", self.port)
+        format!("{}/login?token={token}", self.origin())
     }
 
     fn host_allowed(&self, host: &str) -> bool {
-        host == format!("127.0.0.1:{}", self.port) || host == format!("localhost:{}", self.port)
+        host.eq_ignore_ascii_case(&self.host)
     }
 
     fn origin_allowed(&self, origin: &str) -> bool {
@@ -113,42 +350,51 @@ impl Site {
             .is_some_and(|host| self.host_allowed(host))
     }
 
-    fn has_session(&self, headers: &HeaderMap) -> bool {
-        let name = self.cookie_name();
-        headers
+    /// Ends a session past its limits; prints the next sign-in address when it did.
+    fn end_expired(&self, now: Instant) -> anyhow::Result<()> {
+        if self.door().end_expired(now, self.limits)? {
+            (self.announce)(&self.login_url());
+        }
+        Ok(())
+    }
+
+    fn visit(&self, headers: &HeaderMap, now: Instant) -> Visit {
+        let cookies: Vec<&str> = headers
             .get_all(header::COOKIE)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(';'))
             .filter_map(|pair| pair.trim().split_once('='))
-            .any(|(key, value)| key == name && self.session.matches(value))
+            .filter_map(|(key, value)| (key == COOKIE).then_some(value))
+            .collect();
+        self.door().visit(&cookies, now, self.limits)
     }
 
     /// Exchanges the one-time token for the session cookie.
-    fn sign_in(&self, query: Option<&str>) -> Response {
+    fn sign_in(&self, query: Option<&str>, now: Instant) -> Response {
         let given = query
             .into_iter()
             .flat_map(|q| q.split('&'))
             .find_map(|pair| pair.strip_prefix("token="))
             .unwrap_or_default();
-        let mut login = match self.login.lock() {
-            Ok(login) => login,
-            Err(poisoned) => poisoned.into_inner(),
+        let cookie = match self.door().sign_in(given, now) {
+            Ok(cookie) => cookie,
+            Err(SignInRefused::Used) => {
+                return refusal(
+                    StatusCode::UNAUTHORIZED,
+                    "This sign-in address was used already: it works once. Use the browser that opened it, or stop the dashboard (Ctrl-C) and start it again for a new address.",
+                );
+            }
+            Err(SignInRefused::Wrong) => {
+                return refusal(
+                    StatusCode::UNAUTHORIZED,
+                    "This sign-in address is not the one the dashboard printed last. Copy the whole address from the terminal.",
+                );
+            }
         };
-        let accepted = login.as_ref().is_some_and(|token| token.matches(given));
-        if !accepted {
-            let why = if login.is_none() {
-                "This sign-in address was used already: it works once. Use the browser that opened it, or stop the dashboard (Ctrl-C) and start it again for a new address."
-            } else {
-                "This sign-in address is not the one the dashboard printed. Copy the whole address from the terminal."
-            };
-            return refusal(StatusCode::UNAUTHORIZED, why);
-        }
-        *login = None;
         let cookie = format!(
-            "{}={}; Path=/; HttpOnly; SameSite=Strict",
-            self.cookie_name(),
-            self.session.expose()
+            "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
+            cookie.expose()
         );
         let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
         if let Ok(value) = HeaderValue::from_str(&cookie) {
@@ -156,16 +402,41 @@ impl Site {
         }
         response
     }
+
+    /// The page of a session that ended: why, and where the next sign-in address is.
+    fn expired(&self, why: Expiry) -> Response {
+        let after = match why {
+            Expiry::Idle => format!(
+                "after {} without a request",
+                page::duration_text(self.limits.idle)
+            ),
+            Expiry::Absolute => format!(
+                "{} after signing in",
+                page::duration_text(self.limits.absolute)
+            ),
+        };
+        notice(
+            StatusCode::UNAUTHORIZED,
+            "Session expired",
+            &format!(
+                "This dashboard's session ended {after}. The dashboard printed a new sign-in address in the terminal: open it to sign in again."
+            ),
+        )
+    }
 }
 
 /// A refusal as a small page (it carries the same headers as every answer).
 pub fn refusal(status: StatusCode, message: &str) -> Response {
+    notice(status, "Refused", message)
+}
+
+fn notice(status: StatusCode, heading: &str, message: &str) -> Response {
     (
         status,
         page::layout(
             "tenantflux dashboard",
             None,
-            maud::html! { main { h1 { "Refused" } p role="alert" { (message) } } },
+            maud::html! { main { h1 { (heading) } p role="alert" { (message) } } },
         ),
     )
         .into_response()
@@ -191,39 +462,54 @@ async fn guard(State(site): State<Arc<Site>>, request: Request, next: Next) -> R
     response
 }
 
-async fn check(site: &Site, request: Request, next: Next) -> Response {
+async fn check(site: &Site, mut request: Request, next: Next) -> Response {
     let host = request
         .headers()
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or_default();
     if !site.host_allowed(host) {
+        // The name is not said: whoever knew it could serve a page under it on another port,
+        // and the browser would send that page the cookie.
         return refusal(
             StatusCode::MISDIRECTED_REQUEST,
             &format!(
-                "This dashboard answers only at http://127.0.0.1:{}/ (the request named host '{host}').",
-                site.port
+                "This dashboard answers only at the address it printed in the terminal (http://tenantflux-….localhost:PORT/), not at host {}.",
+                tenantflux_core::text::quote(host)
             ),
         );
     }
+    let now = (site.clock)();
+    if let Err(err) = site.end_expired(now) {
+        return refusal(StatusCode::INTERNAL_SERVER_ERROR, &format!("{err:#}"));
+    }
     if request.uri().path() == "/login" && request.method() == Method::GET {
-        return site.sign_in(request.uri().query());
+        return site.sign_in(request.uri().query(), now);
     }
-    if !site.has_session(request.headers()) {
-        return refusal(
-            StatusCode::UNAUTHORIZED,
-            "Not signed in: open the address the dashboard printed in the terminal (it signs one browser in).",
-        );
-    }
+    let (csrf, stream_end) = match site.visit(request.headers(), now) {
+        Visit::Signed { csrf, stream_end } => (csrf, stream_end),
+        Visit::Expired(why) => return site.expired(why),
+        Visit::Stranger => {
+            return refusal(
+                StatusCode::UNAUTHORIZED,
+                "Not signed in: open the address the dashboard printed in the terminal (it signs one browser in).",
+            );
+        }
+    };
+    request.extensions_mut().insert(Csrf(csrf.clone()));
     if matches!(*request.method(), Method::GET | Method::HEAD) {
-        return next.run(request).await;
+        let response = next.run(request).await;
+        return ending_at(response, stream_end.saturating_duration_since(now));
     }
     if let Some(origin) = request.headers().get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or_default();
         if !site.origin_allowed(origin) {
             return refusal(
                 StatusCode::FORBIDDEN,
-                &format!("Refused: the form was sent from another site ({origin})."),
+                &format!(
+                    "Refused: the form was sent from another site ({}).",
+                    tenantflux_core::text::quote(origin)
+                ),
             );
         }
     }
@@ -234,15 +520,31 @@ async fn check(site: &Site, request: Request, next: Next) -> Response {
             "Refused: the form is larger than any page of this dashboard sends.",
         );
     };
-    let csrf_ok = form_field(&bytes, "csrf").is_some_and(|given| site.csrf.matches(&given));
+    let csrf_ok = form_field(&bytes, "csrf").is_some_and(|given| csrf.matches(&given));
     if !csrf_ok {
         return refusal(
             StatusCode::FORBIDDEN,
-            "Refused: the form did not carry this dashboard's CSRF token. Reload the page and try again.",
+            "Refused: the form did not carry this session's CSRF token. Reload the page and try again.",
         );
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
+}
+
+/// A live stream (server-sent events) cut after `left`: a session's stream must not outlive
+/// it, and must end before the session could go idle. The browser reconnects, as a request
+/// the guard judges anew.
+fn ending_at(response: Response, left: Duration) -> Response {
+    let streams = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"text/event-stream"));
+    if !streams {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let cut = body.into_data_stream().take_until(tokio::time::sleep(left));
+    Response::from_parts(parts, Body::from_stream(cut))
 }
 
 /// The first value of `name` in an `application/x-www-form-urlencoded` body.
@@ -319,7 +621,8 @@ pub fn app(site: Arc<Site>, pages: Router) -> Router {
         .layer(middleware::from_fn_with_state(site, guard))
 }
 
-/// Listens on 127.0.0.1:`port` (0: a free port).
+/// Listens on 127.0.0.1:`port` (0: a free port); the pages are served under the [`Site`]'s
+/// name, which the browser resolves to this address.
 pub async fn bind(port: u16) -> anyhow::Result<TcpListener> {
     let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     TcpListener::bind(address).await.with_context(|| {
@@ -448,8 +751,8 @@ fn open_browser(url: &str) -> Result<tempfile::TempDir, String> {
     Ok(dir)
 }
 
-/// A page that sends the browser on to the sign-in address (`url` is ours: 127.0.0.1, a port
-/// and a hex token, nothing to escape).
+/// A page that sends the browser on to the sign-in address (`url` is ours: a hex name under
+/// `.localhost`, a port and a hex token, nothing to escape).
 fn sign_in_file(url: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\

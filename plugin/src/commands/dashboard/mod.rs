@@ -1,12 +1,12 @@
 //! `kubectl tenantflux dashboard`: the cluster's Flux as a live web page on the user's own
-//! machine (127.0.0.1), through the agent with the user's own credentials: every Flux object
-//! the user may watch, each one's inventory and Events, the cluster's state, and suspend,
-//! resume and reconcile, which the agent authorizes as the user.
+//! machine (127.0.0.1, under a name of its own), through the agent with the user's own
+//! credentials: every Flux object the user may watch, each one's inventory and Events, the
+//! cluster's state, and suspend, resume and reconcile, which the agent authorizes as the user.
 
 use std::sync::Arc;
 
 use axum::{
-    Router,
+    Extension, Router,
     extract::{Path, RawQuery, State},
     http::StatusCode,
     response::{
@@ -44,11 +44,12 @@ pub struct DashboardArgs {
     /// Print the address only; do not open a browser.
     #[arg(long)]
     pub no_open: bool,
+    #[command(flatten)]
+    pub session: web::SessionArgs,
 }
 
 struct App {
     live: Arc<Live>,
-    site: Arc<Site>,
     title: String,
 }
 
@@ -56,16 +57,12 @@ pub async fn run(options: &ConnectOptions, args: DashboardArgs) -> anyhow::Resul
     let listener = web::bind(args.port).await?;
     let port = listener.local_addr()?.port();
     let live = Live::start(options.clone()).await?;
-    let site = Arc::new(Site::new(port)?);
+    let site = Arc::new(Site::new(port, (&args.session).into())?);
     let title = match &options.context {
         Some(context) => format!("Flux in {context}"),
         None => "Flux in this cluster".to_owned(),
     };
-    let app = Arc::new(App {
-        live,
-        site: site.clone(),
-        title,
-    });
+    let app = Arc::new(App { live, title });
     web::serve(
         listener,
         site,
@@ -319,10 +316,12 @@ fn requested(fields: &[(String, String)]) -> Result<(String, pb::ObjectRef), Str
     Ok((action, object))
 }
 
-async fn confirm(State(app): State<Arc<App>>, RawQuery(query): RawQuery) -> Response {
+/// The confirmation carries the CSRF token of the session that asked for it: a form from
+/// another session (an ended one, or another browser's) is refused.
+async fn confirm(Extension(csrf): Extension<web::Csrf>, RawQuery(query): RawQuery) -> Response {
     let fields = web::form_fields(query.unwrap_or_default().as_bytes());
     match requested(&fields) {
-        Ok((action, object)) => pages::confirm(&action, &object, app.site.csrf()).into_response(),
+        Ok((action, object)) => pages::confirm(&action, &object, csrf.token()).into_response(),
         Err(why) => web::refusal(StatusCode::BAD_REQUEST, &why),
     }
 }

@@ -552,7 +552,9 @@ fn tree_node(node: &pb::TreeNode) -> Markup {
     }
 }
 
-/// Asks before acting: the action is a POST of this form, with the CSRF token.
+/// Asks before acting: the action is a POST of this form, with the session's CSRF token. No
+/// control has the focus, so a key pressed on the page (which another page may have opened)
+/// does not submit it.
 pub fn confirm(action: &str, object: &pb::ObjectRef, csrf: &str) -> Markup {
     let what = format!("{} {}/{}", object.kind, object.namespace, object.name);
     let title = format!("{} {what}?", capitalized(action));
@@ -567,7 +569,7 @@ pub fn confirm(action: &str, object: &pb::ObjectRef, csrf: &str) -> Markup {
                     input type="hidden" name="kind" value=(object.kind);
                     input type="hidden" name="namespace" value=(object.namespace);
                     input type="hidden" name="name" value=(object.name);
-                    button.primary type="submit" autofocus { (capitalized(action)) " " (what) }
+                    button.primary type="submit" { (capitalized(action)) " " (what) }
                     " "
                     a.button href=(object_path(&object.kind, &object.namespace, &object.name)) { "Cancel" }
                 }

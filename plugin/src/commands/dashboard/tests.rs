@@ -151,7 +151,7 @@ fn read_only_kinds_offer_no_actions_and_suspended_ones_offer_resume() {
 }
 
 #[test]
-fn the_confirmation_posts_the_action_with_the_csrf_token() {
+fn the_confirmation_posts_the_action_with_the_sessions_token_and_takes_no_focus() {
     let object = pb::ObjectRef {
         kind: "Kustomization".to_owned(),
         namespace: "apps".to_owned(),
@@ -164,6 +164,8 @@ fn the_confirmation_posts_the_action_with_the_csrf_token() {
     );
     assert!(html.contains(r#"name="csrf" value="c5rf""#), "{html}");
     assert!(html.contains("Suspend Kustomization apps/web"), "{html}");
+    // A page that opened this one cannot have it submitted by a key the user presses there.
+    assert!(!html.contains("autofocus"), "{html}");
 }
 
 #[test]

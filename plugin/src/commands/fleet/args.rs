@@ -64,13 +64,14 @@ pub enum FleetCommand {
         plain_http: bool,
     },
     /// Serve the fleet as a live web page on 127.0.0.1: a tile per cluster coloured by its
-    /// policy (current, behind, stale, not enforced, unreachable), charts of the Flux versions
-    /// and policy generations, and each cluster's detail. The fleet is read again every
-    /// --interval, as `fleet status` reads it, and the page follows without reloading.
+    /// policy (stale, not enforced, unreachable; current or behind against --channel or
+    /// --expect-policy, else the generation it holds), charts of the Flux versions and policy
+    /// generations, and each cluster's detail. The fleet is read again every --interval, as
+    /// `fleet status` reads it, and the page follows without reloading.
     #[command(
-        after_help = "Examples:\n  kubectl tenantflux fleet dashboard\n  kubectl tenantflux fleet dashboard --fleet-file fleet.yaml --interval 1m\n  kubectl tenantflux fleet dashboard -l tier=gold --concurrency 32 --port 8080 --no-open\n  kubectl tenantflux fleet dashboard --channel oci://registry.example/platform/policy:stable --public-key ed25519.pub"
+        after_help = "Examples:\n  kubectl tenantflux fleet dashboard\n  kubectl tenantflux fleet dashboard --fleet-file fleet.yaml --interval 1m\n  kubectl tenantflux fleet dashboard -l tier=gold --concurrency 32 --port 8080 --no-open\n  kubectl tenantflux fleet dashboard --channel oci://registry.example/platform/policy:stable --public-key ed25519.pub\n  kubectl tenantflux fleet dashboard --expect-policy policy.signed.yaml"
     )]
-    Dashboard(FleetDashboardArgs),
+    Dashboard(Box<FleetDashboardArgs>),
     /// The platform's policy across the fleet.
     #[command(subcommand)]
     #[command(
@@ -115,13 +116,15 @@ pub struct FleetDashboardArgs {
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_dashboard_interval)]
     pub interval: Duration,
     /// A policy channel (oci://REGISTRY/REPOSITORY:TAG), read once and verified with
-    /// --public-key: a cluster is behind when it holds an older generation than the channel
-    /// (without one: than the newest in the fleet). Credentials:
+    /// --public-key: a cluster is behind when it holds an older generation than the channel,
+    /// and "other policy" when it is ahead of it. Without --channel or --expect-policy nobody is
+    /// called behind: what a tenant's agent reports is no measure for the others. Credentials:
     /// TENANTFLUX_REGISTRY_USERNAME/_PASSWORD.
     #[arg(
         long,
         value_name = "oci://REGISTRY/REPOSITORY:TAG",
-        requires = "public_key"
+        requires = "public_key",
+        conflicts_with = "expect_policy"
     )]
     pub channel: Option<tenantflux_core::policy::channel::Channel>,
     /// The platform's policy public key(s) (PEM, e.g. ed25519.pub) the channel's policy must
@@ -131,12 +134,19 @@ pub struct FleetDashboardArgs {
     /// Read --channel over plain HTTP (local development registries).
     #[arg(long, requires = "channel")]
     pub plain_http: bool,
+    /// The signed policy the platform pushed (as `fleet status --expect-policy`): a cluster is
+    /// behind when it holds an older generation or none, current when it holds this one, and
+    /// "other policy" when it holds a newer generation or one of another key.
+    #[arg(long, value_name = "PATH", value_hint = ValueHint::FilePath)]
+    pub expect_policy: Option<PathBuf>,
     /// The port on 127.0.0.1 to serve on (default: a free one).
     #[arg(long, default_value_t = 0)]
     pub port: u16,
     /// Print the address only; do not open a browser.
     #[arg(long)]
     pub no_open: bool,
+    #[command(flatten)]
+    pub session: crate::web::SessionArgs,
 }
 
 /// Where the fleet comes from, and which of it to act on.

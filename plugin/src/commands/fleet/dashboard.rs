@@ -1,8 +1,10 @@
 //! `kubectl tenantflux fleet dashboard`: the fleet as a live web page on the user's own machine
-//! (127.0.0.1). A round reads the fleet exactly as `fleet status` does (the same discovery, the
-//! same bounded concurrency and per-cluster timeout, the same rows), every --interval; the page
-//! shows the last round and what it cost, and its live stream sends the re-rendered tiles after
-//! each round. The page only reads: it has no actions, so no forms but its GET filter.
+//! (127.0.0.1, under a name of its own). A round reads the fleet exactly as `fleet status` does
+//! (the same discovery, the same bounded concurrency and per-cluster timeout, the same rows),
+//! every --interval; the page shows the last round and what it cost, and its live stream sends
+//! the re-rendered tiles after each round. The page only reads: it has no actions, so no forms
+//! but its GET filter. A cluster is judged behind only against what the platform says
+//! (`--channel`, `--expect-policy`), never against what another cluster's agent reports.
 
 use std::{
     sync::{Arc, RwLock},
@@ -29,11 +31,11 @@ mod pages;
 #[cfg(test)]
 mod tests;
 
-use self::pages::{Filter, Round, Snapshot};
+use self::pages::{Filter, Reference, Round, Snapshot};
 use super::{
-    FanOutArgs, FleetDashboardArgs, channel_policy,
+    FanOutArgs, FleetDashboardArgs, channel_policy, expected_policy,
     reach::{Fleet, bounded, call_failure},
-    view::{ChannelPolicy, FleetStatus},
+    view::{ChannelPolicy, ExpectedPolicy, FleetStatus},
 };
 use crate::{
     commands::status::StatusView,
@@ -46,6 +48,7 @@ struct Board {
     fleet: Fleet,
     fan_out: FanOutArgs,
     channel: Option<ChannelPolicy>,
+    expected: Option<ExpectedPolicy>,
     interval: Duration,
     /// The last round (none before the first ends); each new one is announced to the live
     /// streams by the watch.
@@ -66,7 +69,7 @@ impl Board {
         let started = Instant::now();
         let status = self
             .fleet
-            .status(&self.fan_out, None, self.channel.as_ref())
+            .status(&self.fan_out, self.expected.as_ref(), self.channel.as_ref())
             .await;
         let took = started.elapsed();
         let mut latest = self
@@ -80,7 +83,11 @@ impl Board {
             interval: self.interval,
             at: Timestamp::now(),
         };
-        let channel = self.channel.as_ref().map(|c| c.channel.clone());
+        let reference = match (&self.channel, &self.expected) {
+            (Some(channel), _) => Reference::Channel(channel.channel.clone()),
+            (None, Some(expected)) => Reference::Pushed(expected.clone()),
+            (None, None) => Reference::None,
+        };
         let next = match (status, latest.take()) {
             (Ok(fleet), _) => Snapshot {
                 round: Round {
@@ -89,7 +96,7 @@ impl Board {
                 },
                 fleet,
                 error: None,
-                channel,
+                reference,
             },
             // The management cluster may come back: the last fleet stays on the page, with why
             // it is not newer.
@@ -103,7 +110,7 @@ impl Board {
                     clusters: Vec::new(),
                 },
                 error: Some(format!("{err:#}")),
-                channel,
+                reference,
             },
         };
         *latest = Some(next);
@@ -135,17 +142,23 @@ pub async fn run(args: FleetDashboardArgs, options: &ConnectOptions) -> anyhow::
         Some(channel) => Some(channel_policy(channel, &args.public_key, args.plain_http).await?),
         None => None,
     };
+    let expected = args
+        .expect_policy
+        .as_deref()
+        .map(expected_policy)
+        .transpose()?;
     let fleet = Fleet::new(&args.discovery, options).await?;
     let (rounds, _) = watch::channel(0);
     let board = Arc::new(Board {
         fleet,
         fan_out: args.fan_out,
         channel,
+        expected,
         interval: args.interval,
         latest: RwLock::new(None),
         rounds,
     });
-    let site = Arc::new(Site::new(port)?);
+    let site = Arc::new(Site::new(port, (&args.session).into())?);
     let app = Arc::new(App {
         board: board.clone(),
         title: "Tenant fleet".to_owned(),
@@ -214,7 +227,7 @@ async fn cluster(
     let snapshot = app.board.snapshot();
     let Some((row, state)) = snapshot
         .as_ref()
-        .and_then(|s| pages::find(&s.fleet, &name, tenant.as_deref()))
+        .and_then(|s| pages::find(s, &name, tenant.as_deref()))
     else {
         return web::refusal(
             StatusCode::NOT_FOUND,

@@ -130,7 +130,7 @@ pub async fn run(
                 interrupted = tokio::signal::ctrl_c() => interrupted.context("cannot listen for Ctrl-C"),
             }
         }
-        FleetCommand::Dashboard(args) => dashboard::run(args, options).await,
+        FleetCommand::Dashboard(args) => dashboard::run(*args, options).await,
         FleetCommand::Policy(FleetPolicyCommand::Push {
             file,
             all: _,

@@ -20,6 +20,13 @@
     state.classList.add("on");
   };
   source.onerror = () => {
+    // Refused (the session ended, say): the browser gives up on the stream, and the page
+    // reloaded says why. Otherwise the browser reconnects by itself, as after a session's
+    // stream was cut to keep it from going idle.
+    if (source.readyState === EventSource.CLOSED) {
+      window.location.reload();
+      return;
+    }
     state.textContent = "reconnecting…";
     state.classList.remove("on");
   };

@@ -6,14 +6,27 @@ use std::{collections::BTreeMap, time::Duration};
 use k8s_openapi::jiff::Timestamp;
 use maud::{Markup, html};
 
-use super::super::view::{FleetStatus, Reach, StatusRow};
+use super::super::view::{ExpectedPolicy, FleetStatus, Reach, StatusRow};
 use crate::{
     commands::status::StatusView,
-    web::page::{Tone, badge, bar_chart, encode, facts, layout},
+    web::page::{Tone, badge, bar_chart, duration_text, encode, facts, layout},
 };
 
+/// What the platform itself says the fleet should hold, which `behind` is measured against.
+/// Nothing a cluster's agent reports counts: each is run by a tenant, who may make it report any
+/// generation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reference {
+    /// Neither `--channel` nor `--expect-policy`: generations are shown, not judged.
+    None,
+    /// `--channel`: each row's `channel`, as `fleet status --channel` marks it.
+    Channel(String),
+    /// `--expect-policy`: the generation and key the platform pushed.
+    Pushed(ExpectedPolicy),
+}
+
 /// Where a cluster's policy stands, the first that applies in this order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClusterState {
     /// Its agent could not be asked.
     Unreachable,
@@ -21,17 +34,24 @@ pub enum ClusterState {
     NotEnforced,
     /// Its policy is past its signed expiry (still enforced, nothing newer verified).
     Stale,
-    /// It holds an older generation than the channel, or without one than the newest in the
-    /// fleet.
+    /// It holds an older generation than the platform's [`Reference`], or none.
     Behind,
+    /// It holds another policy than the platform's [`Reference`]: a newer generation than the
+    /// channel's or the one pushed, or one of another key.
+    Other,
     NoPolicy,
+    /// It holds the policy the platform's [`Reference`] names.
     Current,
+    /// It holds a policy, and the platform said nothing to compare it with.
+    Holds,
 }
 
 impl ClusterState {
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 8] = [
         Self::Current,
+        Self::Holds,
         Self::Behind,
+        Self::Other,
         Self::Stale,
         Self::NotEnforced,
         Self::Unreachable,
@@ -42,7 +62,9 @@ impl ClusterState {
     pub fn key(self) -> &'static str {
         match self {
             Self::Current => "current",
+            Self::Holds => "holds",
             Self::Behind => "behind",
+            Self::Other => "other-policy",
             Self::Stale => "stale",
             Self::NotEnforced => "not-enforced",
             Self::Unreachable => "unreachable",
@@ -50,11 +72,13 @@ impl ClusterState {
         }
     }
 
-    /// The badge's words.
+    /// The words of the summary and the filter.
     pub fn label(self) -> &'static str {
         match self {
             Self::Current => "policy current",
+            Self::Holds => "holds a policy",
             Self::Behind => "behind",
+            Self::Other => "other policy",
             Self::Stale => "stale",
             Self::NotEnforced => "NOT ENFORCED",
             Self::Unreachable => "unreachable",
@@ -62,12 +86,20 @@ impl ClusterState {
         }
     }
 
+    /// The words of `row`'s badge: its generation, when that is all there is to say.
+    pub fn badge_text(self, row: &StatusRow) -> String {
+        match (self, row.policy_generation) {
+            (Self::Holds, Some(generation)) => format!("holds generation {generation}"),
+            _ => self.label().to_owned(),
+        }
+    }
+
     pub fn tone(self) -> Tone {
         match self {
             Self::Current => Tone::Good,
-            Self::Behind => Tone::Warn,
+            Self::Behind | Self::Other => Tone::Warn,
             Self::Stale | Self::NotEnforced | Self::Unreachable => Tone::Bad,
-            Self::NoPolicy => Tone::Muted,
+            Self::Holds | Self::NoPolicy => Tone::Muted,
         }
     }
 
@@ -75,61 +107,67 @@ impl ClusterState {
         Self::ALL.into_iter().find(|s| s.key() == key)
     }
 
-    /// The state of `row` in a fleet whose newest generation is `newest`. With a channel
-    /// (`row.channel`, set by [`StatusRow::against`]), behind is what the channel says.
-    pub fn of(row: &StatusRow, newest: Option<u64>) -> Self {
+    /// The state of `row` against what the platform says (`reference`). With a channel, the
+    /// row's `channel` (set by [`StatusRow::against`]) says where it stands.
+    pub fn of(row: &StatusRow, reference: &Reference) -> Self {
         if row.state != Reach::Ok {
             return Self::Unreachable;
         }
+        let marked = row.channel.as_deref().unwrap_or_default();
         let Some(generation) = row.policy_generation else {
-            return match row.channel.as_deref() {
-                Some(c) if c.starts_with("behind") => Self::Behind,
+            return match reference {
+                Reference::Channel(_) if marked.starts_with("behind") => Self::Behind,
+                Reference::Pushed(_) => Self::Behind,
                 _ => Self::NoPolicy,
             };
         };
         if row.enforced == Some(false) {
-            Self::NotEnforced
-        } else if row.policy_stale {
-            Self::Stale
-        } else if match row.channel.as_deref() {
-            Some(channel) => channel.starts_with("behind"),
-            None => newest.is_some_and(|newest| generation < newest),
-        } {
-            Self::Behind
-        } else {
-            Self::Current
+            return Self::NotEnforced;
+        }
+        if row.policy_stale {
+            return Self::Stale;
+        }
+        match reference {
+            Reference::None => Self::Holds,
+            Reference::Channel(_) if marked == "current" => Self::Current,
+            Reference::Channel(_) if marked.starts_with("behind") => Self::Behind,
+            Reference::Channel(_) if marked.starts_with("ahead") => Self::Other,
+            // Bound elsewhere: the channel's policy is for other clusters, so says nothing of
+            // this one's.
+            Reference::Channel(_) => Self::Holds,
+            Reference::Pushed(pushed) if generation < pushed.generation => Self::Behind,
+            Reference::Pushed(pushed)
+                if generation == pushed.generation
+                    && row.policy_key_id.as_deref() == Some(pushed.key_id.as_str()) =>
+            {
+                Self::Current
+            }
+            Reference::Pushed(_) => Self::Other,
         }
     }
 }
 
 /// The state of every row, in the rows' order.
-pub fn states(fleet: &FleetStatus) -> Vec<ClusterState> {
-    let newest = fleet
-        .clusters
-        .iter()
-        .filter(|r| r.state == Reach::Ok)
-        .filter_map(|r| r.policy_generation)
-        .max();
+pub fn states(fleet: &FleetStatus, reference: &Reference) -> Vec<ClusterState> {
     fleet
         .clusters
         .iter()
-        .map(|row| ClusterState::of(row, newest))
+        .map(|row| ClusterState::of(row, reference))
         .collect()
 }
 
 /// The row of cluster `name` (of `tenant`, when given) and its state.
 pub fn find(
-    fleet: &FleetStatus,
+    snapshot: &Snapshot,
     name: &str,
     tenant: Option<&str>,
 ) -> Option<(StatusRow, ClusterState)> {
-    let states = states(fleet);
-    fleet
+    snapshot
+        .fleet
         .clusters
         .iter()
-        .zip(states)
-        .find(|(row, _)| row.cluster == name && tenant.is_none_or(|t| t == row.tenant))
-        .map(|(row, state)| (row.clone(), state))
+        .find(|row| row.cluster == name && tenant.is_none_or(|t| t == row.tenant))
+        .map(|row| (row.clone(), ClusterState::of(row, &snapshot.reference)))
 }
 
 /// The tiles' filters, from the page's query (a GET form, so a filtered page is a link).
@@ -191,20 +229,8 @@ pub struct Snapshot {
     pub fleet: FleetStatus,
     pub round: Round,
     pub error: Option<String>,
-    /// The channel `behind` is measured against (none: the newest in the fleet).
-    pub channel: Option<String>,
-}
-
-/// `30s`, `2m`, `1m30s`, `1h`.
-pub fn duration_text(duration: Duration) -> String {
-    let s = duration.as_secs();
-    match (s / 3600, (s % 3600) / 60, s % 60) {
-        (0, 0, s) => format!("{s}s"),
-        (0, m, 0) => format!("{m}m"),
-        (0, m, s) => format!("{m}m{s}s"),
-        (h, 0, 0) => format!("{h}h"),
-        (h, m, _) => format!("{h}h{m}m"),
-    }
+    /// What `behind` is measured against.
+    pub reference: Reference,
 }
 
 /// The cost of the page, bounded and shown.
@@ -281,18 +307,20 @@ fn cluster_path(row: &StatusRow, fleet: &FleetStatus) -> String {
     }
 }
 
-/// What a tile says under its name: why, for every state but current.
-fn tile_notes(row: &StatusRow, state: ClusterState, newest: Option<u64>) -> Markup {
+/// What a tile says under its name: why, for every state but current, against what.
+fn tile_notes(row: &StatusRow, state: ClusterState, reference: &Reference) -> Markup {
     html! {
         @match state {
             ClusterState::Unreachable => p.message { (row.state.shown()) ": " (row.reason.as_deref().unwrap_or("")) },
             ClusterState::NotEnforced => p.message { (row.not_enforced.as_deref().unwrap_or("the API server does not enforce it")) },
             ClusterState::Stale => p.message { "expired " (row.policy_expires_at.as_deref().unwrap_or("-")) ": still enforced, nothing newer verified" },
-            ClusterState::Behind => p.message {
-                @match (row.channel.as_deref(), newest) {
-                    (Some(channel), _) => { "against the channel: " (channel) },
-                    (None, Some(newest)) => { "the newest in the fleet is generation " (newest) },
-                    (None, None) => {},
+            ClusterState::Behind | ClusterState::Other | ClusterState::Holds => {
+                @match (reference, row.channel.as_deref(), row.policy_mismatch.as_deref()) {
+                    (Reference::Channel(_), Some("bound elsewhere"), _) => p.message { "the channel's policy is bound to other clusters" },
+                    (Reference::Channel(_), Some(channel), _) => p.message { "against the channel: " (channel) },
+                    (Reference::Pushed(_), _, Some(mismatch)) => p.message { (mismatch) },
+                    (Reference::Pushed(pushed), _, None) => p.message { "the platform pushed generation " (pushed.generation) " (key " (pushed.key_id) ")" },
+                    _ => {},
                 }
             },
             ClusterState::NoPolicy | ClusterState::Current => {},
@@ -301,11 +329,16 @@ fn tile_notes(row: &StatusRow, state: ClusterState, newest: Option<u64>) -> Mark
     }
 }
 
-fn tile(row: &StatusRow, state: ClusterState, fleet: &FleetStatus, newest: Option<u64>) -> Markup {
+fn tile(
+    row: &StatusRow,
+    state: ClusterState,
+    fleet: &FleetStatus,
+    reference: &Reference,
+) -> Markup {
     let tone = state.tone();
     html! {
         div class={ "card " (tone.class()) } data-cluster=(row.cluster) data-tenant=(row.tenant) data-state=(state.key()) {
-            h3 { a href=(cluster_path(row, fleet)) { (row.cluster) } " " (badge(state.label(), tone)) }
+            h3 { a href=(cluster_path(row, fleet)) { (row.cluster) } " " (badge(&state.badge_text(row), tone)) }
             (facts(&[
                 ("tenant", html! { (row.tenant) }),
                 ("Flux", html! { (row.flux_version.as_deref().unwrap_or("-")) }),
@@ -317,7 +350,7 @@ fn tile(row: &StatusRow, state: ClusterState, fleet: &FleetStatus, newest: Optio
                 }),
                 ("agent", html! { (row.agent_version.as_deref().unwrap_or("-")) }),
             ]))
-            (tile_notes(row, state, newest))
+            (tile_notes(row, state, reference))
         }
     }
 }
@@ -331,16 +364,8 @@ pub fn fleet_part(snapshot: Option<&Snapshot>, filter: &Filter) -> Markup {
         };
     };
     let fleet = &snapshot.fleet;
-    let states = states(fleet);
-    let newest = match &snapshot.channel {
-        Some(_) => None,
-        None => fleet
-            .clusters
-            .iter()
-            .filter(|r| r.state == Reach::Ok)
-            .filter_map(|r| r.policy_generation)
-            .max(),
-    };
+    let reference = &snapshot.reference;
+    let states = states(fleet, reference);
     let shown: Vec<(&StatusRow, ClusterState)> = fleet
         .clusters
         .iter()
@@ -360,8 +385,12 @@ pub fn fleet_part(snapshot: Option<&Snapshot>, filter: &Filter) -> Markup {
                         (badge(state.label(), state.tone())) " " (count(state)) " "
                     }
                 }
-                @if let Some(channel) = &snapshot.channel {
-                    span.muted { "behind: against " (channel) }
+                span.muted #reference {
+                    @match reference {
+                        Reference::Channel(channel) => { "behind: against " (channel) },
+                        Reference::Pushed(pushed) => { "behind: against generation " (pushed.generation) " (key " (pushed.key_id) ") of --expect-policy" },
+                        Reference::None => { "no --channel or --expect-policy: generations are shown, not judged" },
+                    }
                 }
             }
             div.charts {
@@ -373,7 +402,7 @@ pub fn fleet_part(snapshot: Option<&Snapshot>, filter: &Filter) -> Markup {
                 p.muted { "No tenant clusters found." }
             }
             div.cards {
-                @for (row, state) in &shown { (tile(row, *state, fleet, newest)) }
+                @for (row, state) in &shown { (tile(row, *state, fleet, reference)) }
             }
         }
     }
@@ -417,7 +446,7 @@ pub fn cluster_page(
     html! {
         (layout(&title, None, html! {
             main {
-                h1 { (row.cluster) " " (badge(state.label(), state.tone())) }
+                h1 { (row.cluster) " " (badge(&state.badge_text(row), state.tone())) }
                 (facts(&[
                     ("tenant", html! { (row.tenant) }),
                     ("in the last round", html! {

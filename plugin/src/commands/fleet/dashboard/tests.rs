@@ -3,11 +3,11 @@ use std::{path::PathBuf, time::Duration};
 use clap::Parser as _;
 use k8s_openapi::jiff::Timestamp;
 
-use super::pages::{self, ClusterState, Filter, Round, Snapshot};
+use super::pages::{self, ClusterState, Filter, Reference, Round, Snapshot};
 use crate::commands::fleet::{
     FleetCommand,
     discover::{Member, Source},
-    view::{Failure, FleetStatus, Reach, StatusRow},
+    view::{ExpectedPolicy, Failure, FleetStatus, Reach, StatusRow},
 };
 
 fn member(tenant: &str, cluster: &str) -> Member {
@@ -43,8 +43,17 @@ fn answered(cluster: &str, flux: &str, generation: Option<u64>) -> StatusRow {
     row.agent_version = Some("0.1.0".to_owned());
     row.policy_generation = generation;
     row.policy_name = generation.map(|_| "platform".to_owned());
+    row.policy_key_id = generation.map(|_| "platform-key".to_owned());
     row.enforced = generation.map(|_| true);
     row
+}
+
+/// What the platform pushed, as `--expect-policy` reads it.
+fn pushed(generation: u64) -> Reference {
+    Reference::Pushed(ExpectedPolicy {
+        generation,
+        key_id: "platform-key".to_owned(),
+    })
 }
 
 fn fleet(rows: Vec<StatusRow>) -> FleetStatus {
@@ -62,7 +71,7 @@ fn snapshot(fleet: FleetStatus) -> Snapshot {
         },
         fleet,
         error: None,
-        channel: None,
+        reference: Reference::None,
     }
 }
 
@@ -90,7 +99,7 @@ fn each_row_has_the_state_its_policy_is_in() {
     ]);
     use ClusterState::*;
     assert_eq!(
-        pages::states(&fleet),
+        pages::states(&fleet, &pushed(2)),
         [
             Current,
             Behind,
@@ -98,6 +107,20 @@ fn each_row_has_the_state_its_policy_is_in() {
             NotEnforced,
             NotEnforced,
             Current,
+            Behind,
+            Unreachable
+        ]
+    );
+    // Without the platform's word, what each holds is shown, not judged.
+    assert_eq!(
+        pages::states(&fleet, &Reference::None),
+        [
+            Holds,
+            Holds,
+            Stale,
+            NotEnforced,
+            NotEnforced,
+            Holds,
             NoPolicy,
             Unreachable
         ]
@@ -105,21 +128,89 @@ fn each_row_has_the_state_its_policy_is_in() {
 }
 
 #[test]
+fn one_agent_reporting_a_higher_generation_makes_nobody_behind() {
+    // A tenant's agent reports generation 99, which the platform never published.
+    let liar = answered("liar", "2.9.0", Some(99));
+    let fleet = fleet(vec![
+        answered("a", "2.9.0", Some(2)),
+        answered("b", "2.9.0", Some(2)),
+        liar,
+    ]);
+    use ClusterState::*;
+    assert_eq!(
+        pages::states(&fleet, &Reference::None),
+        [Holds, Holds, Holds]
+    );
+    // Against what the platform pushed, the others are current and the liar is the odd one.
+    assert_eq!(pages::states(&fleet, &pushed(2)), [Current, Current, Other]);
+    let page = pages::fleet_part(Some(&snapshot(fleet)), &Filter::default()).into_string();
+    assert!(!page.contains("behind"), "{page}");
+    assert!(page.contains("holds generation 2"), "{page}");
+    assert!(page.contains("holds generation 99"), "{page}");
+    assert!(page.contains("generations are shown, not judged"), "{page}");
+    assert!(
+        page.contains(r#"class="card muted""#),
+        "a neutral tone: {page}"
+    );
+}
+
+#[test]
 fn with_a_channel_behind_is_what_the_channel_says() {
     // Every cluster holds generation 3, the newest in the fleet, but the channel is at 4.
-    let mut row = answered("a", "2.9.0", Some(3));
-    row.channel = Some("behind (1)".to_owned());
-    let mut ahead = answered("b", "2.9.0", Some(3));
-    ahead.channel = Some("current".to_owned());
-    let mut none = answered("c", "2.9.0", None);
-    none.channel = Some("behind (4)".to_owned());
+    let marked = |generation: Option<u64>, channel: &str| {
+        let mut row = answered("a", "2.9.0", generation);
+        row.channel = Some(channel.to_owned());
+        row
+    };
+    let fleet = fleet(vec![
+        marked(Some(3), "behind (1)"),
+        marked(Some(4), "current"),
+        marked(None, "behind (4)"),
+        marked(Some(5), "ahead (1)"),
+        marked(Some(3), "bound elsewhere"),
+        marked(None, "bound elsewhere"),
+    ]);
+    use ClusterState::*;
     assert_eq!(
-        pages::states(&fleet(vec![row, ahead, none])),
-        [
-            ClusterState::Behind,
-            ClusterState::Current,
-            ClusterState::Behind
-        ]
+        pages::states(&fleet, &Reference::Channel("oci://r/p:stable".to_owned())),
+        [Behind, Current, Behind, Other, Holds, NoPolicy]
+    );
+}
+
+#[test]
+fn with_the_pushed_policy_behind_is_older_and_another_key_or_newer_is_other() {
+    let mut foreign = answered("foreign", "2.9.0", Some(2));
+    foreign.policy_key_id = Some("another-key".to_owned());
+    let mut unknown_key = answered("unknown", "2.9.0", Some(2));
+    unknown_key.policy_key_id = None;
+    let mut older = answered("older", "2.9.0", Some(1));
+    older.compare(&ExpectedPolicy {
+        generation: 2,
+        key_id: "platform-key".to_owned(),
+    });
+    let fleet = fleet(vec![
+        answered("same", "2.9.0", Some(2)),
+        older,
+        answered("newer", "2.9.0", Some(3)),
+        foreign,
+        unknown_key,
+        answered("none", "2.9.0", None),
+    ]);
+    use ClusterState::*;
+    assert_eq!(
+        pages::states(&fleet, &pushed(2)),
+        [Current, Behind, Other, Other, Other, Behind]
+    );
+    let mut snapshot = snapshot(fleet);
+    snapshot.reference = pushed(2);
+    let part = pages::fleet_part(Some(&snapshot), &Filter::default()).into_string();
+    assert!(
+        part.contains("holds policy generation 1 (key platform-key); the platform pushed generation 2 (key platform-key)"),
+        "the tile says against what: {part}"
+    );
+    assert!(
+        part.contains("behind: against generation 2 (key platform-key) of --expect-policy"),
+        "{part}"
     );
 }
 
@@ -207,8 +298,9 @@ fn the_page_marks_every_tile_with_its_state_and_shows_the_cost() {
         stale,
         unreachable("c-gone"),
     ]);
-    let page =
-        pages::index("Tenant fleet", Some(&snapshot(fleet)), &Filter::default()).into_string();
+    let mut snapshot = snapshot(fleet);
+    snapshot.reference = pushed(2);
+    let page = pages::index("Tenant fleet", Some(&snapshot), &Filter::default()).into_string();
     for (cluster, state) in [
         ("c-1", "current"),
         ("c-old", "behind"),
@@ -223,10 +315,7 @@ fn the_page_marks_every_tile_with_its_state_and_shows_the_cost() {
         );
     }
     assert!(page.contains(r#"class="card warn""#), "{page}");
-    assert!(
-        page.contains("the newest in the fleet is generation 2"),
-        "{page}"
-    );
+    assert!(page.contains("the platform pushed generation 2"), "{page}");
     assert!(page.contains("expired 2026-12-04T05:00:00Z"), "{page}");
     assert!(page.contains(r#"href="/cluster/c-old""#), "{page}");
     assert!(
@@ -249,7 +338,8 @@ fn the_filter_applies_to_the_tiles_and_the_live_address() {
         answered("dev-1", "2.9.0", Some(2)),
     ]);
     let filter = Filter::from_query("q=prod&state=current");
-    let snapshot = snapshot(fleet);
+    let mut snapshot = snapshot(fleet);
+    snapshot.reference = pushed(2);
     let part = pages::fleet_part(Some(&snapshot), &filter).into_string();
     assert!(part.contains(r#"data-cluster="prod-1""#), "{part}");
     assert!(!part.contains(r#"data-cluster="prod-2""#), "{part}");
@@ -279,16 +369,8 @@ fn names_from_the_fleet_are_escaped_and_clusters_of_one_name_told_apart() {
         part.contains(r#"href="/cluster/%3Cb%3Ex%3C%2Fb%3E?tenant=tenant-b""#),
         "{part}"
     );
-    let (row, _) = pages::find(&snapshot.fleet, "<b>x</b>", Some("tenant-b")).unwrap();
+    let (row, _) = pages::find(&snapshot, "<b>x</b>", Some("tenant-b")).unwrap();
     assert_eq!(row.tenant, "tenant-b");
-}
-
-#[test]
-fn intervals_read_as_people_write_them() {
-    assert_eq!(pages::duration_text(Duration::from_secs(30)), "30s");
-    assert_eq!(pages::duration_text(Duration::from_secs(120)), "2m");
-    assert_eq!(pages::duration_text(Duration::from_secs(90)), "1m30s");
-    assert_eq!(pages::duration_text(Duration::from_secs(3600)), "1h");
 }
 
 /// `kubectl tenantflux fleet ARGS`, parsed on its own.
@@ -304,7 +386,7 @@ fn dashboard(args: &[&str]) -> Result<super::FleetDashboardArgs, String> {
         .map_err(|e| e.to_string())?
         .command
     {
-        FleetCommand::Dashboard(args) => Ok(args),
+        FleetCommand::Dashboard(args) => Ok(*args),
         other => Err(format!("{other:?}")),
     }
 }
@@ -326,4 +408,27 @@ fn the_dashboard_takes_the_fleet_flags_and_reads_at_most_every_5s() {
         dashboard(&["--channel", "oci://r.example/p:stable"]).is_err(),
         "needs --public-key"
     );
+    assert_eq!(
+        dashboard(&["--expect-policy", "p.signed.yaml"]).map(|a| a.expect_policy),
+        Ok(Some(PathBuf::from("p.signed.yaml")))
+    );
+    let both = dashboard(&[
+        "--expect-policy",
+        "p.signed.yaml",
+        "--channel",
+        "oci://r.example/p:stable",
+        "--public-key",
+        "k.pub",
+    ])
+    .unwrap_err();
+    assert!(both.contains("cannot be used with"), "{both}");
+    // Sessions last 30 minutes idle and 12 hours at most, unless a test says otherwise.
+    let limits = crate::web::SessionLimits::from(&args.session);
+    assert_eq!(limits, crate::web::SessionLimits::default());
+    let short = dashboard(&["--session-idle", "20s", "--session-max", "1m"]).unwrap();
+    assert_eq!(
+        (short.session.session_idle, short.session.session_max),
+        (Duration::from_secs(20), Duration::from_secs(60))
+    );
+    assert!(dashboard(&["--session-max", "0s"]).is_err());
 }
