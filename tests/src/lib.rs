@@ -249,10 +249,12 @@ impl TestCluster {
         })
     }
 
-    /// A cluster of this test binary's own, also when a run shares one
-    /// (`TENANTFLUX_TEST_CLUSTER`): for tests that leave state behind which would change what
-    /// other binaries see. Named `PREFIX-<pid>` by the first call and started once per process;
-    /// a reaper takes it down when the process exits.
+    /// A cluster of this process's own, also when a run shares one (`TENANTFLUX_TEST_CLUSTER`):
+    /// for tests that leave state behind which would change what other modules see. Named
+    /// `PREFIX-<pid>` by the first call and started once per process (`tests/run` starts the
+    /// integration binary once per module, so once per module): a second test of the module
+    /// that needs a cluster of its own takes [`Self::start`]. A reaper takes it down when the
+    /// process exits.
     pub fn own(prefix: &str) -> &'static TestCluster {
         static OWN: OnceLock<TestCluster> = OnceLock::new();
         OWN.get_or_init(|| {

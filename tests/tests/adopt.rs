@@ -1455,7 +1455,9 @@ async fn a_flux_install_cluster_is_adopted_with_a_flux_instance_that_matches_it(
 /// clean. A cluster of its own: the operator namespace is the package's, not the suite's.
 #[tokio::test]
 async fn a_new_tenant_cluster_gets_its_flux_from_the_cozystack_addon() {
-    let cluster = TestCluster::own("tf-cozy-new");
+    // (`own` is one cluster per process, the Cozystack adoption's: this needs another.)
+    let cluster = &TestCluster::start(&format!("tf-cozy-new-{}", std::process::id()))
+        .expect("this test's cluster");
     ensure_packaging_tools().expect("helm");
     let package = Package::render();
     let packaged = |name: &str| package.env(name);
