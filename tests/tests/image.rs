@@ -9,7 +9,11 @@
 //! upgrade` rotates the policy key: the Deployment recreates the pod, and the agent in the new
 //! one refuses a policy signed with the old key and takes one signed with the new key. Before that, the
 //! index the build wrote: exactly linux/amd64 and linux/arm64, and the arm64 image's agent run
-//! under qemu-user.
+//! under qemu-user; in both images the CA bundle the agent's TLS reads is the pinned one.
+//!
+//! The attack on the image's trust: a CA the build host trusts (a corporate or local one) would
+//! be trusted by every agent if the build copied the host's bundle. Built with a host bundle
+//! that holds a test CA, the image's bundle is still the pinned bytes.
 
 use std::{
     collections::BTreeMap,
@@ -21,6 +25,7 @@ use std::{
 };
 
 use serde_json::Value;
+use sha2::Digest as _;
 use tenantflux_tests::{
     TestCluster, ensure_packaging_tools, path, repo_root,
     tenant::{AGENT_NAMESPACE, example_without_defaults},
@@ -200,6 +205,9 @@ fn arm64_image_runs_under_qemu(podman: &Podman, image: &str, dir: &Path) -> Stri
             name: name.clone(),
         };
         podman.ok(&["cp", &format!("{name}:/tenantflux-agent"), path(&agent)]);
+        let bundle = dir.join("ca-certificates-arm64.crt");
+        podman.ok(&["cp", &format!("{name}:{CA_BUNDLE}"), path(&bundle)]);
+        is_the_pinned_ca_bundle(&bundle, &reference);
     }
     let bytes = std::fs::read(&agent).expect("the arm64 agent");
     assert_eq!(&bytes[..4], b"\x7fELF", "{reference}: an ELF file");
@@ -218,6 +226,32 @@ fn arm64_image_runs_under_qemu(podman: &Podman, image: &str, dir: &Path) -> Stri
         "{reference} under qemu"
     );
     version.to_owned()
+}
+
+/// Where the agent's TLS (rustls-platform-verifier, through rustls-native-certs and
+/// openssl-probe) reads its roots on Linux when neither SSL_CERT_FILE nor SSL_CERT_DIR is set.
+const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// The sha256 deploy/image/build pins for the image's CA bundle.
+fn pinned_ca_bundle_sha256() -> String {
+    let script = std::fs::read_to_string(repo_root().join("deploy/image/build"))
+        .expect("deploy/image/build");
+    script
+        .lines()
+        .find_map(|line| line.strip_prefix("ca_bundle_sha256="))
+        .expect("deploy/image/build pins ca_bundle_sha256=")
+        .trim()
+        .to_owned()
+}
+
+/// `bundle` (taken out of `what`) is the pinned CA bundle, byte for byte.
+fn is_the_pinned_ca_bundle(bundle: &Path, what: &str) {
+    let bytes = std::fs::read(bundle).expect("the CA bundle");
+    assert_eq!(
+        format!("{:x}", sha2::Sha256::digest(&bytes)),
+        pinned_ca_bundle_sha256(),
+        "{what}: {CA_BUNDLE} is not the pinned bundle"
+    );
 }
 
 fn free_port() -> u16 {
@@ -622,6 +656,22 @@ async fn agent_image_runs_as_the_charts_pod_against_the_api_server() {
         config["Entrypoint"],
         serde_json::json!(["/tenantflux-agent"])
     );
+    // Nothing in the image replaces the bundle the agent reads (nor in the chart's pod, below).
+    let env = config["Env"].as_array().into_iter().flatten();
+    for variable in env.filter_map(Value::as_str) {
+        assert!(!variable.starts_with("SSL_CERT_"), "{variable}");
+    }
+    let name = format!("tf-image-amd64-{}", std::process::id());
+    podman.ok(&["create", "--pull=never", "--name", &name, image]);
+    {
+        let _container = Container {
+            podman: &podman,
+            name: name.clone(),
+        };
+        let bundle = dir.path().join("ca-certificates.crt");
+        podman.ok(&["cp", &format!("{name}:{CA_BUNDLE}"), path(&bundle)]);
+        is_the_pinned_ca_bundle(&bundle, image);
+    }
     let size = inspected[0]["Size"].as_u64().expect("image size");
     println!(
         "image {image}: {:.1} MiB, built in {:.0?}",
@@ -646,6 +696,13 @@ async fn agent_image_runs_as_the_charts_pod_against_the_api_server() {
         image,
         "deploy/image/build's default reference is the chart's default image"
     );
+    let env = pod["spec"]["containers"][0]["env"].as_array().into_iter();
+    for variable in env.flatten() {
+        assert!(
+            !str_at(variable, "/name").starts_with("SSL_CERT_"),
+            "{variable}"
+        );
+    }
     let server = cluster
         .kubectl_ok(&[
             "config",
@@ -933,5 +990,73 @@ async fn enforced_generation(cluster: &TestCluster, generation: &str, agent: &Ag
         status["policy"]["generation"].to_string(),
         generation,
         "{status:#}"
+    );
+}
+
+/// The build host trusts one CA more than Debian's bundle (here a test CA, bind-mounted over the
+/// host's /etc/ssl/certs/ca-certificates.crt in a mount namespace of the build's own, so the
+/// machine's bundle is untouched): the build context deploy/image/build stages, which the image
+/// is built from (and another builder's `docker build` too), holds the pinned bundle, without
+/// that CA.
+#[test]
+fn the_images_ca_bundle_is_the_pinned_one_whatever_the_build_host_trusts() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let openssl = installed("openssl", "openssl");
+    let key = dir.path().join("test-ca.key");
+    let ca = dir.path().join("test-ca.pem");
+    run(Command::new(openssl).args([
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=tenantflux test: a CA only the build host trusts",
+        "-keyout",
+        path(&key),
+        "-out",
+        path(&ca),
+    ]));
+    let ca_pem = std::fs::read_to_string(&ca).expect("the test CA");
+    let ca_body: String = ca_pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let host_bundle = dir.path().join("host-bundle.crt");
+    let mut bundle = std::fs::read_to_string(CA_BUNDLE).unwrap_or_default();
+    bundle.push_str(&ca_pem);
+    std::fs::write(&host_bundle, bundle).expect("the host bundle");
+
+    let context = dir.path().join("context");
+    let mut unshare = Command::new("unshare");
+    unshare.arg("--mount");
+    if !rustix::process::geteuid().is_root() {
+        unshare.arg("--map-root-user");
+    }
+    // The bind mount is checked to hold the test CA before the build starts.
+    let staged = run(unshare
+        .args([
+            "sh",
+            "-c",
+            "mount --bind \"$1\" \"$2\" && grep -qF \"$3\" \"$2\" && exec \"$4\" --context \"$5\"",
+            "sh",
+            path(&host_bundle),
+            CA_BUNDLE,
+            ca_pem.lines().nth(1).expect("a PEM body"),
+        ])
+        .arg(repo_root().join("deploy/image/build"))
+        .arg(&context)
+        .stderr(Stdio::inherit()));
+    assert_eq!(staged.trim(), path(&context));
+    let image_bundle = context.join(CA_BUNDLE.trim_start_matches('/'));
+    is_the_pinned_ca_bundle(&image_bundle, "the staged build context");
+    let staged_bundle: String = std::fs::read_to_string(&image_bundle)
+        .expect("the staged bundle")
+        .lines()
+        .collect();
+    assert!(
+        !staged_bundle.contains(&ca_body),
+        "the build host's CA is in the image's bundle"
     );
 }

@@ -11,10 +11,21 @@
 //! built for linux/amd64 only and unoptimized (`TENANTFLUX_RELEASE_PLATFORMS`,
 //! `TENANTFLUX_RELEASE_PROFILE=dev`), as packaging.rs builds it, so the suite compiles it once;
 //! packaging.rs checks every other platform's archive and image.rs the image.
+//!
+//! The release tools are trusted by their bytes, not their names: a wheel of zig or
+//! cargo-zigbuild that is not the pinned one is refused before anything is built, a requirement
+//! without a hash is refused, a cached tool changed after its install is found and installed
+//! again before it runs, and a cargo-cyclonedx crate that is not the pinned one is refused.
 
-use std::{path::Path, process::Command};
+use std::{
+    fs::File,
+    os::unix::fs::PermissionsExt as _,
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
 
 use serde_json::Value;
+use sha2::Digest as _;
 use tenantflux_tests::{TestCluster, ensure_packaging_tools, path, repo_root, tool_path};
 
 const EPOCH: &str = "1767225600";
@@ -235,4 +246,352 @@ fn a_file_planted_in_dist_is_refused_and_nothing_is_summed() {
         "{stderr}"
     );
     assert!(!dist.join("SHA256SUMS").exists());
+}
+
+/// The value `script` assigns to `name` (`name=VALUE`, the first word after it): the pins the
+/// tests compare with are the script's own.
+fn pinned(script: &str, name: &str) -> String {
+    let text = std::fs::read_to_string(repo_root().join(script)).unwrap();
+    text.lines()
+        .flat_map(|line| line.split_whitespace())
+        .find_map(|word| word.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("{script} assigns no {name}="))
+        .to_owned()
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    format!("{:x}", sha2::Sha256::digest(bytes))
+}
+
+/// `script` (under `root`) with `args` and `env`, as a release runs it: one platform,
+/// unoptimized.
+fn run_script(root: &Path, script: &str, args: &[&str], env: &[(&str, &Path)]) -> Output {
+    let mut command = Command::new(root.join(script));
+    command
+        .args(args)
+        .env("SOURCE_DATE_EPOCH", EPOCH)
+        .env("TENANTFLUX_RELEASE_PLATFORMS", "linux/amd64")
+        .env("TENANTFLUX_RELEASE_PROFILE", "dev");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The attack on the zig that links every shipped binary: a wheel of the pinned version with
+/// other bytes, served by whatever pip is configured with (an index, a mirror, a find-links
+/// directory; here the only source). deploy/krew/release refuses it, naming the package and the
+/// digest it got, before anything is built, and leaves no installed tool in its cache.
+#[test]
+fn a_wheel_that_is_not_the_pinned_one_is_refused_before_anything_is_built() {
+    let work = tempfile::tempdir().unwrap();
+    let planted = work.path().join("planted");
+    std::fs::create_dir(&planted).unwrap();
+    let zig = pinned("deploy/krew/release", "zig_version");
+    let zigbuild = pinned("deploy/krew/release", "zigbuild_version");
+    let wheel = format!("ziglang-{zig}-py3-none-any.whl");
+    let bytes = b"print('not zig')\n";
+    std::fs::write(planted.join(&wheel), bytes).unwrap();
+    std::fs::write(
+        planted.join(format!("cargo_zigbuild-{zigbuild}-py3-none-any.whl")),
+        b"not cargo-zigbuild\n",
+    )
+    .unwrap();
+    let (cache, dist) = (work.path().join("cache"), work.path().join("dist"));
+    let output = Command::new(repo_root().join("deploy/krew/release"))
+        .args([&format!("v{}", env!("CARGO_PKG_VERSION")), path(&dist)])
+        .env("TENANTFLUX_CACHE", &cache)
+        .env("TENANTFLUX_RELEASE_PLATFORMS", "linux/amd64")
+        .env("TENANTFLUX_RELEASE_PROFILE", "dev")
+        .env("PIP_NO_INDEX", "1")
+        .env("PIP_FIND_LINKS", &planted)
+        .output()
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("DO NOT MATCH THE HASHES")
+            && stderr.contains(&format!("ziglang=={zig}"))
+            && stderr.contains(&sha256_hex(bytes)),
+        "the refusal names the package and the digest of the planted wheel: {stderr}"
+    );
+    assert!(
+        !stderr.contains("cargo zigbuild"),
+        "a build started: {stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&dist).unwrap().count(),
+        0,
+        "DIST is empty"
+    );
+    let installed = std::fs::read_dir(&cache)
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|entry| entry.path().join("venv/bin/cargo-zigbuild").exists());
+    assert!(!installed, "a tool was installed from the planted wheels");
+}
+
+/// A requirements file that pins a version without the wheel's sha256 pins no bytes: the release
+/// refuses it, naming the package, before pip runs (here from a copy of the scripts whose
+/// requirements lost cargo-zigbuild's hashes).
+#[test]
+fn a_requirement_without_a_hash_is_refused_before_pip_runs() {
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("root");
+    std::fs::create_dir_all(root.join("deploy/krew")).unwrap();
+    for file in [
+        "Cargo.toml",
+        "deploy/krew/release",
+        "deploy/krew/tenantflux.yaml",
+    ] {
+        std::fs::copy(repo_root().join(file), root.join(file)).unwrap();
+    }
+    let requirements =
+        std::fs::read_to_string(repo_root().join("deploy/krew/requirements.txt")).unwrap();
+    let zigbuild = pinned("deploy/krew/release", "zigbuild_version");
+    let requirement = format!("cargo-zigbuild=={zigbuild}");
+    let mut lines = Vec::new();
+    let mut inside = false;
+    for line in requirements.lines() {
+        if line.starts_with(&requirement) {
+            lines.push(requirement.clone());
+            inside = true;
+        } else if !(inside && line.trim_start().starts_with("--hash")) {
+            inside = false;
+            lines.push(line.to_owned());
+        }
+    }
+    assert!(lines.contains(&requirement), "{requirements}");
+    std::fs::write(root.join("deploy/krew/requirements.txt"), lines.join("\n")).unwrap();
+    let cache = work.path().join("cache");
+    let output = run_script(
+        &root,
+        "deploy/krew/release",
+        &[
+            &format!("v{}", env!("CARGO_PKG_VERSION")),
+            path(&work.path().join("dist")),
+        ],
+        &[("TENANTFLUX_CACHE", &cache)],
+    );
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{requirement} has no --hash=sha256:")),
+        "{stderr}"
+    );
+    assert!(
+        !cache.exists(),
+        "the cache was touched before the requirements were read"
+    );
+}
+
+/// The attack on the cached tools: whoever can write the cache changes zig's standard library,
+/// replaces the cargo-zigbuild binary, adds a header to zig's C library, or swaps a kept wheel.
+/// The next run finds each, names it, and installs the tools again from the pinned wheels (the
+/// changed wheel downloaded again) before anything uses them. The cache here is the test's own,
+/// keyed by the requirements' sha256; the first install in it reuses nothing.
+#[test]
+fn changed_cached_tools_are_found_and_installed_again_before_use() {
+    let work = tempfile::tempdir().unwrap();
+    let cache = work.path().join("cache");
+    let tools = |expect: &str| -> (String, PathBuf, PathBuf) {
+        let output = run_script(
+            &repo_root(),
+            "deploy/krew/release",
+            &["--tools"],
+            &[("TENANTFLUX_CACHE", &cache)],
+        );
+        let stderr = text(&output.stderr);
+        assert!(output.status.success(), "{expect}: {stderr}");
+        let stdout = text(&output.stdout);
+        let find = |name: &str| {
+            stdout
+                .lines()
+                .find_map(|line| line.strip_prefix(&format!("{name} ")))
+                .map(PathBuf::from)
+                .unwrap_or_else(|| panic!("no {name} in {stdout}"))
+        };
+        (stderr, find("zig"), find("cargo-zigbuild"))
+    };
+    let (_, zig, zigbuild) = tools("the first install");
+    let venv = zigbuild.parent().and_then(Path::parent).unwrap();
+    let dir = venv.parent().unwrap();
+    let requirements = std::fs::read(repo_root().join("deploy/krew/requirements.txt")).unwrap();
+    assert!(
+        dir.to_string_lossy()
+            .ends_with(&sha256_hex(&requirements)[..16]),
+        "{} is not keyed by the requirements' sha256",
+        dir.display()
+    );
+    let std_zig = zig.parent().unwrap().join("lib/std/std.zig");
+    let originals = [
+        std::fs::read(&std_zig).unwrap(),
+        std::fs::read(&zigbuild).unwrap(),
+    ];
+    let planted_header = zig
+        .parent()
+        .unwrap()
+        .join("lib/libc/include/generic-musl/planted.h");
+    let marker = work.path().join("ran");
+    std::fs::write(
+        &zigbuild,
+        format!("#!/bin/sh\ntouch '{}'\nexec cargo \"$@\"\n", path(&marker)),
+    )
+    .unwrap();
+    let mut changed = originals[0].clone();
+    changed.extend_from_slice(b"\ncomptime { @compileLog(\"planted\"); }\n");
+    std::fs::write(&std_zig, changed).unwrap();
+    std::fs::write(&planted_header, "#define planted 1\n").unwrap();
+    let wheel = std::fs::read_dir(dir.join("wheels"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .find(|file| {
+            file.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("cargo_zigbuild-")
+        })
+        .expect("the kept cargo-zigbuild wheel");
+    std::fs::write(&wheel, b"not the wheel\n").unwrap();
+
+    let (stderr, zig_again, zigbuild_again) = tools("the run after the changes");
+    assert_eq!((&zig_again, &zigbuild_again), (&zig, &zigbuild));
+    for said in [
+        "fail their check, so they are installed again".to_owned(),
+        format!(
+            "{} has sha256 {}, not a pinned wheel of cargo-zigbuild",
+            wheel.file_name().unwrap().to_string_lossy(),
+            sha256_hex(b"not the wheel\n")
+        ),
+        "downloading the wheels".to_owned(),
+    ] {
+        assert!(stderr.contains(&said), "{said:?} in {stderr}");
+    }
+    assert_eq!(std::fs::read(&std_zig).unwrap(), originals[0], "std.zig");
+    assert_eq!(
+        std::fs::read(&zigbuild).unwrap(),
+        originals[1],
+        "cargo-zigbuild"
+    );
+    assert!(
+        !planted_header.exists(),
+        "the planted header is still there"
+    );
+    assert!(!marker.exists(), "the replaced cargo-zigbuild ran");
+
+    // The same changes with the wheels intact: each is named, and nothing is downloaded.
+    std::fs::write(&zigbuild, "#!/bin/sh\n").unwrap();
+    std::fs::write(&planted_header, "#define planted 1\n").unwrap();
+    let (stderr, _, _) = tools("the run after changing the virtualenv");
+    for said in [
+        "venv/bin/cargo-zigbuild is not the file of cargo_zigbuild-",
+        "ziglang/lib/libc/include/generic-musl/planted.h is not in ziglang-",
+    ] {
+        assert!(stderr.contains(said), "{said:?} in {stderr}");
+    }
+    assert!(!stderr.contains("downloading"), "{stderr}");
+    assert_eq!(std::fs::read(&zigbuild).unwrap(), originals[1]);
+    assert!(!planted_header.exists());
+
+    let (stderr, _, _) = tools("a run with nothing changed");
+    assert!(!stderr.contains("installed again"), "{stderr}");
+}
+
+/// `deploy/release --only sbom` into `dist`, with `env`.
+fn sbom_release(dist: &Path, env: &[(&str, &Path)]) -> Output {
+    run_script(
+        &repo_root(),
+        "deploy/release",
+        &[
+            &format!("v{}", env!("CARGO_PKG_VERSION")),
+            path(dist),
+            "--only",
+            "sbom",
+        ],
+        env,
+    )
+}
+
+/// The attacks on cargo-cyclonedx. A .crate of the pinned version with other bytes in cargo's
+/// cache (a registry or mirror served it, or the file was changed) is refused, naming both
+/// digests, before anything is built. An installed binary changed afterwards (here in the shared
+/// cache, under the lock every release takes for it) is found before it runs and installed
+/// again, and the bills of materials come from the reinstalled tool.
+#[test]
+fn cargo_cyclonedx_is_held_to_its_pins_before_it_runs() {
+    let version = pinned("deploy/release", "tool_version");
+    let crate_sha256 = pinned("deploy/release", "tool_crate_sha256");
+    let work = tempfile::tempdir().unwrap();
+
+    let cargo_home = work.path().join("cargo");
+    let registry = cargo_home.join("registry/cache/index.example-0000000000000000");
+    std::fs::create_dir_all(&registry).unwrap();
+    let planted = b"not cargo-cyclonedx\n";
+    std::fs::write(
+        registry.join(format!("cargo-cyclonedx-{version}.crate")),
+        planted,
+    )
+    .unwrap();
+    let own_cache = work.path().join("cache");
+    let output = sbom_release(
+        &work.path().join("planted"),
+        &[
+            ("CARGO_HOME", &cargo_home),
+            ("TENANTFLUX_CACHE", &own_cache),
+        ],
+    );
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&sha256_hex(planted)) && stderr.contains(&crate_sha256),
+        "the refusal names both digests: {stderr}"
+    );
+    assert!(
+        !own_cache
+            .join(format!("cargo-cyclonedx-{version}/bin"))
+            .exists(),
+        "something was installed: {stderr}"
+    );
+
+    let first = sbom_release(&work.path().join("one"), &[]);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let cache = std::env::var_os("TENANTFLUX_CACHE").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/tenantflux"),
+        PathBuf::from,
+    );
+    let tool = cache.join(format!("cargo-cyclonedx-{version}/bin/cargo-cyclonedx"));
+    let marker = work.path().join("ran");
+    {
+        let lock = File::create(cache.join(format!("cargo-cyclonedx-{version}.lock"))).unwrap();
+        lock.lock().unwrap();
+        std::fs::remove_file(&tool).unwrap();
+        std::fs::write(
+            &tool,
+            format!(
+                "#!/bin/sh\ntouch '{}'\necho cargo-cyclonedx-cyclonedx {version}\n",
+                path(&marker)
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let second = sbom_release(&work.path().join("two"), &[]);
+    let stderr = text(&second.stderr);
+    assert!(second.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("is installed again") && stderr.contains("recorded when it was installed"),
+        "{stderr}"
+    );
+    assert!(!marker.exists(), "the changed cargo-cyclonedx ran");
+    assert_eq!(&std::fs::read(&tool).unwrap()[..4], b"\x7fELF");
+    for name in ["kubectl-tenantflux", "tenantflux-agent"] {
+        let sbom = work.path().join(format!("two/sbom/{name}.cdx.json"));
+        let sbom: Value = serde_json::from_slice(&std::fs::read(&sbom).unwrap()).unwrap();
+        assert_eq!(sbom["bomFormat"], "CycloneDX", "{name}");
+    }
 }
