@@ -426,9 +426,27 @@ impl Adopter {
         namespace: &str,
         releases: &BTreeSet<String>,
     ) -> Result<Vec<Payload>, String> {
+        // Only the records of those releases come with their payloads (Helm labels each
+        // record `name=RELEASE`), not every release's in the namespace.
+        let names: Vec<&str> = releases
+            .iter()
+            .filter_map(|r| r.strip_prefix(&format!("{namespace}/")))
+            // A label value (Helm's release names are): nothing else reaches the selector.
+            .filter(|name| {
+                !name.is_empty()
+                    && name.len() <= 63
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            })
+            .collect();
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
         let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let selector = format!("owner=helm,name in ({})", names.join(","));
         let list = api
-            .list(&ListParams::default().labels("owner=helm"))
+            .list(&ListParams::default().labels(&selector))
             .await
             .map_err(|err| match err {
                 kube::Error::Api(status) if status.code == 403 => format!(
