@@ -727,7 +727,7 @@ fn chart_values_reach_the_objects() {
     let adopt_role = &adopting[&key("Role", "cozy-fluxcd", "tenantflux-agent-adopt")];
     assert_eq!(
         adopt_role["rules"],
-        serde_json::json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}])
+        serde_json::json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "patch"]}])
     );
     assert!(!objects.contains_key(&key(
         "Role",
