@@ -450,3 +450,50 @@ fn installed(program: &str) -> PathBuf {
         )
     })
 }
+
+/// The address in a line a dashboard printed: the address, its host (`NAME.localhost:PORT`)
+/// and its port.
+pub fn printed_address(line: &str) -> (String, String, u16) {
+    let url = line
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    let host = url["http://".len()..]
+        .split('/')
+        .next()
+        .expect("a host")
+        .to_owned();
+    let port = host
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .unwrap_or_else(|| panic!("a port in {url}"));
+    (url, host, port)
+}
+
+/// One HTTP/1.1 request to 127.0.0.1:`port` as written (the Host header is the caller's):
+/// the status, the head and the body.
+pub fn http(port: u16, request: &str) -> (u16, String, String) {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read");
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status line");
+    (status, head.to_owned(), body.to_owned())
+}
+
+/// A GET of `target` from 127.0.0.1:`port` naming `host`, with `cookie`.
+pub fn http_get(port: u16, host: &str, target: &str, cookie: &str) -> (u16, String, String) {
+    http(
+        port,
+        &format!(
+            "GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nCookie: {cookie}\r\n\r\n"
+        ),
+    )
+}

@@ -630,21 +630,14 @@ impl TestCluster {
             .map_err(|source| Error::Spawn { command, source })
     }
 
-    /// Server-side applies the YAML documents in `yaml` with the tests' field manager.
-    pub fn apply_yaml(&self, yaml: &str) -> Result<String> {
+    /// kubectl with `args` and `input` on its stdin; its output, whatever its exit.
+    pub fn kubectl_with_input(&self, args: &[&str], input: &[u8]) -> Result<Output> {
         use std::io::Write as _;
-        let command = "kubectl apply --server-side -f -".to_string();
+        let command = format!("kubectl {}", args.join(" "));
         let mut child = Command::new(tool_path("KUBECTL"))
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
-            .args([
-                "apply",
-                "--server-side",
-                "--field-manager",
-                FIELD_MANAGER,
-                "-f",
-                "-",
-            ])
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -653,21 +646,29 @@ impl TestCluster {
                 command: command.clone(),
                 source,
             })?;
-        let written = child
-            .stdin
-            .take()
-            .expect("piped stdin")
-            .write_all(yaml.as_bytes());
+        let written = child.stdin.take().expect("piped stdin").write_all(input);
         let output = child.wait_with_output().map_err(|source| Error::Spawn {
             command: command.clone(),
             source,
         })?;
-        if let Err(source) = written {
-            return Err(Error::Spawn { command, source });
-        }
+        written.map_err(|source| Error::Spawn { command, source })?;
+        Ok(output)
+    }
+
+    /// Server-side applies the YAML documents in `yaml` with the tests' field manager.
+    pub fn apply_yaml(&self, yaml: &str) -> Result<String> {
+        let args = [
+            "apply",
+            "--server-side",
+            "--field-manager",
+            FIELD_MANAGER,
+            "-f",
+            "-",
+        ];
+        let output = self.kubectl_with_input(&args, yaml.as_bytes())?;
         if !output.status.success() {
             return Err(Error::Failed {
-                command,
+                command: "kubectl apply --server-side -f -".to_string(),
                 status: output.status,
                 stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
             });

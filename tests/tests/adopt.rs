@@ -61,6 +61,25 @@ const CONTROLLERS: [&str; 7] = [
 /// The controllers that run as processes here.
 const RUNNING: [&str; 2] = ["source-controller", "kustomize-controller"];
 
+/// Once the controllers that run here run as processes: Git repository `name` holding the app
+/// at value "one", served, and its GitRepository and Kustomization applied (see [`apply_app`]);
+/// the repository and that commit.
+async fn serve_app(cluster: &TestCluster, name: &str) -> (GitRepo, String) {
+    for controller in RUNNING {
+        cluster
+            .flux_controller_runs(controller, &format!("{controller}-v1.9.4"))
+            .await
+            .unwrap_or_else(|err| panic!("{controller}: {err}"));
+    }
+    let repo = GitRepo::new(name).unwrap();
+    let rev = repo
+        .commit(&[("app/configmap.yaml", &app_config("one"))], &[], "one")
+        .unwrap();
+    let url = cluster.git_server(&repo).unwrap();
+    apply_app(cluster, &url);
+    (repo, rev)
+}
+
 /// GitRepository and Kustomization apps/app from `url`, and what a multitenant Flux needs to
 /// apply them: the Kustomization applies as the namespace's default ServiceAccount, which the
 /// tenant grants `edit` there.
@@ -447,18 +466,7 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
         &[cozystack_instance()],
     );
     helm(cluster, &["install", "fluxcd", path(&flux), "-n", NS]);
-    for name in RUNNING {
-        cluster
-            .flux_controller_runs(name, &format!("{name}-v1.9.4"))
-            .await
-            .unwrap_or_else(|err| panic!("{name}: {err}"));
-    }
-    let repo = GitRepo::new("cozy-app").unwrap();
-    let rev1 = repo
-        .commit(&[("app/configmap.yaml", &app_config("one"))], &[], "one")
-        .unwrap();
-    let url = cluster.git_server(&repo).unwrap();
-    apply_app(cluster, &url);
+    let (repo, rev1) = serve_app(cluster, "cozy-app").await;
     let timeout = Duration::from_secs(180);
     cluster
         .kustomization_applied("apps", "app", &revision(&rev1), timeout)
@@ -1550,18 +1558,7 @@ async fn a_new_tenant_cluster_gets_its_flux_from_the_cozystack_addon() {
     )
     .await
     .unwrap();
-    for name in RUNNING {
-        cluster
-            .flux_controller_runs(name, &format!("{name}-v1.9.4"))
-            .await
-            .unwrap_or_else(|err| panic!("{name}: {err}"));
-    }
-    let repo = GitRepo::new("cozy-new-app").unwrap();
-    let rev = repo
-        .commit(&[("app/configmap.yaml", &app_config("one"))], &[], "one")
-        .unwrap();
-    let url = cluster.git_server(&repo).unwrap();
-    apply_app(cluster, &url);
+    let (_repo, rev) = serve_app(cluster, "cozy-new-app").await;
     cluster
         .kustomization_applied("apps", "app", &revision(&rev), timeout)
         .await

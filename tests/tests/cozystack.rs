@@ -21,7 +21,7 @@
 //! (`tenantflux_tests::cozystack`): installing Flux on a new tenant cluster, and adopting the
 //! removed add-on's Flux.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use serde_json::{Value, json};
 use tenantflux_tests::{
@@ -192,33 +192,20 @@ fn helmrelease_crd() -> String {
 }
 
 fn dry_run(cluster: &TestCluster, namespace: &str, object: &Value) -> Output {
-    use std::io::Write as _;
-    let mut child = Command::new(tool_path("KUBECTL"))
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig())
-        .args([
-            "apply",
-            "--server-side",
-            "--dry-run=server",
-            "--field-manager",
-            "tenantflux-tests",
-            "-n",
-            namespace,
-            "-f",
-            "-",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run kubectl apply");
-    child
-        .stdin
-        .take()
-        .expect("piped stdin")
-        .write_all(object.to_string().as_bytes())
-        .expect("write the object to kubectl");
-    child.wait_with_output().expect("wait for kubectl")
+    let args = [
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "--field-manager",
+        "tenantflux-tests",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+    ];
+    cluster
+        .kubectl_with_input(&args, object.to_string().as_bytes())
+        .expect("run kubectl apply")
 }
 
 #[test]

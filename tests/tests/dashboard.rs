@@ -23,7 +23,7 @@ use std::{
 use fantoccini::Locator;
 use tenantflux_tests::{
     TestCluster, apply_flux_instance,
-    browser::Browser,
+    browser::{Browser, http, http_get, printed_address},
     flux::{GitRepo, KUSTOMIZATIONS, revision},
     wait_for,
 };
@@ -49,25 +49,6 @@ struct Dashboard {
     port: u16,
     /// What it prints after the first line: the next sign-in address when a session ended.
     stdout: BufReader<ChildStdout>,
-}
-
-/// The address in a line the dashboard printed: the address, its host and its port.
-fn address(line: &str) -> (String, String, u16) {
-    let url = line
-        .split_whitespace()
-        .find(|word| word.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_owned();
-    let host = url["http://".len()..]
-        .split('/')
-        .next()
-        .expect("a host")
-        .to_owned();
-    let port = host
-        .rsplit_once(':')
-        .and_then(|(_, p)| p.parse().ok())
-        .unwrap_or_else(|| panic!("a port in {url}"));
-    (url, host, port)
 }
 
 impl Dashboard {
@@ -105,7 +86,7 @@ impl Dashboard {
                 .read_to_string(&mut err);
             panic!("the dashboard exited before printing its address: {err}");
         }
-        let (url, host, port) = address(&line);
+        let (url, host, port) = printed_address(&line);
         Dashboard {
             child,
             url,
@@ -128,7 +109,7 @@ impl Dashboard {
             .read_line(&mut line)
             .expect("read the dashboard's output");
         assert!(read > 0, "the dashboard's output ended");
-        address(&line).0
+        printed_address(&line).0
     }
 
     /// Sends `signal` (`HUP`: the terminal closed, `INT`: Ctrl-C) and waits for the dashboard
@@ -160,28 +141,15 @@ impl Drop for Dashboard {
     }
 }
 
-/// One HTTP/1.1 request to 127.0.0.1:`port` as written; the status, the head and the body.
-fn http(port: u16, request: &str) -> (u16, String, String) {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    stream.write_all(request.as_bytes()).expect("send");
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).expect("read");
-    let status = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("status line");
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
-    (status, head.to_owned(), body.to_owned())
-}
-
-fn get(port: u16, host: &str, target: &str, cookie: &str) -> (u16, String, String) {
-    http(
-        port,
-        &format!(
-            "GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nCookie: {cookie}\r\n\r\n"
-        ),
-    )
+/// The CSRF token of the confirmation form the page shows.
+async fn form_token(page: &fantoccini::Client) -> String {
+    page.find(Locator::Css(r#"input[name="csrf"]"#))
+        .await
+        .expect("the form's token")
+        .attr("value")
+        .await
+        .expect("value")
+        .expect("a token")
 }
 
 fn post(port: u16, host: &str, cookie: &str, extra: &str, body: &str) -> u16 {
@@ -592,7 +560,7 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
 
     // Refused without the cookie, with a foreign Host, or without the CSRF token.
     let host = dashboard.host.clone();
-    let (status, _, body) = get(dashboard.port, &host, "/", "");
+    let (status, _, body) = http_get(dashboard.port, &host, "/", "");
     assert_eq!(status, 401, "no cookie");
     assert!(!body.contains("dash-app"), "{body}");
     for other in [
@@ -600,7 +568,7 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
         format!("127.0.0.1:{}", dashboard.port),
         format!("localhost:{}", dashboard.port),
     ] {
-        let (status, head, body) = get(dashboard.port, &other, "/", &cookie);
+        let (status, head, body) = http_get(dashboard.port, &other, "/", &cookie);
         assert_eq!(status, 421, "Host {other}");
         assert!(!body.contains("dash-app"), "{body}");
         assert!(!head.to_lowercase().contains("set-cookie"), "{head}");
@@ -618,14 +586,7 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
     ))
     .await
     .expect("a confirmation page");
-    let csrf = page
-        .find(Locator::Css(r#"input[name="csrf"]"#))
-        .await
-        .expect("the form's token")
-        .attr("value")
-        .await
-        .expect("value")
-        .expect("a token");
+    let csrf = form_token(page).await;
     let with_token = format!("csrf={csrf}&{form}");
     assert_eq!(
         post(
@@ -746,7 +707,7 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
         format!("127.0.0.1:{}", short.port),
         format!("localhost:{}", short.port),
     ] {
-        let (status, head, body) = get(short.port, &other, login, "");
+        let (status, head, body) = http_get(short.port, &other, login, "");
         assert_eq!(status, 421, "the token under {other}");
         assert!(!head.to_lowercase().contains("set-cookie"), "{head}");
         assert!(!body.contains(&short.host), "the name is not said: {body}");
@@ -782,14 +743,7 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
         .await
         .expect("the focused element");
     assert_eq!(focused, serde_json::json!("BODY"), "nothing has the focus");
-    let ended_csrf = page
-        .find(Locator::Css(r#"input[name="csrf"]"#))
-        .await
-        .expect("the form's token")
-        .attr("value")
-        .await
-        .expect("value")
-        .expect("a token");
+    let ended_csrf = form_token(page).await;
     let ended_cookie = page
         .get_named_cookie(COOKIE)
         .await
@@ -821,7 +775,7 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
         .screenshot("dashboard-session-expired")
         .await
         .expect("screenshot");
-    let (status, _, body) = get(
+    let (status, _, body) = http_get(
         short.port,
         &short.host,
         "/",
@@ -921,7 +875,7 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
     .expect("$BROWSER run");
     let _ = opened.kill();
     let _ = opened.wait();
-    let (url, _, _) = address(&line);
+    let (url, _, _) = printed_address(&line);
     let argv = std::fs::read_to_string(seen.with_extension("argv")).expect("argv");
     assert!(
         !argv.contains("token"),

@@ -28,7 +28,11 @@ use std::{
 };
 
 use fantoccini::Locator;
-use tenantflux_tests::{TestCluster, bin_dir, browser::Browser, json, path, stderr, wait_for};
+use tenantflux_tests::{
+    TestCluster, bin_dir,
+    browser::{Browser, http_get, printed_address},
+    json, path, stderr, wait_for,
+};
 
 const AGENTS: usize = 10;
 /// The agent that holds generation 1 while the others hold 2.
@@ -81,20 +85,7 @@ impl Dashboard {
                 .read_to_string(&mut err);
             panic!("the fleet dashboard exited before printing its address: {err}");
         }
-        let url = line
-            .split_whitespace()
-            .find(|word| word.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_owned();
-        let host = url["http://".len()..]
-            .split('/')
-            .next()
-            .expect("a host")
-            .to_owned();
-        let port = host
-            .rsplit_once(':')
-            .and_then(|(_, p)| p.parse().ok())
-            .expect("a port");
+        let (url, host, port) = printed_address(&line);
         Dashboard {
             child,
             url,
@@ -105,7 +96,7 @@ impl Dashboard {
 
     /// GET `target` as the page's browser would: under its name, with `cookie`.
     fn get(&self, target: &str, cookie: &str) -> (u16, String, String) {
-        get(self.port, &self.host, target, cookie)
+        http_get(self.port, &self.host, target, cookie)
     }
 
     /// Signs in with the printed address over HTTP; the session cookie (`name=value`).
@@ -142,26 +133,6 @@ impl Drop for Dashboard {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// One HTTP/1.1 GET of `target` from 127.0.0.1:`port` naming `host`: the status, the head and
-/// the body.
-fn get(port: u16, host: &str, target: &str, cookie: &str) -> (u16, String, String) {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    write!(
-        stream,
-        "GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nCookie: {cookie}\r\n\r\n"
-    )
-    .expect("send");
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).expect("read");
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("status line");
-    (status, head.to_owned(), body.to_owned())
 }
 
 /// The first `part` event of the live stream at `target`, as JSON.
@@ -386,7 +357,7 @@ async fn the_fleet_page_over_10_real_agents_judges_behind_only_against_the_platf
         wait_for(&format!("agent {j} ready"), STARTED, || async move {
             std::net::TcpStream::connect(("127.0.0.1", admin))
                 .is_ok()
-                .then(|| get(admin, &format!("127.0.0.1:{admin}"), "/readyz", ""))
+                .then(|| http_get(admin, &format!("127.0.0.1:{admin}"), "/readyz", ""))
                 .filter(|(status, _, _)| *status == 200)
                 .map(drop)
         })
@@ -470,7 +441,7 @@ async fn the_fleet_page_over_10_real_agents_judges_behind_only_against_the_platf
         format!("127.0.0.1:{}", dashboard.port),
         format!("localhost:{}", dashboard.port),
     ] {
-        let (status, head, _) = get(dashboard.port, &other, login, "");
+        let (status, head, _) = http_get(dashboard.port, &other, login, "");
         assert_eq!(status, 421, "the token under {other}");
         assert!(!head.to_lowercase().contains("set-cookie"), "{head}");
     }
@@ -499,7 +470,7 @@ async fn the_fleet_page_over_10_real_agents_judges_behind_only_against_the_platf
         format!("localhost:{}", dashboard.port),
         format!("rebound.example:{}", dashboard.port),
     ] {
-        let (status, _, body) = get(dashboard.port, &other, "/", &cookie);
+        let (status, _, body) = http_get(dashboard.port, &other, "/", &cookie);
         assert_eq!(status, 421, "Host {other}");
         assert!(!body.contains("cluster-"), "{body}");
     }

@@ -142,6 +142,8 @@ pub struct Adopter {
     install: Option<watch::Receiver<InstallState>>,
     /// One apply at a time.
     lock: Arc<tokio::sync::Mutex<()>>,
+    /// The kinds of Helm's objects discovery found (see [`Adopter::resource`]).
+    kinds: Arc<std::sync::Mutex<std::collections::HashMap<String, (ApiResource, bool)>>>,
 }
 
 fn found(kind: &str, meta: &ObjectMeta) -> Found {
@@ -194,6 +196,7 @@ impl Adopter {
             policy,
             install,
             lock: Arc::default(),
+            kinds: Arc::default(),
         }
     }
 
@@ -353,32 +356,23 @@ impl Adopter {
                 objects.push((object.clone(), String::new()));
             }
         }
-        let mut kinds: std::collections::BTreeMap<String, Option<(ApiResource, bool)>> =
-            std::collections::BTreeMap::new();
         for (mut object, release) in objects {
-            let gvk_key = format!("{}/{}", object.api_version, object.kind);
-            if !kinds.contains_key(&gvk_key) {
-                let (group, version) = object
-                    .api_version
-                    .split_once('/')
-                    .unwrap_or(("", object.api_version.as_str()));
-                let gvk = GroupVersionKind::gvk(group, version, &object.kind);
-                let found = kube::discovery::pinned_kind(&self.client, &gvk)
-                    .await
-                    .ok()
-                    .map(|(resource, caps)| (resource, caps.scope == Scope::Namespaced));
-                kinds.insert(gvk_key.clone(), found);
-            }
-            let live = match &kinds[&gvk_key] {
-                None => Live::Gone,
-                Some((resource, namespaced)) => {
-                    if *namespaced && object.namespace.is_empty() {
+            let live = match self.resource(&object).await {
+                Err(_) => Live::Gone,
+                Ok((resource, namespaced)) => {
+                    if namespaced && object.namespace.is_empty() {
                         object.namespace = namespace.to_owned();
                     }
-                    if !*namespaced {
+                    // Flux's releases install into their own namespace: a record (which
+                    // whoever may write Secrets there can plant) naming another namespace's
+                    // object does not get the agent to touch it.
+                    if namespaced && object.namespace != namespace {
+                        continue;
+                    }
+                    if !namespaced {
                         object.namespace.clear();
                     }
-                    self.live_mark(resource, &object).await
+                    self.live_mark(&resource, &object).await
                 }
             };
             marks.objects.push(Owned {
@@ -388,6 +382,28 @@ impl Adopter {
             });
         }
         marks
+    }
+
+    /// The served resource of `object`'s kind and whether it is namespaced, from discovery;
+    /// kept once found, since the marks are checked again every [`MARKS_CHECK`] (a kind that is
+    /// no longer served then reads as its objects gone).
+    async fn resource(&self, object: &ManifestObject) -> Result<(ApiResource, bool), kube::Error> {
+        let key = format!("{}/{}", object.api_version, object.kind);
+        if let Some(found) = self.kinds.lock().expect("kinds lock").get(&key) {
+            return Ok(found.clone());
+        }
+        let (group, version) = object
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", object.api_version.as_str()));
+        let gvk = GroupVersionKind::gvk(group, version, &object.kind);
+        let (resource, capabilities) = kube::discovery::pinned_kind(&self.client, &gvk).await?;
+        let found = (resource, capabilities.scope == Scope::Namespaced);
+        self.kinds
+            .lock()
+            .expect("kinds lock")
+            .insert(key, found.clone());
+        Ok(found)
     }
 
     async fn live_mark(&self, resource: &ApiResource, object: &ManifestObject) -> Live {
@@ -499,17 +515,10 @@ impl Adopter {
         let mut marked = 0;
         for held in marks.objects.iter().filter(|h| h.live == Live::Unmarked) {
             let object = &held.object;
-            let (group, version) = object
-                .api_version
-                .split_once('/')
-                .unwrap_or(("", object.api_version.as_str()));
-            let gvk = GroupVersionKind::gvk(group, version, &object.kind);
-            let (resource, _) = kube::discovery::pinned_kind(&self.client, &gvk)
-                .await
-                .map_err(kube_err(format!(
-                    "finding the kind of {}",
-                    object.describe()
-                )))?;
+            let (resource, _) = self.resource(object).await.map_err(kube_err(format!(
+                "finding the kind of {}",
+                object.describe()
+            )))?;
             self.dynamic(&resource, object)
                 .patch(&object.name, &params, &Patch::Merge(&patch))
                 .await
