@@ -41,6 +41,12 @@ impl Entry {
     }
 }
 
+/// The inventory id of an object, as cli-utils writes it (see [`parse_id`]); `namespace` and
+/// `group` empty for cluster-scoped objects and the core group.
+pub fn id(namespace: &str, name: &str, group: &str, kind: &str) -> String {
+    format!("{namespace}_{}_{group}_{kind}", name.replace(':', "__"))
+}
+
 /// An inventory id as cli-utils writes it: `<namespace>_<name>_<group>_<kind>`, the name's
 /// colons written as `__` (RBAC names such as `system:controller:x`).
 pub fn parse_id(id: &str) -> Option<Entry> {
@@ -118,6 +124,36 @@ mod tests {
         assert_eq!(role.name, "system:controller:x");
         assert!(parse_id("nonsense").is_none());
         assert!(parse_id("ns__group_").is_none());
+    }
+
+    #[test]
+    fn ids_are_written_as_they_are_read() {
+        for (namespace, name, group, kind) in [
+            ("apps", "cfg", "", "ConfigMap"),
+            (
+                "",
+                "system:controller:x",
+                "rbac.authorization.k8s.io",
+                "ClusterRole",
+            ),
+            (
+                "flux-system",
+                "apps",
+                "kustomize.toolkit.fluxcd.io",
+                "Kustomization",
+            ),
+        ] {
+            let entry = parse_id(&id(namespace, name, group, kind)).unwrap();
+            assert_eq!(
+                (entry.namespace.as_str(), entry.name.as_str()),
+                (namespace, name)
+            );
+            assert_eq!((entry.group.as_str(), entry.kind.as_str()), (group, kind));
+        }
+        assert_eq!(
+            id("", "system:x", "rbac.authorization.k8s.io", "ClusterRole"),
+            "_system__x_rbac.authorization.k8s.io_ClusterRole"
+        );
     }
 
     #[test]

@@ -1,12 +1,12 @@
 //! `flux trace`, through ResourceSets as well: which Kustomization, HelmRelease or ResourceSet
 //! applied an object, which applied that one, and so on, with each one's source, revision and
-//! Ready. The first hop of an object that is not a Flux kind is found in the appliers'
+//! Ready. The first hop of an object that is not a Flux kind is found in the appliers' cached
 //! inventories (the agent reads no object of other kinds: it holds no right to), every later
 //! hop through the labels the controllers set on what they apply.
 
 use std::collections::BTreeMap;
 
-use kube::{Api, Discovery, api::DynamicObject, discovery::Scope};
+use kube::{Discovery, discovery::Scope};
 
 use crate::workloads::{
     WorkloadsError,
@@ -263,10 +263,7 @@ impl Inspector {
         // The first applier: from the labels of a Flux object, else from the inventories.
         let mut next = match &steps[0].flux {
             Some(object) => applier_of(&object.labels, &object.namespace),
-            None => {
-                self.holder(&resolved.group, &resolved.kind, &namespace, &reference.name)
-                    .await?
-            }
+            None => self.holder(&resolved.group, &resolved.kind, &namespace, &reference.name),
         };
         let mut appliers: Vec<std::sync::Arc<Cached>> = Vec::new();
         while let Some((group, kind, applier_namespace, applier_name)) = next.take() {
@@ -338,42 +335,32 @@ impl Inspector {
         Ok(Trace { steps, unmanaged })
     }
 
-    /// The applier whose inventory holds the object: (group, kind, namespace, name).
-    async fn holder(
+    /// The applier whose inventory holds the object: (group, kind, namespace, name), from the
+    /// cache (which keeps each applier's inventory); the first by namespace and name when
+    /// several claim it.
+    fn holder(
         &self,
         group: &str,
         kind: &str,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<(&'static str, &'static str, String, String)>> {
-        for (applier_group, applier_kind) in APPLIERS {
-            let Some(cache) = self.flux_cache(applier_group, applier_kind) else {
-                continue;
-            };
-            let api = Api::<DynamicObject>::all_with(self.client.clone(), &cache.resource);
-            let list =
-                api.list(&Default::default())
-                    .await
-                    .map_err(|source| WorkloadsError::Read {
-                        what: format!("the {} objects", cache.kind.kind),
-                        source: Box::new(source),
-                    })?;
-            for object in list {
-                let value = serde_json::to_value(&object).unwrap_or_default();
-                let holds = inventory::entries(&value).iter().any(|e| {
-                    e.group == group && e.kind == kind && e.namespace == namespace && e.name == name
-                });
-                if holds {
-                    return Ok(Some((
-                        cache.kind.group,
-                        cache.kind.kind,
-                        object.metadata.namespace.unwrap_or_default(),
-                        object.metadata.name.unwrap_or_default(),
-                    )));
-                }
-            }
-        }
-        Ok(None)
+    ) -> Option<(&'static str, &'static str, String, String)> {
+        let id = inventory::id(namespace, name, group, kind);
+        APPLIERS.iter().find_map(|(applier_group, applier_kind)| {
+            let cache = self.flux_cache(applier_group, applier_kind)?;
+            let holder = cache
+                .store
+                .state()
+                .into_iter()
+                .filter(|applier| applier.holds(&id))
+                .min_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)))?;
+            Some((
+                cache.kind.group,
+                cache.kind.kind,
+                holder.namespace.clone(),
+                holder.name.clone(),
+            ))
+        })
     }
 }
 
