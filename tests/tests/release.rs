@@ -12,6 +12,10 @@
 //! `TENANTFLUX_RELEASE_PROFILE=dev`), as packaging.rs builds it, so the suite compiles it once;
 //! packaging.rs checks every other platform's archive and image.rs the image.
 //!
+//! The Flux CLI plugin catalog entry the krew part also writes (`flux-plugin/`) is installed by
+//! the real flux CLI v2.9.5 (`tests/env/cluster build-flux-cli`) from a local catalog, served
+//! over HTTP with the archive, and run as `flux tenantflux`; a tampered archive is refused.
+//!
 //! The release tools are trusted by their bytes, not their names: a wheel of zig or
 //! cargo-zigbuild that is not the pinned one is refused before anything is built, a requirement
 //! without a hash is refused, a cached tool changed after its install is found and installed
@@ -19,9 +23,12 @@
 
 use std::{
     fs::File,
-    os::unix::fs::PermissionsExt as _,
+    io::{BufRead as _, BufReader, Write as _},
+    net::{TcpListener, TcpStream},
+    os::unix::{fs::PermissionsExt as _, process::CommandExt as _},
     path::{Path, PathBuf},
-    process::{Command, Output},
+    process::{Command, Output, Stdio},
+    sync::{Arc, Mutex},
 };
 
 use serde_json::Value;
@@ -95,6 +102,8 @@ fn a_release_built_twice_from_one_commit_has_the_same_sha256sums() {
         [
             "chart/index.yaml",
             &format!("chart/tenantflux-agent-{version}.tgz"),
+            "flux-plugin/catalog.yaml",
+            "flux-plugin/tenantflux.yaml",
             &format!("image/tenantflux-agent-v{version}.oci.tar"),
             &format!("krew/kubectl-tenantflux_v{version}_linux_amd64.tar.gz"),
             "krew/tenantflux.yaml",
@@ -182,6 +191,9 @@ fn a_release_built_twice_from_one_commit_has_the_same_sha256sums() {
         .map(|(sum, _)| sum)
         .unwrap();
     assert!(manifest.contains(archive_sum), "{manifest}");
+    // So does the Flux plugin catalog entry (flux_plugin_install_runs_the_released_plugin_and_refuses_a_tampered_archive).
+    let entry = std::fs::read_to_string(first.join("flux-plugin/tenantflux.yaml")).unwrap();
+    assert!(entry.contains(&format!("sha256:{archive_sum}")), "{entry}");
 
     let index = std::fs::read_to_string(first.join("chart/index.yaml")).unwrap();
     assert!(index.contains(&format!("version: {version}")), "{index}");
@@ -594,4 +606,396 @@ fn cargo_cyclonedx_is_held_to_its_pins_before_it_runs() {
         let sbom: Value = serde_json::from_slice(&std::fs::read(&sbom).unwrap()).unwrap();
         assert_eq!(sbom["bomFormat"], "CycloneDX", "{name}");
     }
+}
+
+/// The platform this test runs on, as krew and flux name it (`linux/amd64`).
+fn host_platform() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => panic!("no release platform for the CPU {other}"),
+    };
+    format!("{}/{arch}", std::env::consts::OS)
+}
+
+/// A plain HTTP server on 127.0.0.1 for the files under its root (GET, one request per
+/// connection), standing in for GitHub's release downloads and the catalog's release; it records
+/// every path asked for. It lives as long as the test process.
+struct FileServer {
+    base: String,
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+impl FileServer {
+    fn start(root: PathBuf) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
+        let base = format!("http://{}/", listener.local_addr().unwrap());
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let record = Arc::clone(&asked);
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                // A client that hangs up early is its own business.
+                let _ = Self::answer(stream, &root, &record);
+            }
+        });
+        Self { base, asked }
+    }
+
+    fn answer(
+        mut stream: TcpStream,
+        root: &Path,
+        asked: &Mutex<Vec<String>>,
+    ) -> std::io::Result<()> {
+        let mut reader = BufReader::new(stream.try_clone()?);
+        let mut request = String::new();
+        reader.read_line(&mut request)?;
+        loop {
+            let mut header = String::new();
+            if reader.read_line(&mut header)? == 0 || header == "\r\n" {
+                break;
+            }
+        }
+        let target = request.split_whitespace().nth(1).unwrap_or("/").to_owned();
+        asked.lock().unwrap().push(target.clone());
+        let body = target
+            .strip_prefix('/')
+            .filter(|p| !p.split('/').any(|part| part == ".." || part.is_empty()))
+            .and_then(|p| std::fs::read(root.join(p)).ok());
+        match body {
+            Some(body) => {
+                write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                )?;
+                stream.write_all(&body)
+            }
+            None => stream.write_all(
+                b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            ),
+        }
+    }
+
+    fn asked(&self) -> Vec<String> {
+        self.asked.lock().unwrap().clone()
+    }
+}
+
+/// The real flux CLI with `home` as its user's home (its plugins in `home/.fluxcd/plugins`) and
+/// `catalog` as the plugin catalog's base URL (`FLUXCD_PLUGIN_CATALOG`).
+fn flux(home: &Path, catalog: &str, args: &[&str]) -> Output {
+    Command::new(tool_path("FLUX_CLI"))
+        .args(args)
+        .env("HOME", home)
+        .env_remove("FLUXCD_PLUGINS")
+        .env("FLUXCD_PLUGIN_CATALOG", catalog)
+        .env("KUBECONFIG", home.join("no-kubeconfig"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// The release for this machine's platform alone (the krew part, which writes the Flux catalog
+/// entry too) is installed by the real flux CLI v2.9.5: `flux plugin install tenantflux` from a
+/// local catalog (`FLUXCD_PLUGIN_CATALOG`, plain HTTP on 127.0.0.1, the entry's URLs pointed at
+/// the same server) downloads the krew archive, checks its sha256 and installs its
+/// kubectl-tenantflux as `~/.fluxcd/plugins/flux-tenantflux`; `flux tenantflux ARGS` then is
+/// `kubectl tenantflux ARGS`: the same output and exit status. An archive with other bytes at the
+/// same URL (a working plugin of the attacker's) is refused by its sum and nothing is installed.
+#[test]
+fn flux_plugin_install_runs_the_released_plugin_and_refuses_a_tampered_archive() {
+    let flux_cli = tool_path("FLUX_CLI");
+    assert!(
+        flux_cli.exists(),
+        "no flux CLI at {}: tests/env/cluster build-flux-cli builds it (tests/run does)",
+        flux_cli.display()
+    );
+    let version = env!("CARGO_PKG_VERSION");
+    let platform = host_platform();
+    let (os, arch) = platform.split_once('/').unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let dist = work.path().join("dist");
+    let output = Command::new(repo_root().join("deploy/release"))
+        .args([&format!("v{version}"), path(&dist), "--only", "krew"])
+        .env("SOURCE_DATE_EPOCH", EPOCH)
+        .env("TENANTFLUX_RELEASE_PLATFORMS", &platform)
+        .env("TENANTFLUX_RELEASE_PROFILE", "dev")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "deploy/release: {}",
+        text(&output.stderr)
+    );
+    let archive_name = format!("kubectl-tenantflux_v{version}_{os}_{arch}.tar.gz");
+    let sums = std::fs::read_to_string(dist.join("SHA256SUMS")).unwrap();
+    let files: Vec<&str> = sums
+        .lines()
+        .map(|line| line.split_once("  ").unwrap().1)
+        .collect();
+    assert_eq!(
+        files,
+        [
+            "flux-plugin/catalog.yaml",
+            "flux-plugin/tenantflux.yaml",
+            &format!("krew/{archive_name}"),
+            "krew/tenantflux.yaml",
+        ]
+    );
+    let archive = std::fs::read(dist.join("krew").join(&archive_name)).unwrap();
+    let sum = sha256_hex(&archive);
+
+    // The entry names the krew manifest's archive, by the krew manifest's sum.
+    let entry_text = std::fs::read_to_string(dist.join("flux-plugin/tenantflux.yaml")).unwrap();
+    let entry: Value = tenantflux_core::yaml::from_str(&entry_text).unwrap();
+    let krew: Value = tenantflux_core::yaml::from_str(
+        &std::fs::read_to_string(dist.join("krew/tenantflux.yaml")).unwrap(),
+    )
+    .unwrap();
+    let krew_platform = &krew["spec"]["platforms"][0];
+    assert_eq!(krew_platform["sha256"], sum.as_str(), "{krew:#}");
+    assert_eq!(entry["apiVersion"], "cli.fluxcd.io/v1beta1", "{entry_text}");
+    assert_eq!(entry["kind"], "Plugin", "{entry_text}");
+    assert_eq!(entry["name"], "tenantflux", "{entry_text}");
+    assert_eq!(entry["bin"], "flux-tenantflux", "{entry_text}");
+    assert_eq!(
+        entry["versions"].as_array().map(Vec::len),
+        Some(1),
+        "{entry_text}"
+    );
+    assert_eq!(entry["versions"][0]["version"], version, "{entry_text}");
+    let platforms = entry["versions"][0]["platforms"].as_array().unwrap();
+    assert_eq!(platforms.len(), 1, "{entry_text}");
+    let released = &platforms[0];
+    assert_eq!(
+        (released["os"].as_str(), released["arch"].as_str()),
+        (Some(os), Some(arch))
+    );
+    assert_eq!(released["url"], krew_platform["uri"], "{entry_text}");
+    assert_eq!(released["checksum"], format!("sha256:{sum}").as_str());
+    assert_eq!(released["extractPath"], "kubectl-tenantflux");
+    let catalog: Value = tenantflux_core::yaml::from_str(
+        &std::fs::read_to_string(dist.join("flux-plugin/catalog.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(catalog["kind"], "PluginCatalog", "{catalog:#}");
+    assert_eq!(catalog["plugins"][0]["name"], "tenantflux", "{catalog:#}");
+    assert_eq!(
+        catalog["plugins"][0]["license"], "Apache-2.0",
+        "{catalog:#}"
+    );
+
+    // The catalog and the download host, one local server: the released entry with its URL's
+    // host part pointed at it (GitHub's release path is the only thing changed).
+    let site = work.path().join("site");
+    std::fs::create_dir_all(site.join("catalog")).unwrap();
+    std::fs::create_dir_all(site.join("download")).unwrap();
+    let server = FileServer::start(site.clone());
+    let released_url = released["url"].as_str().unwrap();
+    let served_url = format!("{}download/{archive_name}", server.base);
+    assert_eq!(
+        released_url,
+        format!(
+            "https://github.com/tenantflux/tenantflux/releases/download/v{version}/{archive_name}"
+        )
+    );
+    std::fs::write(
+        site.join("catalog/tenantflux.yaml"),
+        entry_text.replace(released_url, &served_url),
+    )
+    .unwrap();
+    std::fs::copy(
+        dist.join("flux-plugin/catalog.yaml"),
+        site.join("catalog/catalog.yaml"),
+    )
+    .unwrap();
+    std::fs::write(site.join("download").join(&archive_name), &archive).unwrap();
+    let catalog_url = format!("{}catalog/", server.base);
+
+    let home = work.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let search = flux(&home, &catalog_url, &["plugin", "search", "tenantflux"]);
+    assert!(
+        search.status.success(),
+        "flux plugin search: {}",
+        text(&search.stderr)
+    );
+    assert!(
+        text(&search.stdout).contains("tenantflux"),
+        "{}",
+        text(&search.stdout)
+    );
+
+    let install = flux(&home, &catalog_url, &["plugin", "install", "tenantflux"]);
+    let said = format!("{}{}", text(&install.stdout), text(&install.stderr));
+    assert!(
+        install.status.success(),
+        "flux plugin install tenantflux: {said}"
+    );
+    assert!(
+        said.contains(&format!("installed tenantflux v{version}")),
+        "{said}"
+    );
+    assert!(
+        server
+            .asked()
+            .contains(&format!("/download/{archive_name}")),
+        "flux downloaded the archive from the catalog's URL: {:?}",
+        server.asked()
+    );
+    let plugins = home.join(".fluxcd/plugins");
+    let installed = plugins.join("flux-tenantflux");
+    let mut entries: Vec<String> = std::fs::read_dir(&plugins)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    entries.sort();
+    assert_eq!(entries, ["flux-tenantflux", "flux-tenantflux.yaml"]);
+    // What was installed is the archive's kubectl-tenantflux, byte for byte.
+    let mut in_archive = Vec::new();
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(archive.as_slice()));
+    for member in tar.entries().unwrap() {
+        let mut member = member.unwrap();
+        if member.path().unwrap() == Path::new("kubectl-tenantflux") {
+            std::io::Read::read_to_end(&mut member, &mut in_archive).unwrap();
+        }
+    }
+    assert!(
+        !in_archive.is_empty(),
+        "no kubectl-tenantflux in {archive_name}"
+    );
+    assert!(
+        std::fs::read(&installed).unwrap() == in_archive,
+        "{} is not the archive's kubectl-tenantflux",
+        installed.display()
+    );
+    let receipt: Value = tenantflux_core::yaml::from_str(
+        &std::fs::read_to_string(plugins.join("flux-tenantflux.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(receipt["version"], version, "{receipt:#}");
+    assert_eq!(
+        receipt["platform"]["checksum"],
+        format!("sha256:{sum}").as_str()
+    );
+
+    let list = flux(&home, &catalog_url, &["plugin", "list"]);
+    let listed = text(&list.stdout);
+    assert!(
+        list.status.success()
+            && listed
+                .lines()
+                .any(|l| l.contains("tenantflux") && l.contains(version)),
+        "flux plugin list: {listed}{}",
+        text(&list.stderr)
+    );
+
+    // `flux tenantflux ARGS` runs the plugin with ARGS (flux execs it as flux-tenantflux).
+    let ran = flux(&home, &catalog_url, &["tenantflux", "version", "--client"]);
+    let shown = text(&ran.stdout);
+    assert!(
+        ran.status.success(),
+        "flux tenantflux version --client: {shown}{}",
+        text(&ran.stderr)
+    );
+    let client = shown
+        .lines()
+        .find(|line| line.starts_with("kubectl-tenantflux"))
+        .unwrap_or_else(|| panic!("no plugin version in {shown}"));
+    assert!(client.contains(version), "{shown}");
+    // Called flux-tenantflux or kubectl-tenantflux, the binary does the same: its help, and a
+    // usage error's exit status and message, through flux and run as kubectl does.
+    let as_kubectl = |args: &[&str]| {
+        Command::new(&installed)
+            .arg0("kubectl-tenantflux")
+            .args(args)
+            .env("HOME", &home)
+            .env("KUBECONFIG", home.join("no-kubeconfig"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    for args in [&["status", "--help"][..], &["no-such-command"][..]] {
+        let through_flux = flux(&home, &catalog_url, &[&["tenantflux"][..], args].concat());
+        let direct = as_kubectl(args);
+        assert_eq!(
+            (
+                through_flux.status.code(),
+                text(&through_flux.stdout),
+                text(&through_flux.stderr)
+            ),
+            (
+                direct.status.code(),
+                text(&direct.stdout),
+                text(&direct.stderr)
+            ),
+            "{args:?}"
+        );
+    }
+
+    // The attack: other bytes at the archive's URL, a valid archive whose kubectl-tenantflux is
+    // the attacker's. flux refuses it by the entry's sum, naming both, and installs nothing.
+    let planted_dir = work.path().join("planted");
+    std::fs::create_dir(&planted_dir).unwrap();
+    let marker = work.path().join("planted-ran");
+    let planted_bin = planted_dir.join("kubectl-tenantflux");
+    std::fs::write(
+        &planted_bin,
+        format!(
+            "#!/bin/sh\ntouch '{}'\necho kubectl-tenantflux {version}\n",
+            path(&marker)
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&planted_bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let planted = work.path().join(&archive_name);
+    let tarred = Command::new("tar")
+        .args([
+            "-czf",
+            path(&planted),
+            "-C",
+            path(&planted_dir),
+            "kubectl-tenantflux",
+        ])
+        .output()
+        .unwrap();
+    assert!(tarred.status.success(), "{}", text(&tarred.stderr));
+    let planted_bytes = std::fs::read(&planted).unwrap();
+    std::fs::write(site.join("download").join(&archive_name), &planted_bytes).unwrap();
+    let other_home = work.path().join("other-home");
+    std::fs::create_dir(&other_home).unwrap();
+    let refused = flux(
+        &other_home,
+        &catalog_url,
+        &["plugin", "install", "tenantflux"],
+    );
+    let said = format!("{}{}", text(&refused.stdout), text(&refused.stderr));
+    assert!(
+        !refused.status.success(),
+        "the tampered archive was installed: {said}"
+    );
+    assert!(
+        said.contains("checksum verification failed")
+            && said.contains(&format!("sha256:{sum}"))
+            && said.contains(&format!("sha256:{}", sha256_hex(&planted_bytes))),
+        "the refusal names both sums: {said}"
+    );
+    let left: Vec<_> = std::fs::read_dir(other_home.join(".fluxcd/plugins"))
+        .map(|dir| dir.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        left.is_empty(),
+        "installed from the tampered archive: {left:?}"
+    );
+    let after = flux(
+        &other_home,
+        &catalog_url,
+        &["tenantflux", "version", "--client"],
+    );
+    assert!(
+        !after.status.success(),
+        "flux tenantflux ran: {}",
+        text(&after.stdout)
+    );
+    assert!(!marker.exists(), "the planted plugin ran");
 }
