@@ -8,8 +8,10 @@ use crate::{
         adopt::{self, AdoptCommand},
         dashboard::{self, DashboardArgs},
         fleet::{self, FleetCommand},
+        flux::{self, FluxArgs},
         inspect::{self, EventsArgs, StatsArgs, TraceArgs, TreeArgs},
         instance::{self, InstanceCommand},
+        logs::{self, LogsArgs},
         operator::{self, OperatorCommand},
         policy::{self, PolicyCommand},
         status, upgrade,
@@ -74,6 +76,9 @@ pub enum Command {
     Trace(TraceArgs),
     /// Per kind: how many Flux objects run, fail and are suspended, and sources' storage.
     Stats(StatsArgs),
+    /// The Flux controllers' log lines about the Flux objects you may get, read by the agent,
+    /// as `flux logs` prints them.
+    Logs(LogsArgs),
     /// Serve a live web page of the cluster's Flux on 127.0.0.1 (objects, inventories, Events,
     /// the cluster's state; suspend, resume, reconcile), through the agent as you.
     #[command(
@@ -121,6 +126,10 @@ pub enum Command {
         after_help = "Examples:\n  kubectl tenantflux operator review oci://ghcr.io/controlplaneio-fluxcd/flux-operator-manifests:v0.61.0\n  kubectl tenantflux operator vouch oci://ghcr.io/controlplaneio-fluxcd/flux-operator-manifests:v0.61.0 -f policy.yaml --out policy.yaml"
     )]
     Operator(OperatorCommand),
+    /// Run the flux CLI of exactly the Flux release the cluster runs (downloaded, verified and
+    /// cached on first use), with your kubeconfig, context and namespace.
+    #[command(after_help = flux::help())]
+    Flux(FluxArgs),
     /// Show the plugin, agent and Flux versions, and whether the flux CLI on PATH matches.
     #[command(
         after_help = "Examples:\n  kubectl tenantflux version\n  kubectl tenantflux version --client\n  kubectl tenantflux version -o json"
@@ -160,13 +169,18 @@ impl Cli {
         }
         // Several crates enable rustls; naming the provider avoids an ambiguous process default.
         let _ = rustls::crypto::ring::default_provider().install_default();
+        // Runs flux in place of this process once the binary is known: no runtime of ours.
+        let command = match self.command {
+            Command::Flux(args) => return flux::run(&self.global, args),
+            command => command,
+        };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .context("failed to start the async runtime")?;
         let options = ConnectOptions::from(&self.global);
         let result = runtime.block_on(async move {
-            let done = match self.command {
+            let done = match command {
                 Command::Status { watch: false } => status::run(&options, &printer).await,
                 Command::Status { watch: true } => status::watch(&options, &printer).await,
                 Command::Version { .. } => version::run(&options, &printer).await,
@@ -178,6 +192,7 @@ impl Cli {
                 Command::Tree(args) => inspect::tree(&options, &printer, args).await,
                 Command::Trace(args) => inspect::trace(&options, &printer, args).await,
                 Command::Stats(args) => inspect::stats(&options, &printer, args).await,
+                Command::Logs(args) => logs::run(&options, &printer, args).await,
                 Command::Dashboard(args) => dashboard::run(&options, args).await,
                 Command::Policy(command) => policy::run_remote(command, &options, &printer).await,
                 Command::Instance(command) => {
@@ -188,6 +203,7 @@ impl Cli {
                 Command::Adopt(command) => adopt::run(command, &options, &printer).await,
                 Command::Operator(command) => operator::run(command, &printer).await,
                 Command::Completion { .. } => unreachable!("answered before connecting"),
+                Command::Flux(_) => unreachable!("run before the runtime starts"),
             };
             done.map(|()| Exit::Success)
         });

@@ -1,8 +1,12 @@
 //! The flux CLI on PATH: which version it is, and whether it is close enough to the Flux in
 //! the cluster to be safe (Flux supports a CLI within one minor of its controllers). `version`
-//! reports it; `upgrade plan` checks it against the target.
+//! reports it; `upgrade plan` checks it against the target. `kubectl tenantflux flux` runs the
+//! release that matches exactly, from [`cache`] (the pure part is [`release`]).
 
-use std::{io, time::Duration};
+pub mod cache;
+pub mod release;
+
+use std::{ffi::OsStr, io, time::Duration};
 
 /// How long the flux CLI may take to say its version when no request timeout is set.
 pub const FLUX_CLI_TIMEOUT: Duration = Duration::from_secs(10);
@@ -16,7 +20,12 @@ pub enum FluxCli {
 }
 
 pub async fn detect(timeout: Duration) -> FluxCli {
-    let json = match flux_output(&["version", "--client", "-o", "json"], timeout).await {
+    detect_at(OsStr::new("flux"), timeout).await
+}
+
+/// What the flux CLI at `program` (a path, or a name looked up on PATH) says its version is.
+pub async fn detect_at(program: &OsStr, timeout: Duration) -> FluxCli {
+    let json = match flux_output(program, &["version", "--client", "-o", "json"], timeout).await {
         Ok(output) => output,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return FluxCli::NotFound,
         Err(err) => return FluxCli::Unusable(format!("cannot run `flux version --client`: {err}")),
@@ -25,7 +34,7 @@ pub async fn detect(timeout: Duration) -> FluxCli {
         return FluxCli::Found(version);
     }
     // Releases without `-o json` print `flux: v2.x.y`.
-    match flux_output(&["version", "--client"], timeout).await {
+    match flux_output(program, &["version", "--client"], timeout).await {
         Ok(Some(text)) => match parse_flux_version_text(&text) {
             Some(version) => FluxCli::Found(version),
             None => FluxCli::Unusable("`flux version --client` printed no version".to_owned()),
@@ -36,8 +45,12 @@ pub async fn detect(timeout: Duration) -> FluxCli {
 }
 
 /// stdout of a successful `flux` run; `None` when it exits non-zero.
-async fn flux_output(args: &[&str], timeout: Duration) -> io::Result<Option<String>> {
-    let run = tokio::process::Command::new("flux")
+async fn flux_output(
+    program: &OsStr,
+    args: &[&str],
+    timeout: Duration,
+) -> io::Result<Option<String>> {
+    let run = tokio::process::Command::new(program)
         .args(args)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
@@ -52,6 +65,19 @@ async fn flux_output(args: &[&str], timeout: Duration) -> io::Result<Option<Stri
         .status
         .success()
         .then(|| String::from_utf8_lossy(&output.stdout).into_owned()))
+}
+
+/// The Flux release the cluster runs, as the agent reports its FluxInstance: the distribution
+/// version, which older operators only report in the applied revision (`v2.9.4@sha256:…`).
+pub fn installed_flux(distribution_version: &str, last_applied_revision: &str) -> String {
+    if !distribution_version.is_empty() {
+        return distribution_version.to_owned();
+    }
+    last_applied_revision
+        .split('@')
+        .next()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// `flux version --client -o json` prints `{"flux": "v2.9.4"}`.

@@ -114,6 +114,35 @@ pub fn revision(sha: &str) -> String {
 }
 
 impl TestCluster {
+    /// flux-operator, the FluxInstance at `version` (e.g. `2.9.x`) with the controllers it
+    /// rolls out running as local processes, and the Kustomization and GitRepository CRDs
+    /// established; then the agent.
+    pub async fn ensure_flux_and_agent(&self, version: &str) -> Result<()> {
+        self.ensure_flux_operator()?;
+        let client = self.client().await?;
+        crate::apply_flux_instance(&client, version)
+            .await
+            .map_err(|source| Error::Kube {
+                doing: "applying the FluxInstance".into(),
+                source,
+            })?;
+        for crd in [
+            "crd/kustomizations.kustomize.toolkit.fluxcd.io",
+            "crd/gitrepositories.source.toolkit.fluxcd.io",
+        ] {
+            wait_for(
+                &format!("{crd}, installed by flux-operator"),
+                Duration::from_secs(180),
+                || async {
+                    self.kubectl_ok(&["wait", "--for=condition=Established", crd, "--timeout=1s"])
+                        .ok()
+                },
+            )
+            .await?;
+        }
+        self.ensure_agent()
+    }
+
     /// Serves `repo` over smart HTTP on loopback while this cluster runs (once per repository);
     /// returns its URL.
     pub fn git_server(&self, repo: &GitRepo) -> Result<String> {

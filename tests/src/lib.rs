@@ -58,6 +58,8 @@ pub enum Error {
     Timeout { what: String, after: Duration },
     #[error("no agent to stop: {reason}")]
     NothingToStop { reason: String },
+    #[error("{doing}: {source}")]
+    Kube { doing: String, source: kube::Error },
 }
 
 /// The `tests/env/cluster` entry point.

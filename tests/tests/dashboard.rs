@@ -22,7 +22,7 @@ use std::{
 
 use fantoccini::Locator;
 use tenantflux_tests::{
-    TestCluster, apply_flux_instance,
+    TestCluster,
     browser::{Browser, http, http_get, printed_address},
     flux::{GitRepo, KUSTOMIZATIONS, revision},
     wait_for,
@@ -262,24 +262,10 @@ fn commit(repo: &GitRepo, release: &str) -> String {
 /// namespace, applied; an admin and a viewer of NS only. Returns their kubeconfigs, the
 /// repository and its first commit.
 async fn prepare(cluster: &TestCluster) -> (PathBuf, PathBuf, GitRepo, String) {
-    cluster.ensure_flux_operator().expect("flux-operator");
-    let client = cluster.client().await.expect("client");
-    apply_flux_instance(&client, "2.9.x")
+    cluster
+        .ensure_flux_and_agent("2.9.x")
         .await
-        .expect("FluxInstance");
-    for crd in [
-        "crd/kustomizations.kustomize.toolkit.fluxcd.io",
-        "crd/gitrepositories.source.toolkit.fluxcd.io",
-    ] {
-        wait_for(crd, Duration::from_secs(180), || async {
-            cluster
-                .kubectl_ok(&["wait", "--for=condition=Established", crd, "--timeout=1s"])
-                .ok()
-        })
-        .await
-        .expect("Flux CRDs installed by the operator");
-    }
-    cluster.ensure_agent().expect("agent");
+        .expect("Flux 2.9 and the agent");
     let repo = GitRepo::new("dashboard").expect("git repository");
     let rev1 = commit(&repo, "1");
     let url = cluster.git_server(&repo).expect("git server");
@@ -437,7 +423,8 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
         .expect("read the mark");
     assert_eq!(same_page, serde_json::json!(true), "no reload");
 
-    // The object's page: its inventory and its Events, as the controllers left them.
+    // The object's page: its inventory, its Events and the controller's log lines about it,
+    // as the controllers left them.
     page.find(Locator::Css(&format!("{app} td.name a")))
         .await
         .expect("the object's link")
@@ -448,22 +435,33 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
         .wait_for_text("ul.tree", "ConfigMap dash/dash-config", SHOWN)
         .await
         .expect("the inventory");
-    wait_for("dash-app's Events on its page", SHOWN, || async {
-        let text = page
-            .find(Locator::Css("main"))
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()?;
-        if text.contains("ReconciliationSucceeded") {
-            return Some(());
-        }
-        let _ = page.refresh().await;
-        None
-    })
+    wait_for(
+        "dash-app's Events and log lines on its page",
+        SHOWN,
+        || async {
+            let text = page
+                .find(Locator::Css("main"))
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            let logs = page
+                .find(Locator::Css("table.logs"))
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            if text.contains("ReconciliationSucceeded") && logs.contains("kustomize-controller") {
+                return Some(());
+            }
+            let _ = page.refresh().await;
+            None
+        },
+    )
     .await
-    .expect("Events");
+    .expect("Events and log lines");
     browser
         .screenshot("dashboard-object")
         .await

@@ -17,7 +17,7 @@ use std::{
 
 use serde_json::Value;
 use tenantflux_tests::{
-    TestCluster, apply_flux_instance,
+    TestCluster,
     flux::{GIT_REPOSITORIES, GitRepo, KUSTOMIZATIONS, ready_now, revision},
     stderr, stdout, tool_path, wait_for,
 };
@@ -206,24 +206,10 @@ fn event_keys(rows: Vec<Vec<String>>) -> BTreeSet<(String, String, String)> {
 /// Flux 2.9 with its controllers, the agent, the git source and the Kustomizations; returns
 /// an admin kubeconfig and the first commit.
 async fn prepare(cluster: &TestCluster) -> (PathBuf, GitRepo, String) {
-    cluster.ensure_flux_operator().expect("flux-operator");
-    let client = cluster.client().await.expect("client");
-    apply_flux_instance(&client, "2.9.x")
+    cluster
+        .ensure_flux_and_agent("2.9.x")
         .await
-        .expect("FluxInstance");
-    for crd in [
-        "crd/kustomizations.kustomize.toolkit.fluxcd.io",
-        "crd/gitrepositories.source.toolkit.fluxcd.io",
-    ] {
-        wait_for(crd, Duration::from_secs(180), || async {
-            cluster
-                .kubectl_ok(&["wait", "--for=condition=Established", crd, "--timeout=1s"])
-                .ok()
-        })
-        .await
-        .expect("Flux CRDs installed by the operator");
-    }
-    cluster.ensure_agent().expect("agent");
+        .expect("Flux 2.9 and the agent");
     // A reused cluster starts over.
     let _ = cluster.kubectl(&[
         "-n",

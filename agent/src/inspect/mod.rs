@@ -1,7 +1,8 @@
 //! Finding out why something is not deployed, through the agent: the Events of Flux objects
-//! (`events`), an inventory as a tree (`tree`), the chain that applied an object (`trace`) and
-//! counts per kind from the caches (`stats`). Each call asks [`Access`] for the caller's
-//! rights on what it reads; `server::inspect` serves them as `tenantflux.v1.Inspect`.
+//! (`events`), the controllers' log lines about them (`logs`), an inventory as a tree
+//! (`tree`), the chain that applied an object (`trace`) and counts per kind from the caches
+//! (`stats`). Each call asks [`Access`] for the caller's rights on what it reads;
+//! `server::inspect` serves them as `tenantflux.v1.Inspect`.
 
 use std::{sync::Arc, time::Duration};
 
@@ -17,6 +18,7 @@ use crate::workloads::{
 
 pub mod events;
 pub mod inventory;
+pub mod logs;
 pub mod stats;
 pub mod trace;
 pub mod tree;
@@ -30,14 +32,22 @@ const CACHE_WAIT: Duration = Duration::from_secs(10);
 pub struct Inspector {
     caches: Arc<Caches>,
     client: Client,
+    /// Where the Flux controllers run (their logs are read there).
+    flux_namespace: String,
     shutdown: CancellationToken,
 }
 
 impl Inspector {
-    pub fn new(caches: Arc<Caches>, client: Client, shutdown: CancellationToken) -> Self {
+    pub fn new(
+        caches: Arc<Caches>,
+        client: Client,
+        flux_namespace: &str,
+        shutdown: CancellationToken,
+    ) -> Self {
         Self {
             caches,
             client,
+            flux_namespace: flux_namespace.to_owned(),
             shutdown,
         }
     }

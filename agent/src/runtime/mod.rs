@@ -430,6 +430,7 @@ async fn run(args: Args) -> Result<(), Error> {
     let inspect = server::InspectService::new(
         caches.clone(),
         client.clone(),
+        &args.operator_namespace,
         authorizer.clone(),
         shutdown.clone(),
     );

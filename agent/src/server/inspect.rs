@@ -22,6 +22,7 @@ use crate::{
     inspect::{
         Inspector,
         events::{self, EventQuery, EventRow},
+        logs::{self, LogQuery},
         stats::Stats,
         trace::Trace,
         tree::Node,
@@ -39,11 +40,12 @@ impl InspectService {
     pub fn new(
         caches: Arc<Caches>,
         client: Client,
+        flux_namespace: &str,
         authorizer: Arc<Authorizer>,
         shutdown: CancellationToken,
     ) -> Self {
         Self {
-            inspector: Inspector::new(caches, client, shutdown),
+            inspector: Inspector::new(caches, client, flux_namespace, shutdown),
             authorizer,
         }
     }
@@ -153,6 +155,31 @@ fn stats_response(stats: Stats) -> StatsResponse {
 }
 
 type ChangeStream = Pin<Box<dyn Stream<Item = Result<EventChange, tonic::Status>> + Send>>;
+type LogStream = Pin<Box<dyn Stream<Item = Result<pb::LogLine, tonic::Status>> + Send>>;
+
+fn log_query(request: pb::LogsRequest) -> LogQuery {
+    let text = |s: String| (!s.is_empty()).then_some(s);
+    LogQuery {
+        namespace: request.namespace,
+        kind: text(request.kind),
+        name: text(request.name),
+        level: text(request.level),
+        since: (request.since_seconds > 0)
+            .then(|| std::time::Duration::from_secs(request.since_seconds)),
+    }
+}
+
+fn log_line(line: logs::LogLine) -> pb::LogLine {
+    pb::LogLine {
+        time: timestamp(line.time),
+        level: line.level,
+        controller: line.controller,
+        kind: line.kind,
+        namespace: line.namespace,
+        name: line.name,
+        message: line.message,
+    }
+}
 
 fn done<T>(result: Result<T, WorkloadsError>) -> Result<Response<T>, tonic::Status> {
     result.map(Response::new).map_err(tonic::Status::from)
@@ -220,6 +247,50 @@ impl inspect_server::Inspect for InspectService {
             &metadata,
             permissions,
             Box::pin(changes) as ChangeStream,
+        )))
+    }
+
+    async fn list_logs(
+        &self,
+        request: Request<pb::LogsRequest>,
+    ) -> Result<Response<pb::ListLogsResponse>, tonic::Status> {
+        let (metadata, _, request) = request.into_parts();
+        let caller = Caller::new(&self.authorizer, &metadata);
+        let listed = self.inspector.list_logs(&caller, &log_query(request)).await;
+        done(listed.map(|list| {
+            pb::ListLogsResponse {
+                lines: list.lines.into_iter().map(log_line).collect(),
+                more: list.more,
+                unread: list
+                    .unread
+                    .into_iter()
+                    .map(|(controller, reason)| pb::UnreadLog { controller, reason })
+                    .collect(),
+            }
+        }))
+    }
+
+    type FollowLogsStream = LogStream;
+
+    async fn follow_logs(
+        &self,
+        request: Request<pb::LogsRequest>,
+    ) -> Result<Response<Self::FollowLogsStream>, tonic::Status> {
+        let (metadata, _, request) = request.into_parts();
+        let caller = Caller::new(&self.authorizer, &metadata);
+        let follow = self
+            .inspector
+            .follow_logs(&caller, &log_query(request))
+            .await
+            .map_err(tonic::Status::from)?;
+        let lines = follow
+            .lines
+            .map(|line| line.map(log_line).map_err(tonic::Status::from));
+        let permissions = follow.needs.iter().map(need_permission).collect();
+        Ok(Response::new(self.authorizer.guard(
+            &metadata,
+            permissions,
+            Box::pin(lines) as LogStream,
         )))
     }
 

@@ -368,6 +368,7 @@ mod tests {
         let inspect = InspectService::new(
             Arc::default(),
             offline_client(),
+            "flux-system",
             authorizer.clone(),
             shutdown.clone(),
         );
@@ -468,7 +469,15 @@ mod tests {
             };
             let bytes = files.file_descriptor_proto.concat();
             let text = String::from_utf8_lossy(&bytes);
-            for method in ["ListEvents", "WatchEvents", "Tree", "Trace", "Stats"] {
+            for method in [
+                "ListEvents",
+                "WatchEvents",
+                "Tree",
+                "Trace",
+                "Stats",
+                "ListLogs",
+                "FollowLogs",
+            ] {
                 assert!(text.contains(method), "{method} in the descriptor");
             }
         }

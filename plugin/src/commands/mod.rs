@@ -8,8 +8,10 @@
 pub mod adopt;
 pub mod dashboard;
 pub mod fleet;
+pub mod flux;
 pub mod inspect;
 pub mod instance;
+pub mod logs;
 pub mod operator;
 pub mod policy;
 pub mod status;

@@ -6,6 +6,12 @@
 //! started again; a deleted or scaled-down one is stopped. Components without a local build
 //! stay pods without a process (noted once in the log).
 //!
+//! kwok serves a fake pod's log from a file in the CRI log format that a `Logs` object of the
+//! pod's name points at: the supervisor copies each process's log, line by line as it grows,
+//! into `<deployment>.cri.log` (`TIME stdout F LINE`), and each pod of a Deployment that runs as
+//! a process gets a `Logs` object naming that copy, so that `kubectl logs` and the agent's
+//! `logs` read what the controller writes.
+//!
 //! Everything about a process is kept in files in the cluster's `controllers/` directory
 //! (`<deployment>.pid`, `.spec`, `.log`, `.storage-port`), so the tests can find a process
 //! (`TestCluster::flux_controller_binary`), `tests/env/cluster down` can stop what a killed
@@ -14,7 +20,7 @@
 pub mod spec;
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     fs,
     path::{Path, PathBuf},
     process::Stdio,
@@ -22,9 +28,10 @@ use std::{
 };
 
 use futures::StreamExt as _;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::Pod};
 use kube::{
-    Api,
+    Api, ResourceExt,
+    api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams},
     config::{KubeConfigOptions, Kubeconfig},
     runtime::{WatchStreamExt as _, reflector, watcher},
 };
@@ -74,6 +81,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// How often exited processes are noticed (and whether the cluster is still there).
 const TICK: Duration = Duration::from_secs(2);
+/// How often the controllers' logs are copied for kwok (a followed line arrives this late).
+const COPY_TICK: Duration = Duration::from_millis(300);
 /// How long a process has between SIGTERM and SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -128,13 +137,28 @@ pub async fn run(config: Config) -> Result<()> {
         source,
     })?;
     let client = client(&layout.kubeconfig).await?;
-    let deployments: Api<Deployment> = Api::namespaced(client, &config.namespace);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &config.namespace);
     let (store, writer) = reflector::store();
     let mut events = reflector(
         writer,
         watcher(deployments, watcher::Config::default()).default_backoff(),
     )
     .boxed();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &config.namespace);
+    let (pod_store, pod_writer) = reflector::store();
+    let mut pod_events = reflector(
+        pod_writer,
+        watcher(pods, watcher::Config::default()).default_backoff(),
+    )
+    .boxed();
+    let logs_resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kwok.x-k8s.io", "v1alpha1", "Logs"),
+        "logs",
+    );
+    let logs: Api<DynamicObject> = Api::namespaced_with(client, &config.namespace, &logs_resource);
+    let mut published: HashSet<String> = HashSet::new();
+    let mut copied: HashMap<PathBuf, u64> = HashMap::new();
+    let mut copy_tick = tokio::time::interval(COPY_TICK);
 
     let mut supervisor = Supervisor {
         layout,
@@ -159,6 +183,12 @@ pub async fn run(config: Config) -> Result<()> {
                     break;
                 }
             }
+            // A new pod of a running Deployment: its Logs object (below).
+            _ = pod_events.next() => {}
+            _ = copy_tick.tick() => {
+                copy_logs(&supervisor.layout.controllers, &mut copied);
+                continue;
+            }
             event = events.next() => match event {
                 Some(Ok(event)) => {
                     failing = false;
@@ -181,11 +211,75 @@ pub async fn run(config: Config) -> Result<()> {
             supervisor
                 .reconcile(current.iter().map(|d| d.as_ref()))
                 .await;
+            supervisor
+                .publish_logs(&logs, &pod_store.state(), &current, &mut published)
+                .await;
         }
     }
     supervisor.stop_all().await;
     let _ = fs::remove_file(&own_pidfile);
     Ok(())
+}
+
+/// Appends the complete lines each `<deployment>.log` in `dir` gained since the last call
+/// (`copied`: the offset reached in each) to `<deployment>.cri.log` in the CRI log format
+/// kwok reads, stamped with the time they were copied. A log not seen before by this
+/// supervisor is copied from its start, over what an earlier one wrote.
+fn copy_logs(dir: &Path, copied: &mut HashMap<PathBuf, u64>) {
+    use std::io::{Read as _, Seek as _, Write as _};
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for path in entries.filter_map(|e| Some(e.ok()?.path())) {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some(deployment) = name.strip_suffix(".log").filter(|d| !d.ends_with(".cri")) else {
+            continue;
+        };
+        let target = dir.join(format!("{deployment}.cri.log"));
+        let first = !copied.contains_key(&path);
+        let offset = copied.entry(path.clone()).or_insert(0);
+        let Ok(mut source) = fs::File::open(&path) else {
+            continue;
+        };
+        let mut text = Vec::new();
+        if source.seek(std::io::SeekFrom::Start(*offset)).is_err()
+            || source.read_to_end(&mut text).is_err()
+        {
+            continue;
+        }
+        // Only complete lines; the rest waits for its newline.
+        let Some(end) = text.iter().rposition(|b| *b == b'\n') else {
+            if first {
+                let _ = fs::write(&target, "");
+            }
+            continue;
+        };
+        let now = cri_now();
+        let mut out = String::new();
+        for line in String::from_utf8_lossy(&text[..end]).lines() {
+            out.push_str(&format!("{now} stdout F {line}\n"));
+        }
+        let file = if first {
+            fs::File::create(&target)
+        } else {
+            fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&target)
+        };
+        if let Ok(mut file) = file
+            && file.write_all(out.as_bytes()).is_ok()
+        {
+            *offset += end as u64 + 1;
+        }
+    }
+}
+
+/// Now in RFC 3339 with nanoseconds, as the CRI log format stamps a line.
+fn cri_now() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
 }
 
 async fn client(path: &Path) -> Result<kube::Client> {
@@ -359,6 +453,69 @@ impl Supervisor {
         Ok(())
     }
 
+    /// A kwok `Logs` object for each pod of a Deployment with a process (`published` holds the
+    /// pods done), pointing at the process's log; owned by the pod, so it goes with it.
+    async fn publish_logs(
+        &mut self,
+        api: &Api<DynamicObject>,
+        pods: &[std::sync::Arc<Pod>],
+        deployments: &[std::sync::Arc<Deployment>],
+        published: &mut HashSet<String>,
+    ) {
+        let running = self.recorded();
+        for pod in pods {
+            let (Some(uid), name) = (pod.uid(), pod.name_any()) else {
+                continue;
+            };
+            if published.contains(&uid) {
+                continue;
+            }
+            let labels = pod.labels();
+            let Some(deployment) = deployments.iter().find(|d| {
+                let selects = d
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.selector.match_labels.as_ref())
+                    .is_some_and(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)));
+                selects && running.contains(&d.name_any())
+            }) else {
+                continue;
+            };
+            let logfile = self.layout.file(&deployment.name_any(), ".cri.log");
+            let containers: Vec<String> = pod
+                .spec
+                .as_ref()
+                .map(|s| s.containers.iter().map(|c| c.name.clone()).collect())
+                .unwrap_or_default();
+            let object = serde_json::json!({
+                "apiVersion": "kwok.x-k8s.io/v1alpha1",
+                "kind": "Logs",
+                "metadata": {
+                    "name": name,
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}],
+                },
+                "spec": {"logs": [{
+                    "containers": containers,
+                    "logsFile": logfile,
+                    "follow": true,
+                }]},
+            });
+            let params = PatchParams::apply("tenantflux-test-supervisor").force();
+            match api.patch(&name, &params, &Patch::Apply(&object)).await {
+                Ok(_) => {
+                    published.insert(uid);
+                }
+                Err(err) => {
+                    if self.noted.insert(format!("logs of {uid}")) {
+                        log(format_args!(
+                            "publishing the log of pod {name} (kwok Logs; retrying): {err}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
     /// The Deployments with a pidfile.
     fn recorded(&self) -> Vec<String> {
         let Ok(entries) = fs::read_dir(&self.layout.controllers) else {
@@ -461,6 +618,43 @@ mod tests {
         assert!(alive(std::process::id()));
         // Above the kernel's pid_max (at most 2^22).
         assert!(!alive(1 << 23));
+    }
+
+    #[test]
+    fn logs_are_copied_line_by_line_in_the_cri_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("source-controller.log");
+        let cri = dir.path().join("source-controller.cri.log");
+        fs::write(&log, "{\"msg\":\"one\"}\n{\"msg\":\"two\"}\n{\"msg\":\"th").unwrap();
+        let mut copied = HashMap::new();
+        copy_logs(dir.path(), &mut copied);
+        let lines = |path: &Path| -> Vec<String> {
+            fs::read_to_string(path)
+                .unwrap()
+                .lines()
+                .map(|l| l.splitn(4, ' ').skip(1).collect::<Vec<_>>().join(" "))
+                .collect()
+        };
+        assert_eq!(
+            lines(&cri),
+            ["stdout F {\"msg\":\"one\"}", "stdout F {\"msg\":\"two\"}"]
+        );
+        let stamp = fs::read_to_string(&cri).unwrap();
+        let stamp = stamp.split(' ').next().unwrap();
+        assert!(
+            stamp.parse::<k8s_openapi::jiff::Timestamp>().is_ok(),
+            "{stamp}"
+        );
+        fs::OpenOptions::new()
+            .append(true)
+            .open(&log)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, b"ree\"}\n"))
+            .unwrap();
+        copy_logs(dir.path(), &mut copied);
+        assert_eq!(lines(&cri).last().unwrap(), "stdout F {\"msg\":\"three\"}");
+        assert_eq!(lines(&cri).len(), 3);
+        // The copy is not copied again.
+        assert!(!dir.path().join("source-controller.cri.cri.log").exists());
     }
 
     #[test]

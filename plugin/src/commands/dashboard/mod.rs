@@ -241,6 +241,9 @@ fn not_found(what: &str) -> Response {
     )
 }
 
+/// How many of the controllers' newest log lines about an object its page shows.
+const LOG_LINES: usize = 50;
+
 async fn object(
     State(app): State<Arc<App>>,
     Path((kind, namespace, name)): Path<(String, String, String)>,
@@ -280,13 +283,27 @@ async fn object(
         .await
         .map(|e| e.events)
         .map_err(|err| err.to_string());
+    // The newest lines only: a page, not a log viewer (`kubectl tenantflux logs -f` is).
+    let logs = agent
+        .call(agent.inspect().list_logs(pb::LogsRequest {
+            namespace: object.namespace.clone(),
+            kind: object.kind.clone(),
+            name: object.name.clone(),
+            ..Default::default()
+        }))
+        .await
+        .map(|l| {
+            let skip = l.lines.len().saturating_sub(LOG_LINES);
+            l.lines.into_iter().skip(skip).collect()
+        })
+        .map_err(|err| err.to_string());
     let objects = app.live.objects();
     pages::object_page(
         &app.live.kinds,
         &objects,
         &object,
         version,
-        &pages::Detail { tree, events },
+        &pages::Detail { tree, events, logs },
     )
     .into_response()
 }

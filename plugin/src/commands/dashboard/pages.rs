@@ -444,11 +444,12 @@ pub fn index(
     }
 }
 
-/// What the object page shows besides the object: its inventory and its Events, each or its
-/// error.
+/// What the object page shows besides the object: its inventory, its Events and the
+/// controllers' log lines about it, each or its error.
 pub struct Detail {
     pub tree: Option<Result<pb::TreeNode, String>>,
     pub events: Result<Vec<pb::KubeEvent>, String>,
+    pub logs: Result<Vec<pb::LogLine>, String>,
 }
 
 /// The filter of an object's page: that object alone.
@@ -508,6 +509,24 @@ pub fn object_page(
                                     td { (event.reason) }
                                     td { (event.object_kind) "/" (event.object_name) }
                                     td.message { (event.message) }
+                                }
+                            }
+                        }
+                    },
+                }
+                h2 { "Controller logs" }
+                @match &detail.logs {
+                    Err(error) => p.error { (error) },
+                    Ok(lines) if lines.is_empty() => p.muted { "No log lines about it." },
+                    Ok(lines) => table.logs aria-label="Controller logs" {
+                        thead { tr { th scope="col" { "TIME" } th scope="col" { "LEVEL" } th scope="col" { "CONTROLLER" } th scope="col" { "MESSAGE" } } }
+                        tbody {
+                            @for line in lines {
+                                tr {
+                                    td { (line.time.as_ref().map(timestamp).unwrap_or_default()) }
+                                    td { @if line.level.eq_ignore_ascii_case("error") { (badge("error", Tone::Bad)) } @else { (line.level) } }
+                                    td { (line.controller) }
+                                    td.message { (line.message) }
                                 }
                             }
                         }

@@ -1,13 +1,17 @@
 //! `kubectl tenantflux version`: the plugin's version, the agent's and Flux's in the cluster,
-//! and whether the flux CLI on PATH is close enough to the installed Flux to be safe.
+//! whether the flux CLI on PATH is close enough to the installed Flux to be safe, and whether
+//! the exact release `kubectl tenantflux flux` runs is cached.
 
-use std::fmt::Write as _;
+use std::{fmt::Write as _, path::Path};
 
 use serde::Serialize;
 
 use crate::{
     connect::{Agent, ConnectOptions},
-    flux_cli::{self, FLUX_CLI_TIMEOUT, FluxCli, Skew},
+    flux_cli::{
+        self, FLUX_CLI_TIMEOUT, FluxCli, Skew, cache, installed_flux,
+        release::{Platform, Release},
+    },
     output::{Printer, Style, Tone},
 };
 
@@ -40,6 +44,9 @@ pub struct VersionView {
     pub cluster: Option<ClusterVersions>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flux_cli: Option<FluxCliView>,
+    /// The flux CLI `kubectl tenantflux flux` runs; absent when the cluster runs no Flux.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flux_cli_cache: Option<FluxCliCacheView>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -64,11 +71,25 @@ pub struct FluxCliView {
     pub note: Option<String>,
 }
 
+/// The release of the cluster's Flux in the plugin's cache (`kubectl tenantflux flux`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FluxCliCacheView {
+    /// The cluster's Flux, the release `kubectl tenantflux flux` runs.
+    pub version: String,
+    pub cached: bool,
+    /// Where the binary is, or is put on first use.
+    pub path: Option<String>,
+    /// Why there is no path: the cluster's version is no release, no cache directory.
+    pub note: Option<String>,
+}
+
 pub fn print_client(printer: &Printer) -> anyhow::Result<()> {
     let view = VersionView {
         client: ClientVersion::current(),
         cluster: None,
         flux_cli: None,
+        flux_cli_cache: None,
     };
     printer.print(&view, render_table)
 }
@@ -92,24 +113,56 @@ pub async fn run(options: &ConnectOptions, printer: &Printer) -> anyhow::Result<
         ),
     };
     let flux_cli = flux_cli_view(flux_cli, &cluster.flux);
+    let root = cache::default_root().map_err(|err| err.to_string());
+    let flux_cli_cache = flux_cli_cache_view(
+        &cluster.flux,
+        root.as_deref().map_err(String::as_str),
+        Platform::current(),
+    );
     let view = VersionView {
         client: ClientVersion::current(),
         cluster: Some(cluster),
         flux_cli: Some(flux_cli),
+        flux_cli_cache,
     };
     printer.print(&view, render_table)
 }
 
-/// The installed Flux version; older operators only report it in the applied revision.
-fn installed_flux(distribution_version: &str, last_applied_revision: &str) -> String {
-    if !distribution_version.is_empty() {
-        return distribution_version.to_owned();
+/// Whether the release of `cluster_flux` is in the cache at `root`; `None` without Flux.
+pub fn flux_cli_cache_view(
+    cluster_flux: &str,
+    root: Result<&Path, &str>,
+    platform: Result<Platform, impl std::fmt::Display>,
+) -> Option<FluxCliCacheView> {
+    if cluster_flux.is_empty() {
+        return None;
     }
-    last_applied_revision
-        .split('@')
-        .next()
-        .unwrap_or_default()
-        .to_owned()
+    let unknown = |note: String| FluxCliCacheView {
+        version: cluster_flux.to_owned(),
+        cached: false,
+        path: None,
+        note: Some(note),
+    };
+    let release = match Release::of_cluster(cluster_flux) {
+        Ok(release) => release,
+        Err(err) => return Some(unknown(err.to_string())),
+    };
+    let platform = match platform {
+        Ok(platform) => platform,
+        Err(err) => return Some(unknown(err.to_string())),
+    };
+    let root = match root {
+        Ok(root) => root,
+        Err(err) => return Some(unknown(err.to_owned())),
+    };
+    let cached = cache::cached(root, &release, platform);
+    let path = flux_cli::release::cached_binary(root, &release, platform);
+    Some(FluxCliCacheView {
+        version: release.tag(),
+        cached: cached.is_some(),
+        path: Some(path.display().to_string()),
+        note: None,
+    })
 }
 
 pub fn flux_cli_view(cli: FluxCli, cluster_flux: &str) -> FluxCliView {
@@ -197,6 +250,20 @@ pub fn render_table(view: &VersionView, style: Style) -> String {
             let _ = writeln!(out, "  {note}");
         }
     }
+    if let Some(cache) = &view.flux_cli_cache {
+        let value = match (&cache.path, cache.cached) {
+            (Some(path), true) => format!("{} cached ({path})", cache.version),
+            (Some(_), false) => format!(
+                "{} not cached yet (kubectl tenantflux flux downloads it)",
+                cache.version
+            ),
+            (None, _) => format!("{} (no flux CLI to cache)", cache.version),
+        };
+        line(&mut out, "tenantflux flux", &value);
+        if let Some(note) = &cache.note {
+            let _ = writeln!(out, "  {note}");
+        }
+    }
     out
 }
 
@@ -242,6 +309,7 @@ mod tests {
                 flux: "v2.9.4".to_owned(),
             }),
             flux_cli: Some(flux_cli_view(cli, "v2.9.4")),
+            flux_cli_cache: None,
         }
     }
 
@@ -279,6 +347,7 @@ flux CLI:           v2.7.0 (skewed)
             },
             cluster: None,
             flux_cli: None,
+            flux_cli_cache: None,
         };
         assert_eq!(
             render_table(&view, Style::PLAIN),
@@ -298,6 +367,50 @@ flux CLI:           v2.7.0 (skewed)
         assert_eq!(json["cluster"]["flux"], "v2.9.4");
         assert_eq!(json["fluxCli"]["compatibility"], "skewed");
         assert_eq!(json["fluxCli"]["found"], true);
+    }
+
+    #[test]
+    fn the_cache_of_the_matching_cli_is_shown() {
+        let cache = tempfile::tempdir().unwrap();
+        let platform = Platform::current().unwrap();
+        let view =
+            |flux: &str| flux_cli_cache_view(flux, Ok(cache.path()), Ok::<_, String>(platform));
+        assert_eq!(view(""), None);
+        let missing = view("v2.9.4").unwrap();
+        assert!(!missing.cached);
+        let path = cache.path().join("v2.9.4").join(platform.binary());
+        assert_eq!(missing.path, Some(path.display().to_string()));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "binary").unwrap();
+        let cached = view("v2.9.4").unwrap();
+        assert!(cached.cached);
+        let mut full = full_view(FluxCli::NotFound);
+        full.flux_cli_cache = Some(cached);
+        let table = render_table(&full, Style::PLAIN);
+        assert!(
+            table.contains(&format!(
+                "tenantflux flux:    v2.9.4 cached ({})\n",
+                path.display()
+            )),
+            "{table}"
+        );
+        let json = serde_json::to_value(&full).unwrap();
+        assert_eq!(json["fluxCliCache"]["cached"], true);
+        assert_eq!(json["fluxCliCache"]["version"], "v2.9.4");
+        full.flux_cli_cache = Some(missing);
+        assert!(render_table(&full, Style::PLAIN).contains(
+            "tenantflux flux:    v2.9.4 not cached yet (kubectl tenantflux flux downloads it)\n"
+        ));
+        let odd = view("2.9.x").unwrap();
+        assert_eq!((odd.cached, odd.path), (false, None));
+        assert!(odd.note.unwrap().contains("not a release version"));
+        let homeless = flux_cli_cache_view(
+            "v2.9.4",
+            Err("no cache directory"),
+            Ok::<_, String>(platform),
+        )
+        .unwrap();
+        assert_eq!(homeless.note.as_deref(), Some("no cache directory"));
     }
 
     #[test]
