@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod age;
 pub mod channel;
 pub mod cli;
 pub mod commands;

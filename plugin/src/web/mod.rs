@@ -408,11 +408,11 @@ impl Site {
         let after = match why {
             Expiry::Idle => format!(
                 "after {} without a request",
-                page::duration_text(self.limits.idle)
+                crate::age::human(self.limits.idle)
             ),
             Expiry::Absolute => format!(
                 "{} after signing in",
-                page::duration_text(self.limits.absolute)
+                crate::age::human(self.limits.absolute)
             ),
         };
         notice(

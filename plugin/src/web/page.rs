@@ -77,18 +77,6 @@ pub fn facts(pairs: &[(&str, Markup)]) -> Markup {
     }
 }
 
-/// `30s`, `2m`, `1m30s`, `1h`.
-pub fn duration_text(duration: std::time::Duration) -> String {
-    let s = duration.as_secs();
-    match (s / 3600, (s % 3600) / 60, s % 60) {
-        (0, 0, s) => format!("{s}s"),
-        (0, m, 0) => format!("{m}m"),
-        (0, m, s) => format!("{m}m{s}s"),
-        (h, 0, 0) => format!("{h}h"),
-        (h, m, _) => format!("{h}h{m}m"),
-    }
-}
-
 /// Percent-encodes a value for a path segment or a query (names of Kubernetes objects need
 /// little of it).
 pub fn encode(value: &str) -> String {

@@ -435,7 +435,11 @@ async fn an_ended_session_shows_no_page_and_the_next_sign_in_address_is_announce
     assert_eq!(ended.status, 401);
     assert!(!ended.body.contains("hello"), "{}", ended.body);
     assert!(ended.body.contains("Session expired"), "{}", ended.body);
-    assert!(ended.body.contains("2h after signing in"), "{}", ended.body);
+    assert!(
+        ended.body.contains("120m after signing in"),
+        "{}",
+        ended.body
+    );
     assert!(
         ended.body.contains("printed a new sign-in address"),
         "{}",
@@ -546,10 +550,11 @@ fn secrets_are_random_and_compared_whole() {
 }
 
 #[test]
-fn durations_read_as_people_write_them() {
-    assert_eq!(page::duration_text(Duration::from_secs(30)), "30s");
-    assert_eq!(page::duration_text(Duration::from_secs(120)), "2m");
-    assert_eq!(page::duration_text(Duration::from_secs(90)), "1m30s");
-    assert_eq!(page::duration_text(Duration::from_secs(3600)), "1h");
-    assert_eq!(page::duration_text(Duration::from_secs(12 * 3600)), "12h");
+fn session_limits_read_as_kubectl_writes_ages() {
+    let text = |seconds| crate::age::human(Duration::from_secs(seconds));
+    assert_eq!(text(30), "30s");
+    assert_eq!(text(120), "2m");
+    assert_eq!(text(90), "90s");
+    assert_eq!(text(3600), "60m");
+    assert_eq!(text(12 * 3600), "12h");
 }

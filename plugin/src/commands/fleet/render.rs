@@ -5,19 +5,11 @@ use k8s_openapi::jiff::Timestamp;
 use super::view::{FleetPush, FleetStatus, PushResult, Reach};
 use crate::output::{Cell, Style, Tone, table};
 
-/// kubectl's AGE: the largest unit or two (`45s`, `12m`, `3h4m`, `5d`).
+/// kubectl's AGE of `since`, or `-` when it is not a time.
 pub fn age(since: &str, now: Timestamp) -> String {
-    let Ok(since) = since.parse::<Timestamp>() else {
-        return "-".to_owned();
-    };
-    let seconds = (now.as_second() - since.as_second()).max(0);
-    match seconds {
-        s if s < 120 => format!("{s}s"),
-        s if s < 600 => format!("{}m{}s", s / 60, s % 60),
-        s if s < 3 * 3600 => format!("{}m", s / 60),
-        s if s < 8 * 3600 => format!("{}h{}m", s / 3600, (s % 3600) / 60),
-        s if s < 2 * 86_400 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86_400),
+    match since.parse() {
+        Ok(since) => crate::age::since(since, now),
+        Err(_) => "-".to_owned(),
     }
 }
 

@@ -49,17 +49,11 @@ pub struct EventsView {
     pub more: u32,
 }
 
-/// How long ago `at` was, as kubectl writes ages: 45s, 12m, 3h, 5d.
+/// How long ago `at` was, as kubectl writes ages: 45s, 12m, 3h4m, 5d.
 pub fn age(at: &str, now: k8s_openapi::jiff::Timestamp) -> String {
-    let Ok(at) = at.parse::<k8s_openapi::jiff::Timestamp>() else {
-        return "<unknown>".into();
-    };
-    let seconds = (now.as_second() - at.as_second()).max(0);
-    match seconds {
-        s if s < 120 => format!("{s}s"),
-        s if s < 120 * 60 => format!("{}m", s / 60),
-        s if s < 48 * 3600 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86400),
+    match at.parse() {
+        Ok(at) => crate::age::since(at, now),
+        Err(_) => "<unknown>".into(),
     }
 }
 

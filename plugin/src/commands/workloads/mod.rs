@@ -1,10 +1,7 @@
 //! `kubectl tenantflux get|suspend|resume|reconcile`: Flux objects at whatever API version the
 //! cluster serves, through the agent, with `flux get`'s columns and kubectl's flags.
 
-use std::{
-    io::{self, Write as _},
-    time::Duration,
-};
+use std::io::{self, Write as _};
 
 use anyhow::{Context as _, bail};
 use serde::Serialize;
@@ -383,7 +380,7 @@ pub async fn reconcile(
         Some(timeout) => tokio::time::timeout(timeout, wait).await.map_err(|_| {
             anyhow::anyhow!(
                 "timed out after {} waiting for {} to reconcile (raise --timeout)",
-                humantime(timeout),
+                crate::age::human(timeout),
                 object.title()
             )
         })??,
@@ -441,14 +438,5 @@ async fn wait_settled(
             progress(&format!("  {}: Ready={message}", object.title()));
             last_message = message;
         }
-    }
-}
-
-fn humantime(duration: Duration) -> String {
-    let seconds = duration.as_secs();
-    match (seconds / 60, seconds % 60) {
-        (0, s) => format!("{s}s"),
-        (m, 0) => format!("{m}m"),
-        (m, s) => format!("{m}m{s}s"),
     }
 }

@@ -9,7 +9,7 @@ use maud::{Markup, html};
 use super::super::view::{ExpectedPolicy, FleetStatus, Reach, StatusRow};
 use crate::{
     commands::status::StatusView,
-    web::page::{Tone, badge, bar_chart, duration_text, encode, facts, layout},
+    web::page::{Tone, badge, bar_chart, encode, facts, layout},
 };
 
 /// What the platform itself says the fleet should hold, which `behind` is measured against.
@@ -237,7 +237,7 @@ pub struct Snapshot {
 pub fn cost(round: &Round) -> String {
     format!(
         "refreshed every {}; the last round read {} cluster{} in {:.1} s, at most {} at once (at {})",
-        duration_text(round.interval),
+        crate::age::human(round.interval),
         round.clusters,
         if round.clusters == 1 { "" } else { "s" },
         round.took.as_secs_f64(),
