@@ -1,5 +1,7 @@
 //! `instance diff`'s line diff of the live and the applied FluxInstance.
 
+use similar::{ChangeTag, DiffTag, TextDiff};
+
 /// Lines that take no part in a comparison: they change on every write.
 fn volatile(line: &str) -> bool {
     let key = line.trim_start();
@@ -8,42 +10,27 @@ fn volatile(line: &str) -> bool {
         .any(|k| key.starts_with(k))
 }
 
-/// A line diff of two YAML texts (`-` live, `+` applied, two-space context for the rest);
-/// empty when they are the same.
+/// A line diff of two YAML texts (`-` live, `+` applied, two-space context for the rest, every
+/// line shown); empty when they are the same.
 pub fn diff(live: &str, applied: &str) -> String {
     let a: Vec<&str> = live.lines().filter(|l| !volatile(l)).collect();
     let b: Vec<&str> = applied.lines().filter(|l| !volatile(l)).collect();
-    // Longest common subsequence table; FluxInstance manifests are short.
-    let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for i in (0..a.len()).rev() {
-        for j in (0..b.len()).rev() {
-            lcs[i][j] = if a[i] == b[j] {
-                lcs[i + 1][j + 1] + 1
-            } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
+    let lines = TextDiff::from_slices(&a, &b);
+    if lines.ops().iter().all(|op| op.tag() == DiffTag::Equal) {
+        return String::new();
+    }
+    // A changed line comes out as its removal, then its addition, as diff(1) shows it.
+    lines
+        .iter_all_changes()
+        .map(|change| {
+            let mark = match change.tag() {
+                ChangeTag::Equal => ' ',
+                ChangeTag::Delete => '-',
+                ChangeTag::Insert => '+',
             };
-        }
-    }
-    let (mut i, mut j) = (0, 0);
-    let mut out = String::new();
-    let mut changed = false;
-    while i < a.len() || j < b.len() {
-        if i < a.len() && j < b.len() && a[i] == b[j] {
-            out.push_str(&format!("  {}\n", a[i]));
-            i += 1;
-            j += 1;
-        } else if i < a.len() && (j == b.len() || lcs[i + 1][j] >= lcs[i][j + 1]) {
-            // Removals before additions, as diff(1) shows a changed line.
-            out.push_str(&format!("- {}\n", a[i]));
-            changed = true;
-            i += 1;
-        } else {
-            out.push_str(&format!("+ {}\n", b[j]));
-            changed = true;
-            j += 1;
-        }
-    }
-    if changed { out } else { String::new() }
+            format!("{mark} {}\n", change.value())
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -61,5 +48,11 @@ mod tests {
         );
         assert_eq!(diff(live, live), "");
         assert_eq!(diff("", "a: 1\n"), "+ a: 1\n");
+        assert_eq!(diff("a: 1\n", ""), "- a: 1\n");
+        assert_eq!(
+            diff("a: 1\nb: 2\nc: 3\n", "a: 1\nb: 4\nc: 5\n"),
+            "  a: 1\n- b: 2\n- c: 3\n+ b: 4\n+ c: 5\n"
+        );
+        assert_eq!(diff(live, &live.replace("\"1\"", "\"9\"")), "");
     }
 }
