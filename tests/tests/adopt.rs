@@ -49,6 +49,8 @@ use tenantflux_tests::{
 };
 
 const NS: &str = "cozy-fluxcd";
+/// A ServiceAccount in namespace `default` that a record of the operator's release names.
+const PLANTED: &str = "tenantflux-planted";
 const CONTROLLERS: [&str; 7] = [
     "source-controller",
     "source-watcher",
@@ -444,6 +446,14 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
     // The add-on's two Helm releases, and the real operator and controllers running them.
     let mut operator_documents = operator_chart_documents(&previous);
     operator_documents.push(web_network_policy());
+    // A record naming an object in another namespace (whoever may write Secrets in the
+    // operator namespace can plant one; here the chart renders it): the agent, which may patch
+    // ServiceAccounts anywhere, must not mark it.
+    operator_documents.push(json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": PLANTED, "namespace": "default"},
+    }));
     let operator = chart(work.path(), "flux-operator", &previous, &operator_documents);
     helm(
         cluster,
@@ -711,6 +721,11 @@ async fn a_cozystack_shaped_helm_install_is_adopted_without_restarting_flux() {
             == "keep"
     };
     assert!(keep("deployments", NS, "flux-operator"));
+    assert!(
+        !keep("serviceaccounts", "default", PLANTED),
+        "the agent marked an object outside the operator namespace"
+    );
+    assert!(!marks.iter().any(|m| m.contains(PLANTED)), "{marks:#?}");
     assert!(keep("serviceaccounts", NS, "flux-operator"));
     assert!(keep("clusterroles", "", "flux-operator-edit"));
     let manifest = helm(cluster, &["get", "manifest", "fluxcd-operator", "-n", NS]);
