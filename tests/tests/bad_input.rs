@@ -763,11 +763,53 @@ fn cases(tenant: &Tenant) -> Vec<Case> {
     ]
 }
 
-#[tokio::test]
-async fn malformed_input_is_refused_clearly_and_changes_nothing() {
-    let cluster = TestCluster::start(&format!("bad-input-{}", std::process::id()))
-        .expect("starting the cluster");
-    let tenant = Tenant::prepare(&cluster, &[]).await;
+/// The kind of input a case sends: each is its own test, so that a failure names the input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    /// `policy sign -f FILE`
+    PolicyToSign,
+    /// `policy push -f FILE`
+    SignedPolicy,
+    /// `instance apply -f FILE`
+    InstanceFile,
+    /// Any other command line.
+    Arguments,
+    /// A typed gRPC request.
+    Grpc,
+    /// Raw bytes as a gRPC body.
+    RawGrpc,
+}
+
+fn class(input: &Input) -> Class {
+    match input {
+        Input::Cli(args) => match (
+            args.first().map(String::as_str),
+            args.get(1).map(String::as_str),
+        ) {
+            (Some("policy"), Some("sign")) => Class::PolicyToSign,
+            (Some("policy"), Some("push")) => Class::SignedPolicy,
+            (Some("instance"), Some("apply")) => Class::InstanceFile,
+            _ => Class::Arguments,
+        },
+        Input::Grpc(_) => Class::Grpc,
+        Input::Raw(..) => Class::RawGrpc,
+    }
+}
+
+/// The module's own cluster (the cases compare the whole cluster before and after, which a
+/// test changing the shared one would break) with the tenant's keys, policy and Flux objects.
+static PREPARED: tokio::sync::OnceCell<Tenant<'static>> = tokio::sync::OnceCell::const_new();
+/// One case at a time: each compares the cluster before and after.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Sends every case of `wanted` to the real agent and checks its answer, and that the cluster
+/// is unchanged after each.
+async fn refused_clearly_and_nothing_changes(wanted: Class) {
+    let tenant = PREPARED
+        .get_or_init(|| Tenant::prepare(TestCluster::own("bad-input"), &[]))
+        .await;
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cluster = tenant.cluster;
     let token = tenant.admin_token();
     let channel = tonic::transport::Endpoint::from_shared(cluster.agent_grpc_address())
         .unwrap()
@@ -776,8 +818,13 @@ async fn malformed_input_is_refused_clearly_and_changes_nothing() {
         .await
         .expect("connecting to the agent");
     let before = tenant.fingerprint().expect("fingerprint");
-    let cases = cases(&tenant);
-    assert!(cases.len() >= 40, "{} cases", cases.len());
+    let all = cases(tenant);
+    assert!(all.len() >= 40, "{} cases", all.len());
+    let cases: Vec<Case> = all
+        .into_iter()
+        .filter(|c| class(&c.input) == wanted)
+        .collect();
+    assert!(!cases.is_empty(), "no case of {wanted:?}");
     let mut failures = Vec::new();
     for case in cases {
         let dir = tempfile::tempdir().unwrap();
@@ -851,8 +898,38 @@ async fn malformed_input_is_refused_clearly_and_changes_nothing() {
     assert!(output.status.success(), "{output:?}");
     assert!(
         failures.is_empty(),
-        "{} cases failed:\n{}",
+        "{} {wanted:?} cases failed:\n{}",
         failures.len(),
         failures.join("\n")
     );
+}
+
+#[tokio::test]
+async fn policy_files_to_sign_are_refused_clearly() {
+    refused_clearly_and_nothing_changes(Class::PolicyToSign).await;
+}
+
+#[tokio::test]
+async fn signed_policies_the_agent_must_not_take_are_refused_and_change_nothing() {
+    refused_clearly_and_nothing_changes(Class::SignedPolicy).await;
+}
+
+#[tokio::test]
+async fn instance_files_that_break_the_rules_are_refused_and_change_nothing() {
+    refused_clearly_and_nothing_changes(Class::InstanceFile).await;
+}
+
+#[tokio::test]
+async fn bad_arguments_are_refused_clearly_and_change_nothing() {
+    refused_clearly_and_nothing_changes(Class::Arguments).await;
+}
+
+#[tokio::test]
+async fn malformed_grpc_requests_are_refused_with_their_code_and_change_nothing() {
+    refused_clearly_and_nothing_changes(Class::Grpc).await;
+}
+
+#[tokio::test]
+async fn raw_grpc_bodies_are_refused_with_their_code_and_change_nothing() {
+    refused_clearly_and_nothing_changes(Class::RawGrpc).await;
 }
