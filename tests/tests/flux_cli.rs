@@ -17,7 +17,7 @@ use std::{
 
 use sha2::{Digest as _, Sha256};
 use tenantflux_tests::{
-    TestCluster, apply_flux_instance,
+    TestCluster,
     flux::{GIT_REPOSITORIES, GitRepo, ready_now, revision},
     path, repo_root, stderr, stdout, tool_path, wait_for,
 };
@@ -356,12 +356,10 @@ fn ok(output: &Output, what: &str) -> String {
 /// Flux 2.9 with the real controllers and the agent; waits until the agent reports the Flux
 /// release the mirror's genuine archive holds.
 async fn prepare(cluster: &TestCluster) {
-    cluster.ensure_flux_operator().expect("flux-operator");
-    let client = cluster.client().await.expect("client");
-    apply_flux_instance(&client, "2.9.x")
+    cluster
+        .ensure_flux_and_agent("2.9.x")
         .await
-        .expect("FluxInstance");
-    cluster.ensure_agent().expect("agent");
+        .expect("Flux 2.9 and the agent");
     let reported = wait_for(
         "the agent to report a Flux 2.9 release",
         Duration::from_secs(180),
