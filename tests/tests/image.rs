@@ -14,6 +14,10 @@
 //! The attack on the image's trust: a CA the build host trusts (a corporate or local one) would
 //! be trusted by every agent if the build copied the host's bundle. Built with a host bundle
 //! that holds a test CA, the image's bundle is still the pinned bytes.
+//!
+//! Both agents are built unoptimized (`TENANTFLUX_RELEASE_PROFILE=dev`): what is checked is how
+//! the image is made and that its agent runs; a release build spends ten minutes more in LTO on
+//! this suite's two cores and proves nothing more here.
 
 use std::{
     collections::BTreeMap,
@@ -644,7 +648,9 @@ async fn agent_image_runs_as_the_charts_pod_against_the_api_server() {
     let dir = tempfile::tempdir().expect("temporary directory");
 
     let started = Instant::now();
-    let build = run(Command::new(repo_root().join("deploy/image/build")).stderr(Stdio::inherit()));
+    let build = run(Command::new(repo_root().join("deploy/image/build"))
+        .env("TENANTFLUX_RELEASE_PROFILE", "dev")
+        .stderr(Stdio::inherit()));
     let image = build.lines().last().expect("the image reference").trim();
     let build_time = started.elapsed();
     let podman = Podman::new(dir.path());
@@ -1047,6 +1053,7 @@ fn the_images_ca_bundle_is_the_pinned_one_whatever_the_build_host_trusts() {
         ])
         .arg(repo_root().join("deploy/image/build"))
         .arg(&context)
+        .env("TENANTFLUX_RELEASE_PROFILE", "dev")
         .stderr(Stdio::inherit()));
     assert_eq!(staged.trim(), path(&context));
     let image_bundle = context.join(CA_BUNDLE.trim_start_matches('/'));

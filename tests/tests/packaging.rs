@@ -1108,7 +1108,9 @@ fn agent_image_binary_is_static_and_runs() {
     let out = tempfile::tempdir().expect("temporary directory");
     let binary = out.path().join("tenantflux-agent");
     run(
-        Command::new(repo_root().join("deploy/image/build-agent")).arg(&binary),
+        Command::new(repo_root().join("deploy/image/build-agent"))
+            .arg(&binary)
+            .env("TENANTFLUX_RELEASE_PROFILE", "dev"),
         None,
     );
     let (types, needs_libraries) = elf_facts(&std::fs::read(&binary).expect("read the binary"));
