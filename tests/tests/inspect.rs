@@ -2,9 +2,12 @@
 //! with Flux 2.9 and the real source-controller and kustomize-controller: a GitRepository served
 //! from a local repository, a Kustomization that applies a ConfigMap, a Deployment and a nested
 //! Kustomization (which applies another Deployment), one pointing at a path Git does not hold
-//! and one suspended; and a ResourceSet the real flux-operator applies. Every status and Event shown is the controllers' own; `events`, `tree` and
-//! `stats` are compared with the flux CLI v2.9.5 (built by `tests/env/cluster build-flux-cli`)
-//! on the same objects.
+//! and one suspended; and a ResourceSet the real flux-operator applies. Every status and Event
+//! shown is the controllers' own; `events`, `tree` and `stats` are compared with the flux CLI
+//! v2.9.5 (built by `tests/env/cluster build-flux-cli`) on the same objects.
+//!
+//! One test per scenario, each runnable alone (`tests/run inspect::stats`): the first to run
+//! prepares the objects, and they run one at a time, as each changes what another reads.
 
 use std::{
     collections::BTreeSet,
@@ -203,9 +206,32 @@ fn event_keys(rows: Vec<Vec<String>>) -> BTreeSet<(String, String, String)> {
         .collect()
 }
 
-/// Flux 2.9 with its controllers, the agent, the git source and the Kustomizations; returns
-/// an admin kubeconfig and the first commit.
-async fn prepare(cluster: &TestCluster) -> (PathBuf, GitRepo, String) {
+/// What the scenarios share: an admin kubeconfig, the Git repository and its newest commit.
+struct Prepared {
+    admin: PathBuf,
+    repo: GitRepo,
+    head: std::sync::Mutex<String>,
+}
+
+/// Prepared once per test process, by whichever scenario runs first.
+static PREPARED: tokio::sync::OnceCell<Prepared> = tokio::sync::OnceCell::const_new();
+/// One scenario at a time: `events` adds a Kustomization that `stats` would count, and
+/// `reconcile` commits a revision that `tree` and `trace` show.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The shared cluster, prepared, held for one scenario.
+async fn scenario() -> (
+    &'static TestCluster,
+    &'static Prepared,
+    tokio::sync::MutexGuard<'static, ()>,
+) {
+    let cluster = TestCluster::shared();
+    let prepared = PREPARED.get_or_init(|| prepare(cluster)).await;
+    (cluster, prepared, ONE_AT_A_TIME.lock().await)
+}
+
+/// Flux 2.9 with its controllers, the agent, the git source and the Kustomizations.
+async fn prepare(cluster: &TestCluster) -> Prepared {
     cluster
         .ensure_flux_and_agent("2.9.x")
         .await
@@ -274,10 +300,21 @@ async fn prepare(cluster: &TestCluster) -> (PathBuf, GitRepo, String) {
     )
     .await
     .expect("cached");
-    (admin, repo, rev1)
+    Prepared {
+        admin,
+        repo,
+        head: std::sync::Mutex::new(rev1),
+    }
 }
 
 async fn tree_and_trace(cluster: &TestCluster, admin: &Path, rev1: &str) {
+    // `reconcile` may have run first: both appliers at the newest commit.
+    for name in ["insp-root", "insp-child"] {
+        cluster
+            .kustomization_applied(NS, name, &revision(rev1), RECONCILE)
+            .await
+            .expect("applied at the newest commit");
+    }
     let tree = plugin_json(cluster, admin, &["tree", "ks", "insp-root", "-n", NS]);
     let mut shown = BTreeSet::new();
     paths(&tree, "", &mut shown);
@@ -672,8 +709,9 @@ async fn stats(cluster: &TestCluster, admin: &Path) {
     }
 }
 
-async fn reconcile_waits(cluster: &TestCluster, admin: &Path, repo: &GitRepo) {
-    let rev2 = commit(repo, "2");
+async fn reconcile_waits(cluster: &TestCluster, admin: &Path, prepared: &Prepared) {
+    let rev2 = commit(&prepared.repo, "2");
+    *prepared.head.lock().unwrap() = rev2.clone();
     // No flag: returns once the controller handled the request at the new revision.
     let output = plugin(
         cluster,
@@ -876,23 +914,38 @@ async fn resource_sets(cluster: &TestCluster, admin: &Path) {
 }
 
 #[tokio::test]
-async fn events_tree_trace_stats_and_reconcile_on_the_real_controllers() {
-    let cluster = TestCluster::shared();
-    let (admin, repo, rev1) = prepare(cluster).await;
-    tree_and_trace(cluster, &admin, &rev1).await;
-    tree_hides_what_the_caller_may_not_get(cluster, &admin).await;
-    resource_sets(cluster, &admin).await;
-    events(cluster, &admin).await;
-    stats(cluster, &admin).await;
-    reconcile_waits(cluster, &admin, &repo).await;
-    cluster
-        .kubectl_ok(&[
-            "-n",
-            NS,
-            "delete",
-            &format!("{KUSTOMIZATIONS},{GIT_REPOSITORIES}"),
-            "--all",
-            "--wait",
-        ])
-        .expect("the Flux objects deleted");
+async fn tree_shows_the_inventory_and_trace_the_applier_chain() {
+    let (cluster, prepared, _one) = scenario().await;
+    let head = prepared.head.lock().unwrap().clone();
+    tree_and_trace(cluster, &prepared.admin, &head).await;
+}
+
+#[tokio::test]
+async fn tree_hides_the_state_of_what_the_caller_may_not_get() {
+    let (cluster, prepared, _one) = scenario().await;
+    tree_hides_what_the_caller_may_not_get(cluster, &prepared.admin).await;
+}
+
+#[tokio::test]
+async fn tree_and_trace_follow_a_resource_set() {
+    let (cluster, prepared, _one) = scenario().await;
+    resource_sets(cluster, &prepared.admin).await;
+}
+
+#[tokio::test]
+async fn events_are_the_controllers_as_flux_shows_them() {
+    let (cluster, prepared, _one) = scenario().await;
+    events(cluster, &prepared.admin).await;
+}
+
+#[tokio::test]
+async fn stats_count_what_kubectl_and_flux_count() {
+    let (cluster, prepared, _one) = scenario().await;
+    stats(cluster, &prepared.admin).await;
+}
+
+#[tokio::test]
+async fn reconcile_waits_for_the_new_revision() {
+    let (cluster, prepared, _one) = scenario().await;
+    reconcile_waits(cluster, &prepared.admin, prepared).await;
 }
