@@ -270,9 +270,27 @@ async fn prepare(cluster: &TestCluster, minor: &Minor, image_components: bool) -
 }
 
 /// Everything a user does, on one cluster.
+/// Every scenario of `minor` on `cluster`, in order (the Flux 2.6 cluster of its own).
 async fn exercise(cluster: &TestCluster, minor: &Minor, image_components: bool) {
     let admin = prepare(cluster, minor, image_components).await;
+    lists_suspends_and_reconciles(cluster, minor, image_components, &admin).await;
+    if minor.reconciled {
+        flux_words_and_operator_kinds(cluster, &admin).await;
+        reconciles_from_git(cluster, &admin).await;
+    }
+    tenant_acts_in_its_namespace_only(cluster).await;
+    suspend_and_resume_all(cluster).await;
+    control_characters_are_shown_escaped(cluster, &admin).await;
+}
 
+/// get, selectors, suspend, resume and reconcile of one object of every kind the minor serves.
+async fn lists_suspends_and_reconciles(
+    cluster: &TestCluster,
+    minor: &Minor,
+    image_components: bool,
+    admin: &Path,
+) {
+    let admin = admin.to_path_buf();
     // Lists come from the agent's caches at the served versions, once they hold everything.
     let listed = wait_for(
         "get all -n wl-a to list one object of every kind",
@@ -533,14 +551,6 @@ async fn exercise(cluster: &TestCluster, minor: &Minor, image_components: bool) 
         stderr(&output).trim(),
         "error: Kustomization wl-a/missing not found"
     );
-
-    if minor.reconciled {
-        flux_words_and_operator_kinds(cluster, &admin).await;
-        reconciles_from_git(cluster, &admin).await;
-    }
-    tenant_acts_in_its_namespace_only(cluster).await;
-    suspend_and_resume_all(cluster).await;
-    control_characters_are_shown_escaped(cluster, &admin).await;
 }
 
 /// Where the objects of flux-operator's and source-watcher's kinds live.
@@ -1725,9 +1735,62 @@ async fn suspend_and_resume_all(cluster: &TestCluster) {
         .expect("the Kustomizations deleted");
 }
 
-#[tokio::test]
-async fn flux_2_9_on_the_shared_cluster() {
-    exercise(TestCluster::shared(), &FLUX_2_9, false).await;
+/// Flux 2.9 on the shared cluster, one test per scenario, each runnable alone
+/// (`tests/run workloads::flux_2_9::reconciles_from_git`): the first prepares the objects, and
+/// they run one at a time, as several suspend, annotate or list the same ones.
+mod flux_2_9 {
+    use super::*;
+
+    static PREPARED: tokio::sync::OnceCell<PathBuf> = tokio::sync::OnceCell::const_new();
+    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+    async fn scenario() -> (
+        &'static TestCluster,
+        &'static Path,
+        tokio::sync::MutexGuard<'static, ()>,
+    ) {
+        let cluster = TestCluster::shared();
+        let admin = PREPARED
+            .get_or_init(|| prepare(cluster, &FLUX_2_9, false))
+            .await;
+        (cluster, admin, ONE_AT_A_TIME.lock().await)
+    }
+
+    #[tokio::test]
+    async fn every_kind_is_listed_suspended_resumed_and_reconciled() {
+        let (cluster, admin, _one) = scenario().await;
+        lists_suspends_and_reconciles(cluster, &FLUX_2_9, false, admin).await;
+    }
+
+    #[tokio::test]
+    async fn flux_words_and_flux_operators_kinds() {
+        let (cluster, admin, _one) = scenario().await;
+        flux_words_and_operator_kinds(cluster, admin).await;
+    }
+
+    #[tokio::test]
+    async fn reconciles_from_git() {
+        let (cluster, admin, _one) = scenario().await;
+        super::reconciles_from_git(cluster, admin).await;
+    }
+
+    #[tokio::test]
+    async fn a_tenant_acts_in_its_namespace_only() {
+        let (cluster, _admin, _one) = scenario().await;
+        tenant_acts_in_its_namespace_only(cluster).await;
+    }
+
+    #[tokio::test]
+    async fn suspend_and_resume_all() {
+        let (cluster, _admin, _one) = scenario().await;
+        super::suspend_and_resume_all(cluster).await;
+    }
+
+    #[tokio::test]
+    async fn control_characters_are_shown_escaped() {
+        let (cluster, admin, _one) = scenario().await;
+        super::control_characters_are_shown_escaped(cluster, admin).await;
+    }
 }
 
 #[tokio::test]
