@@ -252,6 +252,27 @@ impl Browser {
         }
     }
 
+    /// Clicks the element `css` finds. A live page re-renders rows as the agent's state
+    /// changes, so an element found a moment ago may be gone by the click: it is found again.
+    pub async fn click(&self, css: &str) -> Result<()> {
+        const ATTEMPTS: usize = 5;
+        for attempt in 1..=ATTEMPTS {
+            let found = self.client.find(Locator::Css(css)).await;
+            let clicked = match found {
+                Ok(element) => element.click().await.map(drop),
+                Err(err) => Err(err),
+            };
+            match clicked {
+                Ok(()) => return Ok(()),
+                Err(err) if err.is_stale_element_reference() && attempt < ATTEMPTS => {
+                    tokio::time::sleep(POLL).await;
+                }
+                Err(err) => return Err(command(format!("clicking {css:?}"), err)),
+            }
+        }
+        unreachable!("the last attempt returns")
+    }
+
     /// Ends the session, which closes chromium; dropping the value then stops chromedriver.
     pub async fn close(self) -> Result<()> {
         self.client

@@ -382,6 +382,39 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
         "/",
         "the sign-in address leads to the page"
     );
+    // The screenshot (docs/images/dashboard.png) shows Flux as flux-operator applied it.
+    let instance = wait_for("the FluxInstance applied and Ready", RECONCILE, || async {
+        let instance = cluster.object(
+            "fluxinstances.fluxcd.controlplane.io",
+            "flux-system",
+            "flux",
+        )?;
+        let applied = instance["status"]["lastAppliedRevision"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty());
+        (applied && tenantflux_tests::condition_status(&instance, "Ready") == Some("True"))
+            .then_some(())
+    })
+    .await;
+    assert!(
+        instance.is_ok(),
+        "{:#}",
+        cluster
+            .object(
+                "fluxinstances.fluxcd.controlplane.io",
+                "flux-system",
+                "flux"
+            )
+            .unwrap_or_default()
+    );
+    browser
+        .wait_for_text("#cluster .cards > .card:nth-child(3) h3", "True", SHOWN)
+        .await
+        .expect("the FluxInstance Ready on the page");
+    browser
+        .wait_for_text("#next-upgrade", "up to date", SHOWN)
+        .await
+        .expect("the next upgrade planned from the applied release");
     browser.screenshot("dashboard").await.expect("screenshot");
     // Every badge is readable: its text is not drawn in its own background colour (a muted
     // badge once was, through the later `.muted` rule).
@@ -425,10 +458,8 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
 
     // The object's page: its inventory, its Events and the controller's log lines about it,
     // as the controllers left them.
-    page.find(Locator::Css(&format!("{app} td.name a")))
-        .await
-        .expect("the object's link")
-        .click()
+    browser
+        .click(&format!("{app} td.name a"))
         .await
         .expect("follow it");
     browser
@@ -468,14 +499,12 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
         .expect("screenshot");
 
     // Suspend, confirmed: the agent suspends it as the admin.
-    page.find(Locator::Css(&format!(
-        r#"a[aria-label="suspend Kustomization {NS}/dash-app"]"#
-    )))
-    .await
-    .expect("the suspend action")
-    .click()
-    .await
-    .expect("click suspend");
+    browser
+        .click(&format!(
+            r#"a[aria-label="suspend Kustomization {NS}/dash-app"]"#
+        ))
+        .await
+        .expect("click suspend");
     browser
         .wait_for_text("h1", "Suspend Kustomization dash/dash-app?", SHOWN)
         .await
@@ -485,10 +514,8 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
         "",
         "nothing before confirming"
     );
-    page.find(Locator::Css(r#"form button[type="submit"]"#))
-        .await
-        .expect("the confirm button")
-        .click()
+    browser
+        .click(r#"form button[type="submit"]"#)
         .await
         .expect("confirm");
     browser
@@ -656,18 +683,14 @@ async fn the_dashboard_shows_and_controls_flux_as_each_user_may() {
     page.goto(&format!("{}/", viewer_dashboard.base()))
         .await
         .expect("back");
-    page.find(Locator::Css(&format!(
-        r#"a[aria-label="resume Kustomization {NS}/dash-app"]"#
-    )))
-    .await
-    .expect("the resume action")
-    .click()
-    .await
-    .expect("click resume");
-    page.find(Locator::Css(r#"form button[type="submit"]"#))
+    browser
+        .click(&format!(
+            r#"a[aria-label="resume Kustomization {NS}/dash-app"]"#
+        ))
         .await
-        .expect("the confirm button")
-        .click()
+        .expect("click resume");
+    browser
+        .click(r#"form button[type="submit"]"#)
         .await
         .expect("confirm");
     let refused = browser

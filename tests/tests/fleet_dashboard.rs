@@ -558,11 +558,8 @@ async fn the_fleet_page_over_10_real_agents_judges_behind_only_against_the_platf
     eprintln!("screenshot: {}", shot.display());
 
     // A tile leads to its cluster: the stale policy, still enforced.
-    client
-        .find(Locator::Css(&format!("[data-cluster=\"{STALE}\"] h3 a")))
-        .await
-        .expect("the stale tile's link")
-        .click()
+    browser
+        .click(&format!("[data-cluster=\"{STALE}\"] h3 a"))
         .await
         .expect("follow it");
     let policy = browser
@@ -579,13 +576,7 @@ async fn the_fleet_page_over_10_real_agents_judges_behind_only_against_the_platf
     assert_eq!(push(&gen3, "behind"), 1);
     // Against what the platform pushed, that cluster holds another policy; the others stay
     // current.
-    client
-        .find(Locator::Css("header a.brand"))
-        .await
-        .expect("the fleet's link")
-        .click()
-        .await
-        .expect("follow it");
+    browser.click("header a.brand").await.expect("follow it");
     browser
         .wait_for_text(
             &format!("[data-cluster=\"{BEHIND}\"] .badge"),

@@ -325,23 +325,32 @@ async fn follow_status(live: Arc<Live>) {
                         Ok(Some(status)) => {
                             let status = StatusView::from(status);
                             let inputs = plan_inputs(&status);
-                            *write(&live.status) = Ok(Some(status));
                             let running = agent
                                 .call(agent.upgrade().get_upgrade(pb::GetUpgradeRequest {}))
                                 .await
                                 .ok()
                                 .filter(|u| u.present);
-                            write(&live.upgrades).running = running;
-                            if planned_for.as_ref() != Some(&inputs) {
+                            let next = if planned_for.as_ref() != Some(&inputs) {
                                 let next = agent
                                     .call(agent.upgrade().plan_upgrade(pb::PlanUpgradeRequest {
                                         to: NEXT_UPGRADE.to_owned(),
                                     }))
                                     .await
                                     .map_err(|err| err.to_string());
-                                write(&live.upgrades).next = Some(next);
                                 planned_for = Some(inputs);
+                                Some(next)
+                            } else {
+                                None
+                            };
+                            // The status and the plan made from it change together: a page
+                            // drawn in between showed a new revision beside the old plan.
+                            *write(&live.status) = Ok(Some(status));
+                            let mut upgrades = write(&live.upgrades);
+                            upgrades.running = running;
+                            if let Some(next) = next {
+                                upgrades.next = Some(next);
                             }
+                            drop(upgrades);
                             live.announce(Change::Status);
                         }
                         Ok(None) => break,
