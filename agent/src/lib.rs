@@ -8,7 +8,7 @@
 //! its defaults), `workloads` (Flux kinds, caches) → `status` → `upgrade` (plan, migrate, run)
 //! → `server` (gRPC: auth, input checks, domain errors to codes, metrics) → `runtime` (wiring,
 //! admin endpoints, signals). What every capability shares (the watch backoff, the record
-//! helper) is the little in this file.
+//! helper) is the little in this file, and the watches more than one reads are `watches`.
 #![forbid(unsafe_code)]
 
 pub mod adopt;
@@ -22,6 +22,7 @@ mod runtime;
 pub mod server;
 mod status;
 pub mod upgrade;
+mod watches;
 pub mod workloads;
 
 use std::{collections::BTreeMap, time::Duration};

@@ -383,28 +383,24 @@ impl Installer {
         self.failure = Some(reason);
     }
 
-    /// Folds a Deployment watch event in; returns a trigger when the Deployment drifted from
-    /// what the agent applied.
-    pub(super) fn observe(&mut self, event: Event<Deployment>) -> Option<Trigger> {
-        let applied_generation = self.applied.as_ref().map(|(_, g)| *g);
-        match event {
-            Event::Apply(d) | Event::InitApply(d) => {
-                let generation = d.metadata.generation.unwrap_or_default();
-                self.deployment = Some(d);
-                if applied_generation.is_some_and(|applied| generation > applied) {
-                    return Some(Trigger::DeploymentEdited { generation });
-                }
-            }
-            Event::Delete(_) => {
-                self.deployment = None;
-                if applied_generation.is_some() {
-                    return Some(Trigger::DeploymentDeleted);
-                }
-            }
-            Event::Init | Event::InitDone => {}
+    /// Takes in the operator Deployment as the watch shows it now (listed: `None` is none);
+    /// returns a trigger when it drifted from what the agent applied.
+    pub(super) fn observe(&mut self, seen: Option<Arc<Deployment>>) -> Option<Trigger> {
+        let seen = seen.map(Arc::unwrap_or_clone);
+        let now = seen.as_ref().map(|d| {
+            (
+                d.metadata.uid.as_deref(),
+                d.metadata.generation.unwrap_or_default(),
+            )
+        });
+        let applied = self.applied.as_ref().map(|(_, g)| *g);
+        let trigger = drift(self.watched.as_deref(), now, applied);
+        self.watched = seen.as_ref().and_then(|d| d.metadata.uid.clone());
+        self.deployment = seen;
+        if trigger.is_none() {
+            self.update_rollout_phase();
         }
-        self.update_rollout_phase();
-        None
+        trigger
     }
 
     pub(super) fn update_rollout_phase(&self) {
@@ -426,9 +422,49 @@ impl Installer {
     }
 }
 
+/// Whether the operator Deployment drifted from the agent's apply, which produced generation
+/// `applied`: edited past it, deleted, or replaced by another of the same name. `watched` is the
+/// uid the watch showed before, `now` the uid and generation it shows now. Only a Deployment
+/// the watch showed can be found gone: right after the first apply, it may not show it yet.
+fn drift(
+    watched: Option<&str>,
+    now: Option<(Option<&str>, i64)>,
+    applied: Option<i64>,
+) -> Option<Trigger> {
+    let applied = applied?;
+    match now {
+        None => watched.is_some().then_some(Trigger::DeploymentDeleted),
+        Some((uid, _)) if watched.is_some() && watched != uid => Some(Trigger::DeploymentDeleted),
+        Some((_, generation)) => {
+            (generation > applied).then_some(Trigger::DeploymentEdited { generation })
+        }
+    }
+}
+
 /// The applied Deployment as the typed object (what the API server answered an apply with).
 fn as_deployment(object: DynamicObject) -> Option<Deployment> {
     serde_json::to_value(object)
         .and_then(serde_json::from_value)
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drift_is_an_edit_past_the_apply_a_deletion_or_a_replacement() {
+        let edited =
+            |t: Option<Trigger>| matches!(t, Some(Trigger::DeploymentEdited { generation: 4 }));
+        let deleted = |t: Option<Trigger>| matches!(t, Some(Trigger::DeploymentDeleted));
+        assert!(edited(drift(Some("a"), Some((Some("a"), 4)), Some(3))));
+        assert!(drift(Some("a"), Some((Some("a"), 3)), Some(3)).is_none());
+        assert!(deleted(drift(Some("a"), None, Some(3))));
+        assert!(deleted(drift(Some("a"), Some((Some("b"), 1)), Some(3))));
+        // Nothing applied yet: the agent has nothing to restore.
+        assert!(drift(Some("a"), None, None).is_none());
+        // Not yet shown by the watch (it lags the first apply): not gone.
+        assert!(drift(None, None, Some(3)).is_none());
+        assert!(drift(None, Some((Some("a"), 3)), Some(3)).is_none());
+    }
 }

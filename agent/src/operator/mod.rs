@@ -6,8 +6,9 @@
 //! applied → prune what the new bundle dropped → wait until the Deployment has rolled out.
 //!
 //! Then it watches: the bundle source (a ConfigMap or Secret is watched, a file or OCI artifact
-//! is read again every resync interval) and the operator Deployment, which is restored when
-//! someone edits or deletes it. Every write is a server-side apply by field manager
+//! is read again every resync interval) and the operator Deployment (the runtime's shared
+//! watch, which the status reads too), which is restored when someone edits, deletes or
+//! replaces it. Every write is a server-side apply by field manager
 //! `tenantflux-agent`, and every applied object carries label
 //! `app.kubernetes.io/managed-by: tenantflux-agent`.
 //!
@@ -71,7 +72,10 @@ pub use rollout::rollout;
 use source::{BundleSource, Fetcher, SourceError};
 use triggers::{Trigger, source_changes};
 
-use crate::policy::store::Held;
+use crate::{
+    policy::store::Held,
+    watches::{Seen, Shared},
+};
 
 /// How long CRDs may take to become Established once the API server serves.
 const CRD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -303,6 +307,9 @@ struct Installer {
     applied: Option<(Bundle, i64)>,
     /// The latest observed operator Deployment.
     deployment: Option<Deployment>,
+    /// The uid of the operator Deployment the watch showed last: when it is gone or another
+    /// takes its place, someone deleted it.
+    watched: Option<String>,
     /// Set while the latest attempt failed; the phase stays FAILED until an attempt succeeds.
     failure: Option<String>,
     /// The Flux releases of the artifact the operator was installed from, with its digest.
@@ -318,16 +325,32 @@ struct Installer {
 /// At most this many notices are kept (the newest).
 const MAX_NOTICES: usize = 10;
 
+/// What the install loop reads and reports through.
+pub struct Channels {
+    /// The policy held now: its operator rules replace `--operator-version`.
+    pub policy: watch::Receiver<Held>,
+    /// The operator Deployment, as the runtime's shared watch shows it.
+    pub deployment: Shared<Deployment>,
+    /// Where the install stands.
+    pub state: watch::Sender<InstallState>,
+    /// The Flux releases of the artifact the operator was installed from.
+    pub releases: watch::Sender<Option<Arc<Releases>>>,
+}
+
 /// Runs the install loop until the shutdown.
 pub async fn run(
     client: Client,
     fetcher: Fetcher,
     config: InstallConfig,
-    policy: watch::Receiver<Held>,
-    tx: watch::Sender<InstallState>,
-    releases: watch::Sender<Option<Arc<Releases>>>,
+    channels: Channels,
     shutdown: CancellationToken,
 ) {
+    let Channels {
+        policy,
+        deployment: mut deployments,
+        state: tx,
+        releases,
+    } = channels;
     let mut policy_changes = policy.clone();
     let record_ref = crate::configmap_reference(&config.agent_namespace, RECORD_CONFIGMAP);
     let recorder = crate::recorder(&client);
@@ -342,18 +365,13 @@ pub async fn run(
         record_ref,
         applied: None,
         deployment: None,
+        watched: None,
         failure: None,
         releases,
         notices: Vec::new(),
         offered: String::new(),
     };
-    let deployments = watcher::watcher(
-        Api::<Deployment>::namespaced(client.clone(), &installer.config.operator_namespace),
-        watcher::Config::default().fields(&format!("metadata.name={OPERATOR_DEPLOYMENT}")),
-    )
-    .backoff(crate::watch_backoff());
     let sources = source_changes(&client, &installer.config);
-    let mut deployments = std::pin::pin!(deployments);
     let mut sources = std::pin::pin!(sources);
 
     let mut trigger = Trigger::Start;
@@ -395,11 +413,12 @@ pub async fn run(
                 },
                 // Any new policy: its operator rules may now allow or refuse the bundle.
                 Ok(()) = policy_changes.changed() => break Trigger::PolicyChanged,
-                Some(event) = deployments.next() => match event {
-                    Ok(event) => if let Some(trigger) = installer.observe(event) {
+                Ok(()) = deployments.changed() => match deployments.look() {
+                    Seen::Listed(deployment) => if let Some(trigger) = installer.observe(deployment) {
                         break trigger;
                     },
-                    Err(err) => tracing::debug!(error = %err, "watching the operator Deployment failed; retrying"),
+                    Seen::Failed(err) => tracing::debug!(error = %err, "watching the operator Deployment failed; retrying"),
+                    Seen::Listing => {}
                 },
             }
         };

@@ -1,7 +1,8 @@
-//! The agent's background tasks under one supervisor: a task that ends or panics while the
-//! agent runs takes the agent down (not ready, every other task stopped, exit non-zero, the
-//! task named in the log), so the kubelet restarts it. Without this, a panicking admission or
-//! enforcement loop left an agent that answered health checks and guarded nothing.
+//! The agent's background tasks under one supervisor: each is registered by name and handed
+//! the one shutdown token, and a task that ends or panics while the agent runs takes the agent
+//! down (not ready, every other task stopped, exit non-zero, the task named in the log), so the
+//! kubelet restarts it. Without this, a panicking admission or enforcement loop left an agent
+//! that answered health checks and guarded nothing.
 
 use std::{collections::HashMap, fmt, future::Future, sync::Arc};
 
@@ -49,21 +50,21 @@ impl Supervisor {
         }
     }
 
-    /// A task that must run until the shutdown.
-    pub fn spawn<T: fmt::Debug + Send + 'static>(
-        &mut self,
-        name: &'static str,
-        task: impl Future<Output = T> + Send + 'static,
-    ) {
+    /// A task that must run until the shutdown, made from the shutdown token.
+    pub fn spawn<F>(&mut self, name: &'static str, task: impl FnOnce(CancellationToken) -> F)
+    where
+        F: Future<Output: fmt::Debug + Send> + Send + 'static,
+    {
+        let task = task(self.shutdown.clone());
         self.start(name, Lifetime::UntilShutdown, task);
     }
 
-    /// A task that does one job and ends.
-    pub fn spawn_once<T: fmt::Debug + Send + 'static>(
-        &mut self,
-        name: &'static str,
-        task: impl Future<Output = T> + Send + 'static,
-    ) {
+    /// A task that does one job and ends, made from the shutdown token.
+    pub fn spawn_once<F>(&mut self, name: &'static str, task: impl FnOnce(CancellationToken) -> F)
+    where
+        F: Future<Output: fmt::Debug + Send> + Send + 'static,
+    {
+        let task = task(self.shutdown.clone());
         self.start(name, Lifetime::Once, task);
     }
 
@@ -137,9 +138,8 @@ mod tests {
     #[tokio::test]
     async fn a_task_that_ends_early_stops_the_others_and_is_named() {
         let (mut tasks, shutdown, readiness) = supervisor();
-        let token = shutdown.clone();
-        tasks.spawn("admission", async move { token.cancelled().await });
-        tasks.spawn("enforcement", async { Err::<(), _>("the watch ended") });
+        tasks.spawn("admission", |token| async move { token.cancelled().await });
+        tasks.spawn("enforcement", |_| async { Err::<(), _>("the watch ended") });
         let died = tokio::time::timeout(Duration::from_secs(5), tasks.wait())
             .await
             .expect("the supervisor stops everything");
@@ -153,7 +153,7 @@ mod tests {
     #[tokio::test]
     async fn a_panic_is_a_death_even_in_a_task_that_may_end() {
         let (mut tasks, _, _) = supervisor();
-        tasks.spawn_once("resume", async { panic!("boom") });
+        tasks.spawn_once("resume", |_| async { panic!("boom") });
         let died = tasks.wait().await.expect("a panic is a death");
         assert_eq!((died.task, died.how.as_str()), ("resume", "panicked"));
     }
@@ -161,9 +161,8 @@ mod tests {
     #[tokio::test]
     async fn tasks_that_end_as_expected_are_not_deaths() {
         let (mut tasks, shutdown, readiness) = supervisor();
-        tasks.spawn_once("resume", async {});
-        let token = shutdown.clone();
-        tasks.spawn("admission", async move { token.cancelled().await });
+        tasks.spawn_once("resume", |_| async {});
+        tasks.spawn("admission", |token| async move { token.cancelled().await });
         shutdown.cancel();
         assert_eq!(tasks.wait().await, None);
         assert!(!readiness.check().unwrap_err().contains("task"));

@@ -1,6 +1,6 @@
-//! Status from memory: watchers keep the flux-operator Deployment, the FluxInstance and the
-//! FluxReport in memory, [`derive`] turns them into a [`Status`] report, and the latest one sits
-//! in a `tokio::sync::watch` channel that the RPCs read.
+//! Status from memory: the runtime's shared watches keep the flux-operator Deployment, the
+//! FluxInstance and the FluxReport in memory, [`derive`] turns them into a [`Status`] report,
+//! and the latest one sits in a `tokio::sync::watch` channel that the RPCs read.
 
 mod derive;
 pub mod model;
@@ -11,15 +11,11 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::{
     Api, Client,
     api::{DynamicObject, Patch, PatchParams},
-    runtime::{
-        WatchStreamExt,
-        watcher::{self, Event},
-    },
+    runtime::watcher,
 };
 use tokio::sync::watch;
 
@@ -32,9 +28,10 @@ use tenantflux_core::flux::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    instance::{flux_instance_resource, flux_report_resource},
+    instance::flux_report_resource,
     operator::InstallState,
     policy::store::Held,
+    watches::{Seen, Shared},
 };
 /// How often the Kubernetes version is asked again once known (it changes on upgrades only).
 const VERSION_REFRESH: Duration = Duration::from_secs(60);
@@ -51,8 +48,19 @@ pub fn initial(facts: &AgentFacts) -> Status {
     stamp(derive(facts, &Observed::default()))
 }
 
+/// The shared watches the status reports from: each of one object in the operator namespace.
+pub struct Watched {
+    /// Deployment `flux-operator`.
+    pub operator: Shared<Deployment>,
+    /// FluxInstance `flux`.
+    pub instance: Shared<DynamicObject>,
+    /// FluxReport `flux`.
+    pub report: Shared<DynamicObject>,
+}
+
 /// What other tasks of the agent report into the status.
 pub struct Inputs {
+    pub watched: Watched,
     /// The agent's own flux-operator install, when it installs one.
     pub install: Option<watch::Receiver<InstallState>>,
     pub policy: watch::Receiver<Held>,
@@ -60,8 +68,9 @@ pub struct Inputs {
     pub marks: watch::Receiver<Option<String>>,
 }
 
-/// Watches what the status reports and publishes each changed status on `tx`, until the
-/// shutdown. Watch errors are retried with backoff and logged once per change of error.
+/// Follows what the status reports and publishes each changed status on `tx`, until the
+/// shutdown. Watch errors (the shared watches retry with backoff) are logged once per change
+/// of error.
 pub async fn run(
     client: Client,
     facts: AgentFacts,
@@ -71,46 +80,17 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let Inputs {
+        watched:
+            Watched {
+                mut operator,
+                mut instance,
+                mut report,
+            },
         install,
         mut policy,
         mut marks,
     } = inputs;
     let ns = facts.operator_namespace.clone();
-    let by_name = |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let operator = watcher(
-        Api::<Deployment>::namespaced(client.clone(), &ns),
-        by_name(OPERATOR_DEPLOYMENT),
-    )
-    .map(|e| {
-        (
-            Source::Operator,
-            e.map(|e| map_event(e, |d| Object::Operator(Box::new(d)))),
-        )
-    });
-    let instance = watcher(
-        Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &flux_instance_resource()),
-        by_name(INSTANCE_NAME),
-    )
-    .map(|e| {
-        (
-            Source::Instance,
-            e.map(|e| map_event(e, |o| Object::Dynamic(Box::new(o)))),
-        )
-    });
-    let report = watcher(
-        Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &flux_report_resource()),
-        by_name(INSTANCE_NAME),
-    )
-    .map(|e| {
-        (
-            Source::Report,
-            e.map(|e| map_event(e, |o| Object::Dynamic(Box::new(o)))),
-        )
-    });
-    let mut updates = std::pin::pin!(futures::stream::select(
-        operator,
-        futures::stream::select(instance, report)
-    ));
 
     let mut state = Tracker::default();
     let mut install = install;
@@ -162,10 +142,15 @@ pub async fn run(
                 }
                 continue;
             }
-            Some((source, update)) = updates.next() => match update {
-                Ok(event) => state.apply(source, event),
-                Err(err) => state.failed(source, &facts.operator_namespace, &err),
-            },
+            Ok(()) = operator.changed() => {
+                state.observe(Source::Operator, &ns, operator.look(), |d| Object::Operator(Box::new(d)));
+            }
+            Ok(()) = instance.changed() => {
+                state.observe(Source::Instance, &ns, instance.look(), |o| Object::Dynamic(Box::new(o)));
+            }
+            Ok(()) = report.changed() => {
+                state.observe(Source::Report, &ns, report.look(), |o| Object::Dynamic(Box::new(o)));
+            }
         }
         publish(&tx, derive(&facts, &state.observed));
     }
@@ -211,66 +196,36 @@ fn version_timeout() -> kube::Error {
     )
 }
 
-/// A watcher on one object of `api`, with the agent's watch backoff between failures.
-fn watcher<K>(
-    api: Api<K>,
-    config: watcher::Config,
-) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-{
-    watcher::watcher(api, config).backoff(crate::watch_backoff())
-}
-
-fn map_event<K>(event: Event<K>, f: impl FnOnce(K) -> Object) -> Event<Object> {
-    match event {
-        Event::Apply(k) => Event::Apply(f(k)),
-        Event::Delete(k) => Event::Delete(f(k)),
-        Event::Init => Event::Init,
-        Event::InitApply(k) => Event::InitApply(f(k)),
-        Event::InitDone => Event::InitDone,
-    }
-}
-
-/// The two kinds of object the watchers deliver.
+/// The two kinds of object the shared watches hold.
 enum Object {
     Operator(Box<Deployment>),
     Dynamic(Box<DynamicObject>),
 }
 
-/// Folds watch events into [`Observed`], buffering each re-list until it completes.
+/// Folds what the shared watches show into [`Observed`].
 #[derive(Default)]
 struct Tracker {
     observed: Observed,
-    relisting: Vec<(Source, Option<Object>)>,
 }
 
 impl Tracker {
-    fn apply(&mut self, source: Source, event: Event<Object>) {
-        // `Init` comes before each (re-)list, so it says nothing about whether the list works.
-        if !matches!(event, Event::Init) {
-            self.clear_problem(source);
-        }
-        match event {
-            Event::Init => {
-                self.relisting.retain(|(s, _)| *s != source);
-                self.relisting.push((source, None));
+    /// Takes in what the shared watch of `source` shows now.
+    fn observe<K: Clone>(
+        &mut self,
+        source: Source,
+        namespace: &str,
+        seen: Seen<K>,
+        object: impl FnOnce(K) -> Object,
+    ) {
+        match seen {
+            Seen::Failed(err) => self.failed(source, namespace, &err),
+            // Listing again after a failure: the failure is over, the object stays as it was
+            // until the list is done.
+            Seen::Listing => self.clear_problem(source),
+            Seen::Listed(found) => {
+                self.clear_problem(source);
+                self.set(source, found.map(|k| object(Arc::unwrap_or_clone(k))));
             }
-            Event::InitApply(object) => {
-                if let Some(slot) = self.relisting.iter_mut().find(|(s, _)| *s == source) {
-                    slot.1 = Some(object);
-                }
-            }
-            Event::InitDone => {
-                let listed = self
-                    .relisting
-                    .iter()
-                    .position(|(s, _)| *s == source)
-                    .and_then(|i| self.relisting.swap_remove(i).1);
-                self.set(source, listed);
-            }
-            Event::Apply(object) => self.set(source, Some(object)),
-            Event::Delete(_) => self.set(source, None),
         }
     }
 
@@ -403,43 +358,38 @@ mod tests {
         ))
     }
 
-    #[test]
-    fn relist_replaces_the_object_only_when_done() {
-        let mut tracker = Tracker::default();
-        tracker.apply(Source::Operator, Event::Init);
-        tracker.apply(
-            Source::Operator,
-            Event::InitApply(Object::Operator(Box::new(deployment()))),
-        );
-        assert!(!tracker.observed.operator.synced, "not before InitDone");
-        tracker.apply(Source::Operator, Event::InitDone);
-        assert!(tracker.observed.operator.object.is_some());
+    fn operator(tracker: &mut Tracker, seen: Seen<Deployment>) {
+        tracker.observe(Source::Operator, "flux-system", seen, |d| {
+            Object::Operator(Box::new(d))
+        });
+    }
 
-        tracker.apply(Source::Operator, Event::Init);
-        tracker.apply(Source::Operator, Event::InitDone);
+    fn instance(tracker: &mut Tracker, seen: Seen<DynamicObject>) {
+        tracker.observe(Source::Instance, "flux-system", seen, |o| {
+            Object::Dynamic(Box::new(o))
+        });
+    }
+
+    #[test]
+    fn the_object_is_tracked_once_listed() {
+        let mut tracker = Tracker::default();
+        operator(&mut tracker, Seen::Listing);
+        assert!(!tracker.observed.operator.synced, "not before the list");
+        operator(&mut tracker, Seen::Listed(Some(Arc::new(deployment()))));
+        assert!(tracker.observed.operator.object.is_some());
+        operator(&mut tracker, Seen::Listed(None));
         assert!(tracker.observed.operator.synced);
         assert!(
             tracker.observed.operator.object.is_none(),
-            "gone from the re-list"
+            "gone from the store"
         );
-
-        tracker.apply(
-            Source::Operator,
-            Event::Apply(Object::Operator(Box::new(deployment()))),
-        );
-        assert!(tracker.observed.operator.object.is_some());
-        tracker.apply(
-            Source::Operator,
-            Event::Delete(Object::Operator(Box::new(deployment()))),
-        );
-        assert!(tracker.observed.operator.object.is_none());
     }
 
     #[test]
     fn missing_crd_means_absent_instance_and_one_problem_until_recovery() {
         let mut tracker = Tracker::default();
-        tracker.failed(Source::Instance, "flux-system", &not_found());
-        tracker.failed(Source::Instance, "flux-system", &not_found());
+        instance(&mut tracker, Seen::Failed(Arc::new(not_found())));
+        instance(&mut tracker, Seen::Failed(Arc::new(not_found())));
         assert!(tracker.observed.instance.synced);
         assert!(tracker.observed.instance.object.is_none());
         assert_eq!(tracker.observed.problems.len(), 1);
@@ -453,13 +403,8 @@ mod tests {
         assert!(!status.instance.present);
         assert_eq!(status.agent.problems, [problem.as_str()]);
 
-        tracker.apply(Source::Instance, Event::Init);
-        assert_eq!(
-            tracker.observed.problems.len(),
-            1,
-            "Init precedes every list attempt"
-        );
-        tracker.apply(Source::Instance, Event::InitDone);
+        // The shared watch stays failed through `Init` (see `watches`): only a list clears it.
+        instance(&mut tracker, Seen::Listed(None));
         assert!(
             tracker.observed.problems.is_empty(),
             "cleared once a list succeeded"
