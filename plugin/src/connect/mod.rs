@@ -7,6 +7,7 @@ mod credentials;
 mod errors;
 mod kubeconfig;
 mod pod;
+mod reconnect;
 
 use self::credentials::{Cached, resolve_token};
 pub use self::{
@@ -18,6 +19,7 @@ pub use self::{
     errors::*,
     kubeconfig::*,
     pod::*,
+    reconnect::*,
 };
 
 use std::{

@@ -31,13 +31,15 @@ use anyhow::Context as _;
 use axum::{
     Router,
     body::Body,
-    extract::{Request, State},
-    http::{HeaderMap, HeaderValue, Method, StatusCode, header},
+    extract::{FromRequest, FromRequestParts, Request, State},
+    http::{HeaderMap, HeaderValue, Method, StatusCode, header, request::Parts},
     middleware::{self, Next},
     response::{IntoResponse, Response},
     routing::get,
 };
+use cookie::{Cookie, SameSite};
 use futures::StreamExt as _;
+use serde::{Deserialize, de::DeserializeOwned};
 use tokio::net::TcpListener;
 
 pub mod page;
@@ -358,25 +360,23 @@ impl Site {
         Ok(())
     }
 
+    /// Every value of a cookie of [`COOKIE`]'s name the request holds, not only the last: a
+    /// cookie of the same name planted by another page must not hide the session's.
     fn visit(&self, headers: &HeaderMap, now: Instant) -> Visit {
-        let cookies: Vec<&str> = headers
+        let cookies: Vec<Cookie<'_>> = headers
             .get_all(header::COOKIE)
             .iter()
             .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|pair| pair.trim().split_once('='))
-            .filter_map(|(key, value)| (key == COOKIE).then_some(value))
+            .flat_map(Cookie::split_parse)
+            .filter_map(Result::ok)
+            .filter(|cookie| cookie.name() == COOKIE)
             .collect();
-        self.door().visit(&cookies, now, self.limits)
+        let values: Vec<&str> = cookies.iter().map(Cookie::value).collect();
+        self.door().visit(&values, now, self.limits)
     }
 
-    /// Exchanges the one-time token for the session cookie.
-    fn sign_in(&self, query: Option<&str>, now: Instant) -> Response {
-        let given = query
-            .into_iter()
-            .flat_map(|q| q.split('&'))
-            .find_map(|pair| pair.strip_prefix("token="))
-            .unwrap_or_default();
+    /// Exchanges the one-time token (`given`) for the session cookie.
+    fn sign_in(&self, given: &str, now: Instant) -> Response {
         let cookie = match self.door().sign_in(given, now) {
             Ok(cookie) => cookie,
             Err(SignInRefused::Used) => {
@@ -392,12 +392,15 @@ impl Site {
                 );
             }
         };
-        let cookie = format!(
-            "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
-            cookie.expose()
-        );
+        // A session cookie (no expiry: the server ends the session) for this host only (no
+        // Domain), never readable by script, never sent from another site's page.
+        let cookie = Cookie::build((COOKIE, cookie.expose()))
+            .path("/")
+            .http_only(true)
+            .same_site(SameSite::Strict)
+            .build();
         let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
-        if let Ok(value) = HeaderValue::from_str(&cookie) {
+        if let Ok(value) = HeaderValue::from_str(&cookie.to_string()) {
             response.headers_mut().insert(header::SET_COOKIE, value);
         }
         response
@@ -484,7 +487,11 @@ async fn check(site: &Site, mut request: Request, next: Next) -> Response {
         return refusal(StatusCode::INTERNAL_SERVER_ERROR, &format!("{err:#}"));
     }
     if request.uri().path() == "/login" && request.method() == Method::GET {
-        return site.sign_in(request.uri().query(), now);
+        // A query that does not read (a token given twice) signs in as no token does.
+        let given = axum::extract::Query::<SignIn>::try_from_uri(request.uri())
+            .map(|query| query.0.token)
+            .unwrap_or_default();
+        return site.sign_in(&given, now);
     }
     let (csrf, stream_end) = match site.visit(request.headers(), now) {
         Visit::Signed { csrf, stream_end } => (csrf, stream_end),
@@ -520,7 +527,10 @@ async fn check(site: &Site, mut request: Request, next: Next) -> Response {
             "Refused: the form is larger than any page of this dashboard sends.",
         );
     };
-    let csrf_ok = form_field(&bytes, "csrf").is_some_and(|given| csrf.matches(&given));
+    // Read as the page's `Form` will read the body; a form without the field, or with it
+    // twice, carries no token.
+    let csrf_ok = serde_urlencoded::from_bytes::<CsrfField>(&bytes)
+        .is_ok_and(|form| csrf.matches(&form.csrf));
     if !csrf_ok {
         return refusal(
             StatusCode::FORBIDDEN,
@@ -547,48 +557,68 @@ fn ending_at(response: Response, left: Duration) -> Response {
     Response::from_parts(parts, Body::from_stream(cut))
 }
 
-/// The first value of `name` in an `application/x-www-form-urlencoded` body.
-pub fn form_field(body: &[u8], name: &str) -> Option<String> {
-    form_fields(body)
-        .into_iter()
-        .find_map(|(key, value)| (key == name).then_some(value))
+/// The sign-in address's query.
+#[derive(Deserialize)]
+struct SignIn {
+    #[serde(default)]
+    token: String,
 }
 
-/// Every pair of an `application/x-www-form-urlencoded` body (or query), decoded.
-pub fn form_fields(body: &[u8]) -> Vec<(String, String)> {
-    body.split(|b| *b == b'&')
-        .filter(|pair| !pair.is_empty())
-        .map(|pair| {
-            let mut parts = pair.splitn(2, |b| *b == b'=');
-            let key = decode(parts.next().unwrap_or_default());
-            let value = decode(parts.next().unwrap_or_default());
-            (key, value)
-        })
-        .collect()
+/// The one field of a posted form the guard reads; the page reads the rest.
+#[derive(Deserialize)]
+struct CsrfField {
+    csrf: String,
 }
 
-fn decode(text: &[u8]) -> String {
-    let mut out = Vec::with_capacity(text.len());
-    let mut i = 0;
-    while i < text.len() {
-        match text[i] {
-            b'+' => out.push(b' '),
-            b'%' => match (text.get(i + 1).and_then(hex), text.get(i + 2).and_then(hex)) {
-                (Some(high), Some(low)) => {
-                    out.push(high << 4 | low);
-                    i += 2;
-                }
-                _ => out.push(b'%'),
-            },
-            byte => out.push(byte),
-        }
-        i += 1;
+/// A page's query, read by axum's [`axum::extract::Query`] into `T`; a query that does not read
+/// (a field given twice) is refused as the dashboards refuse, on a page of their own.
+pub struct Query<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|query| Self(query.0))
+            .map_err(|rejection| unreadable("the address's query", &rejection.body_text()))
     }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
-fn hex(byte: &u8) -> Option<u8> {
-    (*byte as char).to_digit(16).map(|d| d as u8)
+/// A posted form, read by [`axum::Form`] into `T`; one that does not read (another content
+/// type, a field given twice) is refused as the dashboards refuse.
+pub struct Form<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Form<T> {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
+        axum::Form::<T>::from_request(request, state)
+            .await
+            .map(|form| Self(form.0))
+            .map_err(|rejection| unreadable("the form", &rejection.body_text()))
+    }
+}
+
+fn unreadable(what: &str, why: &str) -> Response {
+    refusal(
+        StatusCode::BAD_REQUEST,
+        &format!(
+            "Refused: {what} is not one this dashboard's pages send ({}).",
+            tenantflux_core::text::quote(why)
+        ),
+    )
+}
+
+/// `query` read as a page's [`Query`] reads it.
+#[cfg(test)]
+pub fn read_query<T: DeserializeOwned>(query: &str) -> Result<T, String> {
+    let uri: axum::http::Uri = format!("/?{query}")
+        .parse()
+        .map_err(|err| format!("{err}"))?;
+    axum::extract::Query::try_from_uri(&uri)
+        .map(|query| query.0)
+        .map_err(|rejection| rejection.body_text())
 }
 
 /// The stylesheet and the one script of the pages, compiled into the plugin.

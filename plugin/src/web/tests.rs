@@ -96,9 +96,17 @@ impl Server {
     }
 }
 
+/// Two fields of a page's query or form, each empty when left out.
+#[derive(Default, serde::Deserialize)]
+#[serde(default)]
+struct Echo {
+    a: String,
+    b: String,
+}
+
 /// A server whose page says hello, whose action counts the posts it was let through, whose
-/// `/csrf` says the session's CSRF token and whose `/live` streams until it is cut; its time is
-/// the test's.
+/// `/csrf` says the session's CSRF token, whose `/echo` says the fields of its query (GET) or
+/// form (POST), and whose `/live` streams until it is cut; its time is the test's.
 async fn server_with(limits: SessionLimits) -> Server {
     let listener = bind(0).await.expect("bind");
     let port = listener.local_addr().expect("address").port();
@@ -125,6 +133,11 @@ async fn server_with(limits: SessionLimits) -> Server {
                 counter.fetch_add(1, Ordering::SeqCst);
                 async { "done" }
             }),
+        )
+        .route(
+            "/echo",
+            get(|Query(echo): Query<Echo>| async move { format!("{}|{}", echo.a, echo.b) })
+                .post(|Form(echo): Form<Echo>| async move { format!("{}|{}", echo.a, echo.b) }),
         )
         .route(
             "/csrf",
@@ -185,6 +198,11 @@ async fn signed_in(server: &Server) -> String {
     assert!(cookie.contains("HttpOnly"), "{cookie}");
     assert!(cookie.contains("SameSite=Strict"), "{cookie}");
     assert!(!cookie.contains("Domain"), "a host-only cookie: {cookie}");
+    assert!(cookie.contains("Path=/"), "{cookie}");
+    assert!(
+        !cookie.contains("Expires") && !cookie.contains("Max-Age"),
+        "the server ends the session, not the browser: {cookie}"
+    );
     cookie.split(';').next().expect("name=value").to_owned()
 }
 
@@ -218,8 +236,47 @@ async fn without_the_cookie_or_with_a_wrong_one_nothing_is_shown() {
     assert_eq!(forged.status, 401);
     let wrong_token = server.get("/login?token=abc", "").await;
     assert_eq!(wrong_token.status, 401);
+    assert!(
+        wrong_token
+            .body
+            .contains("not the one the dashboard printed last"),
+        "{}",
+        wrong_token.body
+    );
+    // The real token beside a guess: a query that does not read signs nobody in.
+    let twice = format!("/login?token=abc&token={}", token(&server.site));
+    let twice = server.get(&twice, "").await;
+    assert_eq!(twice.status, 401);
+    assert_eq!(twice.header("set-cookie"), None);
+    assert!(
+        twice
+            .body
+            .contains("not the one the dashboard printed last"),
+        "{}",
+        twice.body
+    );
     // The real token still works after a wrong guess.
-    signed_in(&server).await;
+    let cookie = signed_in(&server).await;
+    let value = &cookie["tenantflux-session=".len()..];
+    // A planted cookie of the same name, before or after the session's, hides nothing; forged
+    // ones alone, however written, are strangers.
+    for both in [
+        format!("tenantflux-session=00ff; {cookie}"),
+        format!("{cookie}; tenantflux-session=00ff"),
+        format!("other=1;{cookie} ;x"),
+    ] {
+        assert_eq!(server.get("/", &both).await.status, 200, "{both}");
+    }
+    for forged in [
+        format!("tenantflux-session={}", &value[..value.len() - 1]),
+        format!("tenantflux-session={value}0"),
+        format!("tenantflux-session=\"{value}\""),
+        format!("Tenantflux-Session={value}"),
+        format!("x-tenantflux-session={value}"),
+        "tenantflux-session".to_owned(),
+    ] {
+        assert_eq!(server.get("/", &forged).await.status, 401, "{forged}");
+    }
 }
 
 #[tokio::test]
@@ -310,6 +367,13 @@ async fn a_post_needs_the_sessions_csrf_token_and_this_origin() {
 
     let without = post(vec![cookie.clone()], "action=suspend".to_owned()).await;
     assert_eq!(without.status, 403);
+    assert!(
+        without
+            .body
+            .contains("did not carry this session's CSRF token"),
+        "{}",
+        without.body
+    );
     let wrong = post(vec![cookie.clone()], "csrf=1234&action=suspend".to_owned()).await;
     assert_eq!(wrong.status, 403);
     let session_csrf = server.get("/csrf", &cookie["Cookie: ".len()..]).await.body;
@@ -334,6 +398,55 @@ async fn a_post_needs_the_sessions_csrf_token_and_this_origin() {
     let ok = post(vec![cookie.clone(), format!("Origin: http://{host}")], csrf).await;
     assert_eq!(ok.status, 200, "{}", ok.body);
     assert_eq!(count(), 1);
+
+    // The token given twice (the right one and another) is no token.
+    let twice = post(
+        vec![cookie.clone()],
+        format!("csrf={session_csrf}&csrf=1234&action=suspend"),
+    )
+    .await;
+    assert_eq!(twice.status, 403);
+    assert_eq!(count(), 1);
+}
+
+#[tokio::test]
+async fn a_query_or_form_that_does_not_read_is_refused_with_a_page() {
+    let server = server().await;
+    let cookie = signed_in(&server).await;
+    let csrf = server.get("/csrf", &cookie).await.body;
+
+    let read = server
+        .get("/echo?a=two+words&b=%2Fx%3D&c=other", &cookie)
+        .await;
+    assert_eq!((read.status, read.body.as_str()), (200, "two words|/x="));
+    let twice = server.get("/echo?a=1&a=2", &cookie).await;
+    assert_eq!(twice.status, 400);
+    assert!(twice.body.contains("Refused"), "{}", twice.body);
+    assert!(twice.body.contains("duplicate field"), "{}", twice.body);
+    assert_eq!(
+        twice.header("content-security-policy"),
+        Some(CONTENT_SECURITY_POLICY)
+    );
+
+    let post = |content_type: &str, body: String| {
+        let text = request(
+            "POST",
+            "/echo",
+            &server.host(),
+            &[&format!("Cookie: {cookie}")],
+            &body,
+        )
+        .replace("application/x-www-form-urlencoded", content_type);
+        send(server.port, text)
+    };
+    let form = "application/x-www-form-urlencoded";
+    let posted = post(form, format!("csrf={csrf}&a=%E2%9C%94&b=ab%ZZ")).await;
+    assert_eq!((posted.status, posted.body.as_str()), (200, "✔|ab%ZZ"));
+    let twice = post(form, format!("csrf={csrf}&a=1&a=2")).await;
+    assert_eq!(twice.status, 400, "{}", twice.body);
+    assert!(twice.body.contains("Refused: the form"), "{}", twice.body);
+    let plain = post("text/plain", format!("csrf={csrf}&a=1")).await;
+    assert_eq!(plain.status, 400, "{}", plain.body);
 }
 
 #[test]
@@ -521,22 +634,17 @@ async fn every_answer_carries_the_content_security_policy() {
 }
 
 #[test]
-fn forms_decode_as_browsers_encode_them() {
-    assert_eq!(
-        form_fields(b"a=1&b=two+words&c=%2Fx%3D&d=&e"),
-        [
-            ("a".to_owned(), "1".to_owned()),
-            ("b".to_owned(), "two words".to_owned()),
-            ("c".to_owned(), "/x=".to_owned()),
-            ("d".to_owned(), String::new()),
-            ("e".to_owned(), String::new()),
-        ]
-    );
-    assert_eq!(
-        form_field(b"x=1&csrf=ab%ZZ", "csrf").as_deref(),
-        Some("ab%ZZ")
-    );
-    assert_eq!(form_field(b"x=%E2%9C%94", "x").as_deref(), Some("✔"));
+fn queries_decode_as_browsers_encode_them() {
+    let echo = |query: &str| {
+        read_query::<Echo>(query)
+            .map(|e| (e.a, e.b))
+            .expect("reads")
+    };
+    assert_eq!(echo("a=1&b=two+words"), ("1".into(), "two words".into()));
+    assert_eq!(echo("a=%2Fx%3D&b="), ("/x=".into(), String::new()));
+    assert_eq!(echo("a&&b=ab%ZZ&c=1"), (String::new(), "ab%ZZ".into()));
+    assert_eq!(echo("a=%E2%9C%94"), ("✔".into(), String::new()));
+    assert!(read_query::<Echo>("a=1&a=2").is_err(), "a field twice");
 }
 
 #[test]

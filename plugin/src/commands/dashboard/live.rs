@@ -16,11 +16,9 @@ use tokio::sync::broadcast;
 
 use crate::{
     commands::{status::StatusView, workloads::ObjectView},
-    connect::{Agent, CallError, ConnectOptions},
+    connect::{Agent, CallError, ConnectOptions, Reconnects},
 };
 
-const FIRST_BACKOFF: Duration = Duration::from_millis(250);
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// How long the start waits for the first snapshot of the objects.
 const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
 /// What the page plans an upgrade to: the newest Flux 2 release the policy allows, as
@@ -218,10 +216,9 @@ impl Live {
     }
 
     /// A fresh connection for every follower, after the old one was lost.
-    async fn reconnect(&self, attempt: &mut u32) -> Arc<Agent> {
+    async fn reconnect(&self, reconnects: &mut Reconnects) -> Arc<Agent> {
         loop {
-            tokio::time::sleep(backoff(*attempt)).await;
-            *attempt = attempt.saturating_add(1);
+            reconnects.wait().await;
             if let Ok(agent) = Agent::connect(&self.options).await {
                 let agent = Arc::new(agent);
                 *write(&self.agent) = agent.clone();
@@ -246,19 +243,19 @@ async fn watch(
 
 async fn follow_objects(live: Arc<Live>, mut stream: tonic::Streaming<pb::ObjectEvent>) {
     let mut agent = live.agent();
-    let mut attempt = 0;
+    let mut reconnects = Reconnects::new();
     loop {
         let lost = read_objects(&live, &agent, &mut stream).await;
         *write(&live.watch_error) = Some(format!("{lost}; reconnecting"));
         live.announce(Change::Status);
         stream = loop {
-            agent = live.reconnect(&mut attempt).await;
+            agent = live.reconnect(&mut reconnects).await;
             match watch(&agent, &live.scope.namespace).await {
                 Ok(stream) => break stream,
                 Err(err) => *write(&live.watch_error) = Some(format!("{err}; retrying")),
             }
         };
-        attempt = 0;
+        reconnects = Reconnects::new();
     }
 }
 
@@ -311,7 +308,7 @@ fn plan_inputs(status: &StatusView) -> (String, String, u64) {
 }
 
 async fn follow_status(live: Arc<Live>) {
-    let mut attempt = 0;
+    let mut reconnects = Reconnects::new();
     let mut agent = live.agent();
     // The agent reads the whole cluster to plan: planned again only when what it depends on
     // changed, not at every status.
@@ -319,7 +316,7 @@ async fn follow_status(live: Arc<Live>) {
     loop {
         match agent.status_stream().await {
             Ok(mut stream) => {
-                attempt = 0;
+                reconnects = Reconnects::new();
                 loop {
                     match agent.next(&mut stream).await {
                         Ok(Some(status)) => {
@@ -370,19 +367,12 @@ async fn follow_status(live: Arc<Live>) {
         // The object watch may have replaced the connection already.
         let current = live.agent();
         agent = if Arc::ptr_eq(&current, &agent) {
-            live.reconnect(&mut attempt).await
+            live.reconnect(&mut reconnects).await
         } else {
-            tokio::time::sleep(backoff(attempt)).await;
-            attempt = attempt.saturating_add(1);
+            reconnects.wait().await;
             current
         };
     }
-}
-
-fn backoff(attempt: u32) -> Duration {
-    FIRST_BACKOFF
-        .saturating_mul(2_u32.saturating_pow(attempt))
-        .min(MAX_BACKOFF)
 }
 
 fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {

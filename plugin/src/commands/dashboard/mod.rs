@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::{
     Extension, Router,
-    extract::{Path, RawQuery, State},
+    extract::{Path, State},
     http::StatusCode,
     response::{
         IntoResponse, Response,
@@ -16,7 +16,7 @@ use axum::{
     routing::{get, post},
 };
 use futures::{Stream, StreamExt as _};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tenantflux_proto::v1 as pb;
 use tokio_stream::wrappers::BroadcastStream;
 
@@ -83,8 +83,7 @@ fn routes(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-async fn index(State(app): State<Arc<App>>, RawQuery(query): RawQuery) -> Response {
-    let filter = Filter::from_query(query.as_deref().unwrap_or_default());
+async fn index(State(app): State<Arc<App>>, web::Query(filter): web::Query<Filter>) -> Response {
     let live = &app.live;
     let version = live.version();
     let cluster = pages::cluster(
@@ -125,15 +124,21 @@ struct Part {
     html: String,
 }
 
+/// The state version a page was rendered at, from its live stream's query.
+#[derive(Deserialize)]
+struct Since {
+    /// Text, not a number: a version that does not read is one the page missed changes since.
+    since: Option<String>,
+}
+
 /// The page's live stream: each change of an object the page's filter shows (a row to put in
 /// place, or to take out), the cluster's state, or "reload" when the watch started over.
 async fn live_events(
     State(app): State<Arc<App>>,
-    RawQuery(query): RawQuery,
+    web::Query(filter): web::Query<Filter>,
+    web::Query(Since { since }): web::Query<Since>,
 ) -> Sse<impl Stream<Item = Result<Event, std::convert::Infallible>>> {
-    let query = query.unwrap_or_default();
-    let filter = Filter::from_query(&query);
-    let since = web::form_field(query.as_bytes(), "since").and_then(|v| v.parse::<u64>().ok());
+    let since = since.and_then(|v| v.parse::<u64>().ok());
     // Subscribed before the state is read, so nothing falls between the two.
     let changes = BroadcastStream::new(app.live.subscribe());
     let missed = since != Some(app.live.version());
@@ -308,24 +313,34 @@ async fn object(
     .into_response()
 }
 
+/// What an action's link (the confirmation's query) and its form (the post) name; a field left
+/// out is empty, and [`requested`] says what is missing.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ActionForm {
+    action: String,
+    kind: String,
+    namespace: String,
+    name: String,
+}
+
 /// The action a form names, checked: one of the three, on an object of a known kind.
-fn requested(fields: &[(String, String)]) -> Result<(String, pb::ObjectRef), String> {
-    let field = |name: &str| {
-        fields
-            .iter()
-            .find_map(|(key, value)| (key == name).then(|| value.clone()))
-            .unwrap_or_default()
-    };
-    let action = field("action");
+fn requested(form: ActionForm) -> Result<(String, pb::ObjectRef), String> {
+    let ActionForm {
+        action,
+        kind,
+        namespace,
+        name,
+    } = form;
     if !matches!(action.as_str(), "suspend" | "resume" | "reconcile") {
         return Err(format!(
             "unknown action '{action}': suspend, resume or reconcile"
         ));
     }
     let object = pb::ObjectRef {
-        kind: field("kind"),
-        namespace: field("namespace"),
-        name: field("name"),
+        kind,
+        namespace,
+        name,
     };
     if object.kind.is_empty() || object.name.is_empty() {
         return Err("the form names no object (kind and name)".to_owned());
@@ -335,9 +350,11 @@ fn requested(fields: &[(String, String)]) -> Result<(String, pb::ObjectRef), Str
 
 /// The confirmation carries the CSRF token of the session that asked for it: a form from
 /// another session (an ended one, or another browser's) is refused.
-async fn confirm(Extension(csrf): Extension<web::Csrf>, RawQuery(query): RawQuery) -> Response {
-    let fields = web::form_fields(query.unwrap_or_default().as_bytes());
-    match requested(&fields) {
+async fn confirm(
+    Extension(csrf): Extension<web::Csrf>,
+    web::Query(form): web::Query<ActionForm>,
+) -> Response {
+    match requested(form) {
         Ok((action, object)) => pages::confirm(&action, &object, csrf.token()).into_response(),
         Err(why) => web::refusal(StatusCode::BAD_REQUEST, &why),
     }
@@ -345,9 +362,8 @@ async fn confirm(Extension(csrf): Extension<web::Csrf>, RawQuery(query): RawQuer
 
 /// Performs a confirmed action as the user (the agent authorizes it) and shows the result.
 /// The guard has checked the session and the CSRF token already.
-async fn action(State(app): State<Arc<App>>, body: axum::body::Bytes) -> Response {
-    let fields = web::form_fields(&body);
-    let (action, object) = match requested(&fields) {
+async fn action(State(app): State<Arc<App>>, web::Form(form): web::Form<ActionForm>) -> Response {
+    let (action, object) = match requested(form) {
         Ok(requested) => requested,
         Err(why) => return web::refusal(StatusCode::BAD_REQUEST, &why),
     };

@@ -7,11 +7,12 @@ use tenantflux_proto::v1 as pb;
 use super::live::{Key, NEXT_UPGRADE, Scope, Upgrades};
 use crate::{
     commands::{status::StatusView, workloads::ObjectView},
-    web::page::{Tone, badge, facts, layout},
+    web::page::{Tone, badge, encode, facts, layout},
 };
 
 /// The list's filters, from the page's query (a GET form, so a filtered page is a link).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(from = "FilterQuery")]
 pub struct Filter {
     /// Empty: every namespace.
     pub namespace: String,
@@ -22,21 +23,29 @@ pub struct Filter {
     pub name: String,
 }
 
-impl Filter {
-    pub fn from_query(query: &str) -> Self {
-        let mut filter = Self::default();
-        for (key, value) in crate::web::form_fields(query.as_bytes()) {
-            match key.as_str() {
-                "namespace" => filter.namespace = value,
-                "kind" => filter.kind = value,
-                "not_ready" => filter.not_ready = !value.is_empty() && value != "false",
-                "name" => filter.name = value,
-                _ => {}
-            }
-        }
-        filter
-    }
+/// The filter's query as written: every field may be left out, and the checkbox is on for any
+/// value but none and `false`.
+#[derive(Default, serde::Deserialize)]
+#[serde(default)]
+struct FilterQuery {
+    namespace: String,
+    kind: String,
+    not_ready: String,
+    name: String,
+}
 
+impl From<FilterQuery> for Filter {
+    fn from(query: FilterQuery) -> Self {
+        Self {
+            namespace: query.namespace,
+            kind: query.kind,
+            not_ready: !query.not_ready.is_empty() && query.not_ready != "false",
+            name: query.name,
+        }
+    }
+}
+
+impl Filter {
     pub fn passes(&self, object: &ObjectView) -> bool {
         (self.namespace.is_empty() || object.namespace == self.namespace)
             && (self.kind.is_empty() || object.kind == self.kind)
@@ -61,19 +70,6 @@ impl Filter {
         }
         pairs.join("&")
     }
-}
-
-/// Percent-encodes a query value (names of Kubernetes objects need little of it).
-pub fn encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// The path of an object's page.

@@ -1,6 +1,7 @@
 use tenantflux_proto::v1 as pb;
 
 use super::{
+    ActionForm,
     live::{Key, Scope, Upgrades},
     pages::{self, Filter},
     requested,
@@ -9,6 +10,11 @@ use crate::commands::{
     status::StatusView,
     workloads::{ConditionView, ObjectView},
 };
+
+/// A filter from its query, read as the page reads it.
+fn from_query(query: &str) -> Filter {
+    crate::web::read_query(query).expect("a filter's query reads")
+}
 
 fn kind(name: &str, revision_column: &str) -> pb::FluxKind {
     pb::FluxKind {
@@ -51,15 +57,24 @@ fn key(o: &ObjectView) -> Key {
 
 #[test]
 fn a_filter_survives_its_query_and_selects_what_it_says() {
-    let filter = Filter::from_query("namespace=apps&kind=Kustomization&not_ready=1");
-    assert_eq!(Filter::from_query(&filter.query()), filter);
+    let filter = from_query("namespace=apps&kind=Kustomization&not_ready=1");
+    assert_eq!(from_query(&filter.query()), filter);
     assert!(filter.passes(&object("Kustomization", "apps", "a", "False", "")));
     assert!(filter.passes(&object("Kustomization", "apps", "a", "Unknown", "")));
     assert!(!filter.passes(&object("Kustomization", "apps", "a", "True", "")));
     assert!(!filter.passes(&object("Kustomization", "other", "a", "False", "")));
     assert!(!filter.passes(&object("HelmRelease", "apps", "a", "False", "")));
     assert!(Filter::default().passes(&object("HelmRelease", "x", "y", "True", "")));
-    assert_eq!(Filter::from_query("not_ready=false"), Filter::default());
+    assert_eq!(from_query("not_ready=false"), Filter::default());
+    // What the page does not write is ignored, as before: an unknown field, an empty one, any
+    // value of the checkbox but `false`.
+    assert_eq!(
+        from_query("since=abc&kind=&bogus=1&not_ready=maybe"),
+        Filter {
+            not_ready: true,
+            ..Filter::default()
+        }
+    );
 }
 
 #[test]
@@ -108,7 +123,7 @@ fn the_index_groups_by_kind_and_hides_empty_kinds() {
         &scope,
         &kinds,
         &objects,
-        &Filter::from_query("not_ready=1"),
+        &from_query("not_ready=1"),
         7,
         maud::html! {},
     )
@@ -170,28 +185,22 @@ fn the_confirmation_posts_the_action_with_the_sessions_token_and_takes_no_focus(
 
 #[test]
 fn only_the_three_actions_on_a_named_object_are_accepted() {
-    let fields = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    };
-    let ok = requested(&fields(&[
-        ("action", "resume"),
-        ("kind", "ks"),
-        ("name", "a"),
-    ]));
+    let form = |query: &str| -> ActionForm { crate::web::read_query(query).expect("a form") };
+    let ok = requested(form("action=resume&kind=ks&name=a&csrf=ignored"));
     assert_eq!(
         ok.map(|(a, o)| (a, o.name)),
         Ok(("resume".to_owned(), "a".to_owned()))
     );
-    let delete = requested(&fields(&[
-        ("action", "delete"),
-        ("kind", "ks"),
-        ("name", "a"),
-    ]));
+    let delete = requested(form("action=delete&kind=ks&name=a"));
     assert!(delete.unwrap_err().contains("unknown action 'delete'"));
-    assert!(requested(&fields(&[("action", "suspend")])).is_err());
+    assert_eq!(
+        requested(form("action=suspend")).unwrap_err(),
+        "the form names no object (kind and name)"
+    );
+    assert_eq!(
+        requested(form("")).unwrap_err(),
+        "unknown action '': suspend, resume or reconcile"
+    );
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::{
 
 use axum::{
     Router,
-    extract::{Path, RawQuery, State},
+    extract::{Path, State},
     http::StatusCode,
     response::{
         IntoResponse, Response,
@@ -23,7 +23,7 @@ use axum::{
 };
 use futures::{Stream, StreamExt as _};
 use k8s_openapi::jiff::Timestamp;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio_stream::wrappers::WatchStream;
 
@@ -184,8 +184,7 @@ fn routes(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-async fn index(State(app): State<Arc<App>>, RawQuery(query): RawQuery) -> Response {
-    let filter = Filter::from_query(query.as_deref().unwrap_or_default());
+async fn index(State(app): State<Arc<App>>, web::Query(filter): web::Query<Filter>) -> Response {
     pages::index(&app.title, app.board.snapshot().as_ref(), &filter).into_response()
 }
 
@@ -198,9 +197,8 @@ struct Part {
 /// The page's live stream: after each round, the tiles (with the page's filter) rendered anew.
 async fn live_events(
     State(app): State<Arc<App>>,
-    RawQuery(query): RawQuery,
+    web::Query(filter): web::Query<Filter>,
 ) -> Sse<impl Stream<Item = Result<Event, std::convert::Infallible>>> {
-    let filter = Filter::from_query(query.as_deref().unwrap_or_default());
     let rounds = WatchStream::new(app.board.rounds.subscribe());
     let stream = rounds.map(move |_| {
         let part = Part {
@@ -213,17 +211,19 @@ async fn live_events(
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
+/// A cluster page's query: `?tenant=` tells clusters of one name apart.
+#[derive(Deserialize)]
+struct ClusterQuery {
+    tenant: Option<String>,
+}
+
 /// One cluster's page: its row of the last round, and its status read now from its agent
-/// (within --cluster-timeout), as `status` shows it. `?tenant=` tells clusters of one name
-/// apart.
+/// (within --cluster-timeout), as `status` shows it.
 async fn cluster(
     State(app): State<Arc<App>>,
     Path(name): Path<String>,
-    RawQuery(query): RawQuery,
+    web::Query(ClusterQuery { tenant }): web::Query<ClusterQuery>,
 ) -> Response {
-    let tenant = web::form_fields(query.unwrap_or_default().as_bytes())
-        .into_iter()
-        .find_map(|(key, value)| (key == "tenant").then_some(value));
     let snapshot = app.board.snapshot();
     let Some((row, state)) = snapshot
         .as_ref()

@@ -1,9 +1,6 @@
 //! `kubectl tenantflux status`: what the agent sees of flux-operator, the FluxInstance and policy.
 
-use std::{
-    io::{self, Write as _},
-    time::Duration,
-};
+use std::io::{self, Write as _};
 
 use anyhow::Context as _;
 use k8s_openapi::jiff::Timestamp;
@@ -21,14 +18,9 @@ pub use self::{
     },
 };
 use crate::{
-    connect::{Agent, ConnectOptions, StatusWatch},
+    connect::{Agent, ConnectOptions, Reconnects, StatusWatch},
     output::Printer,
 };
-
-/// The first wait before reconnecting a lost watch, doubled after each failed attempt up to
-/// the last.
-const FIRST_BACKOFF: Duration = Duration::from_millis(250);
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 pub async fn run(options: &ConnectOptions, printer: &Printer) -> anyhow::Result<()> {
     let agent = Agent::connect(options).await?;
@@ -80,10 +72,9 @@ async fn watch_forever(options: &ConnectOptions, printer: &Printer) -> anyhow::R
 /// A watch on a fresh connection (the agent pod found and credentials resolved anew, as an
 /// agent restart needs), retried with backoff for as long as the failures are transient.
 async fn rewatch(options: &ConnectOptions) -> anyhow::Result<StatusWatch> {
-    let mut attempt = 0;
+    let mut reconnects = Reconnects::new();
     loop {
-        tokio::time::sleep(backoff(attempt)).await;
-        attempt += 1;
+        reconnects.wait().await;
         match Agent::connect(options).await {
             Ok(agent) => match agent.watch_status().await {
                 Ok(watch) => return Ok(watch),
@@ -94,13 +85,6 @@ async fn rewatch(options: &ConnectOptions) -> anyhow::Result<StatusWatch> {
             Err(err) => return Err(err.into()),
         }
     }
-}
-
-/// The wait before reconnect attempt `attempt` (from 0).
-fn backoff(attempt: u32) -> Duration {
-    FIRST_BACKOFF
-        .saturating_mul(2_u32.saturating_pow(attempt))
-        .min(MAX_BACKOFF)
 }
 
 /// Whether a watched status is worth printing: a new watch starts by re-sending the status

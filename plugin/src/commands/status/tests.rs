@@ -293,16 +293,6 @@ fn a_watch_prints_only_statuses_it_has_not_just_printed() {
 }
 
 #[test]
-fn reconnects_back_off_from_a_quarter_second_to_five_seconds() {
-    let waits: Vec<_> = (0..7).map(backoff).collect();
-    assert_eq!(
-        waits,
-        [250, 500, 1000, 2000, 4000, 5000, 5000].map(Duration::from_millis)
-    );
-    assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
-}
-
-#[test]
 fn watch_header_says_when_in_utc() {
     let at = Timestamp::from_second(1_767_225_661).unwrap();
     assert_eq!(watch_header(at), "Status at 2026-01-01 00:01:01 UTC");

@@ -21,7 +21,7 @@ pub use self::{
     view::{PlanView, StateView},
 };
 use crate::{
-    connect::{Agent, ConnectOptions},
+    connect::{Agent, ConnectOptions, Reconnects},
     context::RequestTimeout,
     exit::Exit,
     flux_cli::{self, FluxCli, Skew},
@@ -211,6 +211,7 @@ async fn follow(options: &ConnectOptions) -> anyhow::Result<StateView> {
     let terminal = io::stderr().is_terminal();
     let mut last_line = String::new();
     let mut lost_since: Option<std::time::Instant> = None;
+    let mut reconnects = Reconnects::new();
     loop {
         let watched = async {
             let agent = Agent::connect(options).await?;
@@ -218,6 +219,7 @@ async fn follow(options: &ConnectOptions) -> anyhow::Result<StateView> {
                 .call(agent.upgrade().watch_upgrade(pb::GetUpgradeRequest {}))
                 .await?;
             lost_since = None;
+            reconnects = Reconnects::new();
             loop {
                 match agent.next(&mut stream).await {
                     Ok(Some(state)) => {
@@ -261,7 +263,7 @@ async fn follow(options: &ConnectOptions) -> anyhow::Result<StateView> {
                 last_line.clear();
             }
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        reconnects.wait().await;
     }
 }
 

@@ -171,7 +171,8 @@ pub fn find(
 }
 
 /// The tiles' filters, from the page's query (a GET form, so a filtered page is a link).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(from = "FilterQuery")]
 pub struct Filter {
     /// Part of the cluster's (or tenant's) name, any case; empty: every cluster.
     pub search: String,
@@ -179,19 +180,25 @@ pub struct Filter {
     pub state: Option<ClusterState>,
 }
 
-impl Filter {
-    pub fn from_query(query: &str) -> Self {
-        let mut filter = Self::default();
-        for (key, value) in crate::web::form_fields(query.as_bytes()) {
-            match key.as_str() {
-                "q" => filter.search = value.trim().to_owned(),
-                "state" => filter.state = ClusterState::from_key(&value),
-                _ => {}
-            }
-        }
-        filter
-    }
+/// The filter's query as written: either field may be left out, and a state this page does
+/// not know is every state.
+#[derive(Default, serde::Deserialize)]
+#[serde(default)]
+struct FilterQuery {
+    q: String,
+    state: String,
+}
 
+impl From<FilterQuery> for Filter {
+    fn from(query: FilterQuery) -> Self {
+        Self {
+            search: query.q.trim().to_owned(),
+            state: ClusterState::from_key(&query.state),
+        }
+    }
+}
+
+impl Filter {
     pub fn passes(&self, row: &StatusRow, state: ClusterState) -> bool {
         let search = self.search.to_lowercase();
         (search.is_empty()

@@ -75,6 +75,11 @@ fn snapshot(fleet: FleetStatus) -> Snapshot {
     }
 }
 
+/// A filter from its query, read as the page reads it.
+fn from_query(query: &str) -> Filter {
+    crate::web::read_query(query).expect("a filter's query reads")
+}
+
 #[test]
 fn each_row_has_the_state_its_policy_is_in() {
     let mut stale = answered("stale", "2.9.0", Some(2));
@@ -216,18 +221,18 @@ fn with_the_pushed_policy_behind_is_older_and_another_key_or_newer_is_other() {
 
 #[test]
 fn a_filter_survives_its_query_and_selects_what_it_says() {
-    let filter = Filter::from_query("q=Prod+EU&state=not-enforced");
+    let filter = from_query("q=Prod+EU&state=not-enforced");
     assert_eq!(filter.search, "Prod EU");
     assert_eq!(filter.state, Some(ClusterState::NotEnforced));
-    assert_eq!(Filter::from_query(&filter.query()), filter);
+    assert_eq!(from_query(&filter.query()), filter);
     let row = answered("kubernetes-prod-eu-1", "2.9.0", Some(1));
     assert!(!filter.passes(&row, ClusterState::NotEnforced), "a space");
-    let filter = Filter::from_query("q=PROD-eu");
+    let filter = from_query("q=PROD-eu");
     assert!(filter.passes(&row, ClusterState::Current));
-    assert!(Filter::from_query("q=tenant-a").passes(&row, ClusterState::Current));
-    assert!(!Filter::from_query("q=staging").passes(&row, ClusterState::Current));
-    assert!(!Filter::from_query("state=stale").passes(&row, ClusterState::Current));
-    assert_eq!(Filter::from_query("state=nonsense"), Filter::default());
+    assert!(from_query("q=tenant-a").passes(&row, ClusterState::Current));
+    assert!(!from_query("q=staging").passes(&row, ClusterState::Current));
+    assert!(!from_query("state=stale").passes(&row, ClusterState::Current));
+    assert_eq!(from_query("state=nonsense"), Filter::default());
     assert_eq!(Filter::default().query(), "");
 }
 
@@ -337,7 +342,7 @@ fn the_filter_applies_to_the_tiles_and_the_live_address() {
         answered("prod-2", "2.9.0", Some(1)),
         answered("dev-1", "2.9.0", Some(2)),
     ]);
-    let filter = Filter::from_query("q=prod&state=current");
+    let filter = from_query("q=prod&state=current");
     let mut snapshot = snapshot(fleet);
     snapshot.reference = pushed(2);
     let part = pages::fleet_part(Some(&snapshot), &filter).into_string();
