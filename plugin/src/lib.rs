@@ -14,5 +14,6 @@ pub mod exit;
 pub mod flux_cli;
 pub mod grammar;
 pub mod output;
+pub mod state;
 pub mod timings;
 pub mod web;

@@ -13,7 +13,7 @@ use crate::{
     upgrade::{
         health::Healthy,
         plan::{CrdMigration, Finding, RemovedApiUse, UpgradePlan},
-        state::{CrdRecord, Record},
+        state::{CrdRecord, Phase, Record},
     },
 };
 
@@ -47,6 +47,29 @@ impl From<model::Health> for wire::Health {
         match health {
             model::Health::Ok => Self::Ok,
             model::Health::Degraded => Self::Degraded,
+        }
+    }
+}
+
+/// A condition's status as Kubernetes writes it; the API server admits no other word, so
+/// anything else is UNSPECIFIED.
+pub fn condition_status(status: &str) -> wire::ConditionStatus {
+    match status {
+        "True" => wire::ConditionStatus::True,
+        "False" => wire::ConditionStatus::False,
+        "Unknown" => wire::ConditionStatus::Unknown,
+        _ => wire::ConditionStatus::Unspecified,
+    }
+}
+
+impl From<Phase> for wire::UpgradePhase {
+    fn from(phase: Phase) -> Self {
+        match phase {
+            Phase::Migrating => Self::Migrating,
+            Phase::Bumping => Self::Bumping,
+            Phase::Waiting => Self::Waiting,
+            Phase::Succeeded => Self::Succeeded,
+            Phase::Failed => Self::Failed,
         }
     }
 }
@@ -109,7 +132,7 @@ impl From<model::Condition> for wire::Condition {
     fn from(condition: model::Condition) -> Self {
         Self {
             r#type: condition.type_,
-            status: condition.status,
+            status: condition_status(&condition.status).into(),
             reason: condition.reason,
             message: condition.message,
             last_transition: condition.last_transition.map(time),
@@ -256,7 +279,7 @@ impl From<&Record> for wire::UpgradeState {
             written_version: record.written_version.clone(),
             from_version: record.from_version.clone(),
             from_range: record.from_range.clone(),
-            phase: record.phase.name().to_owned(),
+            phase: wire::UpgradePhase::from(record.phase).into(),
             message: record.message.clone(),
             crds: record.crds.iter().map(Into::into).collect(),
             bumped: record.bumped,
@@ -307,17 +330,16 @@ impl From<&Healthy> for wire::KustomizationHealth {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upgrade::state::Phase;
 
     #[test]
-    fn a_record_reports_its_phase_by_name_and_its_deadline_as_rfc3339() {
+    fn a_record_reports_its_phase_and_its_deadline_as_rfc3339() {
         let record = Record {
             phase: Phase::Migrating,
             ready_by: 1_700_000_000,
             ..Record::default()
         };
         let state = wire::UpgradeState::from(&record);
-        assert_eq!(state.phase, "migrating");
+        assert_eq!(state.phase(), wire::UpgradePhase::Migrating);
         assert_eq!(state.deadline, "2023-11-14T22:13:20Z");
         assert!(state.present);
         assert_eq!(wire::UpgradeState::from(&Record::default()).deadline, "");
@@ -333,6 +355,38 @@ mod tests {
                     .to_ascii_lowercase(),
                 phase.name()
             );
+        }
+    }
+
+    #[test]
+    fn an_upgrade_phase_keeps_its_wire_value() {
+        for phase in [
+            Phase::Migrating,
+            Phase::Bumping,
+            Phase::Waiting,
+            Phase::Succeeded,
+            Phase::Failed,
+        ] {
+            let wire = wire::UpgradePhase::from(phase);
+            assert_eq!(
+                wire.as_str_name()
+                    .trim_start_matches("UPGRADE_PHASE_")
+                    .to_ascii_lowercase(),
+                phase.name()
+            );
+        }
+    }
+
+    #[test]
+    fn a_condition_status_is_read_as_kubernetes_writes_it() {
+        for (word, wire) in [
+            ("True", wire::ConditionStatus::True),
+            ("False", wire::ConditionStatus::False),
+            ("Unknown", wire::ConditionStatus::Unknown),
+            ("true", wire::ConditionStatus::Unspecified),
+            ("", wire::ConditionStatus::Unspecified),
+        ] {
+            assert_eq!(condition_status(word), wire, "{word:?}");
         }
     }
 }

@@ -241,10 +241,16 @@ impl upgrade_server::Upgrade for UpgradeService {
         let shutdown = self.upgrader.shutdown().clone();
         // Up to and including the first finished state; the agent's shutdown ends it too.
         let stream = WatchStream::new(self.upgrader.subscribe())
-            .map(|r| r.as_ref().map(UpgradeState::from).unwrap_or_default())
-            .scan(false, |ended, state| {
-                let out = (!*ended).then_some(state.clone());
-                *ended = !state.present || matches!(state.phase.as_str(), "succeeded" | "failed");
+            .map(|r| {
+                let finished = r.as_ref().is_none_or(|r| r.phase.finished());
+                (
+                    r.as_ref().map(UpgradeState::from).unwrap_or_default(),
+                    finished,
+                )
+            })
+            .scan(false, |ended, (state, finished)| {
+                let out = (!*ended).then_some(state);
+                *ended = finished;
                 futures::future::ready(out)
             })
             .map(Ok)

@@ -233,7 +233,7 @@ fn query(
 pub(super) fn condition(c: &Condition) -> pb::Condition {
     pb::Condition {
         r#type: c.type_.clone(),
-        status: c.status.clone(),
+        status: super::convert::condition_status(&c.status).into(),
         reason: c.reason.clone(),
         message: c.message.clone(),
         last_transition: c
@@ -536,8 +536,8 @@ mod tests {
         assert!(row.suspended);
         let ready = row.ready.unwrap();
         assert_eq!(
-            (ready.status.as_str(), ready.message.as_str()),
-            ("False", "boom")
+            (ready.status(), ready.message.as_str()),
+            (pb::ConditionStatus::False, "boom")
         );
         assert_eq!(ready.last_transition.unwrap().seconds, 1_767_323_045);
         assert_eq!((row.generation, row.observed_generation), (4, 3));

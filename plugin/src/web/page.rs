@@ -49,15 +49,6 @@ impl Tone {
             Self::Muted => "muted",
         }
     }
-
-    /// The tone of a Kubernetes condition status.
-    pub fn of_condition(status: &str) -> Self {
-        match status {
-            "True" => Self::Good,
-            "False" => Self::Bad,
-            _ => Self::Muted,
-        }
-    }
 }
 
 /// A word with its tone.

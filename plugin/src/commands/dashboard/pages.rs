@@ -7,6 +7,7 @@ use tenantflux_proto::v1 as pb;
 use super::live::{Key, NEXT_UPGRADE, Scope, Upgrades};
 use crate::{
     commands::{status::StatusView, workloads::ObjectView},
+    state::{self, State as _},
     web::page::{Tone, badge, encode, facts, layout},
 };
 
@@ -50,7 +51,7 @@ impl Filter {
         (self.namespace.is_empty() || object.namespace == self.namespace)
             && (self.kind.is_empty() || object.kind == self.kind)
             && (self.name.is_empty() || object.name == self.name)
-            && (!self.not_ready || object.ready.as_ref().is_none_or(|c| c.status != "True"))
+            && (!self.not_ready || object.ready_status() != pb::ConditionStatus::True)
     }
 
     /// The query that gives this filter back.
@@ -80,14 +81,6 @@ pub fn object_path(kind: &str, namespace: &str, name: &str) -> String {
         encode(namespace),
         encode(name)
     )
-}
-
-fn ready_badge(object: &ObjectView) -> Markup {
-    let status = object
-        .ready
-        .as_ref()
-        .map_or("Unknown", |c| c.status.as_str());
-    badge(status, Tone::of_condition(status))
 }
 
 /// Which actions an object offers; read-only kinds offer none.
@@ -131,7 +124,7 @@ pub fn row(key: &Key, kind: &pb::FluxKind, object: &ObjectView) -> Markup {
                 td.revision { (object.revision) }
             }
             td.suspended { @if object.suspended { (badge("Suspended", Tone::Warn)) } @else { "False" } }
-            td.ready { (ready_badge(object)) }
+            td.ready { (object.ready_status().badge()) }
             td.message { (object.ready.as_ref().map_or("", |c| c.message.as_str())) }
             td.actions { (action_links(kind, object)) }
         }
@@ -184,31 +177,19 @@ pub fn cluster(
 }
 
 fn status_cards(status: &StatusView, upgrades: &Upgrades) -> Markup {
-    let agent_tone = match status.agent.health {
-        "ok" => Tone::Good,
-        "degraded" => Tone::Bad,
-        _ => Tone::Muted,
-    };
-    let operator_tone = match status.operator.phase {
-        "ready" => Tone::Good,
-        "failed" => Tone::Bad,
-        "not-installed" => Tone::Muted,
-        _ => Tone::Warn,
-    };
+    let agent_tone = status.agent.health.tone();
+    let operator_tone = status.operator.phase.tone();
     let instance = &status.instance;
-    let instance_status = instance
-        .ready
-        .as_ref()
-        .map_or("Unknown", |c| c.status.as_str());
+    let instance_status = instance.ready_status();
     let instance_tone = if instance.present {
-        Tone::of_condition(instance_status)
+        instance_status.tone()
     } else {
         Tone::Muted
     };
     html! {
         div.cards {
             div class={ "card " (agent_tone.class()) } {
-                h3 { "Agent " (badge(status.agent.health, agent_tone)) }
+                h3 { "Agent " (status.agent.health.badge()) }
                 (facts(&[
                     ("version", html! { (status.agent.version) }),
                     ("cluster", html! { (if status.agent.cluster_name.is_empty() { &status.agent.cluster_uid } else { &status.agent.cluster_name }) }),
@@ -217,7 +198,7 @@ fn status_cards(status: &StatusView, upgrades: &Upgrades) -> Markup {
                 @for problem in &status.agent.problems { p.error { (problem) } }
             }
             div class={ "card " (operator_tone.class()) } {
-                h3 { "flux-operator " (badge(status.operator.phase, operator_tone)) }
+                h3 { "flux-operator " (status.operator.phase.badge()) }
                 (facts(&[
                     ("version", html! { (status.operator.version) }),
                     ("release", html! { (status.operator.trust()) }),
@@ -227,7 +208,7 @@ fn status_cards(status: &StatusView, upgrades: &Upgrades) -> Markup {
                 @if !status.operator.reason.is_empty() { p.muted { (status.operator.reason) } }
             }
             div class={ "card " (instance_tone.class()) } {
-                h3 { "FluxInstance " @if instance.present { (badge(instance_status, instance_tone)) } @else { (badge("none", Tone::Muted)) } }
+                h3 { "FluxInstance " @if instance.present { (instance_status.badge()) } @else { (badge("none", Tone::Muted)) } }
                 @if instance.present {
                     (facts(&[
                         ("name", html! { (instance.namespace) "/" (instance.name) }),
@@ -241,8 +222,8 @@ fn status_cards(status: &StatusView, upgrades: &Upgrades) -> Markup {
             (policy_card(status))
             @if let Some(next) = &upgrades.next { (next_upgrade_card(next)) }
             @if let Some(upgrade) = &upgrades.running {
-                div class={ "card " (upgrade_tone(upgrade).class()) } {
-                    h3 { "Upgrade " (badge(&upgrade.phase, upgrade_tone(upgrade))) }
+                div class={ "card " (upgrade.phase().tone().class()) } {
+                    h3 { "Upgrade " (upgrade.phase().badge()) }
                     (facts(&[
                         ("to", html! { (upgrade.target) " (asked " (upgrade.requested) ")" }),
                         ("from", html! { (upgrade.from_version) }),
@@ -308,14 +289,6 @@ fn next_upgrade_card(next: &Result<pb::UpgradePlan, String>) -> Markup {
                 }
             }
         }
-    }
-}
-
-fn upgrade_tone(upgrade: &pb::UpgradeState) -> Tone {
-    match upgrade.phase.as_str() {
-        "succeeded" => Tone::Good,
-        "failed" => Tone::Bad,
-        _ => Tone::Warn,
     }
 }
 
@@ -551,8 +524,7 @@ fn tree_node(node: &pb::TreeNode) -> Markup {
             @if node.flux {
                 a href=(object_path(&node.kind, &node.namespace, &node.name)) { (node.kind) " " (place) }
                 " "
-                @let status = node.ready.as_ref().map_or("Unknown", |c| c.status.as_str());
-                (badge(status, Tone::of_condition(status)))
+                (state::condition(node.ready.as_ref()).badge())
             } @else {
                 (node.kind) " " (place)
             }

@@ -34,7 +34,7 @@ fn object(kind: &str, namespace: &str, name: &str, ready: &str, message: &str) -
         revision: "main@sha1:0123abcd".to_owned(),
         suspended: false,
         ready: Some(ConditionView {
-            status: ready.to_owned(),
+            status: crate::state::parse_condition(ready),
             reason: String::new(),
             message: message.to_owned(),
         }),

@@ -3,7 +3,10 @@
 use k8s_openapi::jiff::Timestamp;
 
 use super::view::{FleetPush, FleetStatus, PushResult, Reach};
-use crate::output::{Cell, Style, Tone, table};
+use crate::{
+    output::{Cell, Style, Tone, table},
+    state::State as _,
+};
 
 /// kubectl's AGE of `since`, or `-` when it is not a time.
 pub fn age(since: &str, now: Timestamp) -> String {
@@ -26,9 +29,8 @@ pub fn render_status(view: &FleetStatus, style: Style, now: Timestamp) -> String
         .clusters
         .iter()
         .map(|row| {
-            let ready = match (row.state, row.ready.as_deref()) {
-                (Reach::Ok, Some("True")) => Cell::toned("True", Tone::Good),
-                (Reach::Ok, Some(other)) => Cell::toned(other, Tone::Bad),
+            let ready = match (row.state, row.ready) {
+                (Reach::Ok, Some(ready)) => ready.cell(),
                 (Reach::Ok, None) => Cell::plain("-"),
                 (state, _) => Cell::toned(state.shown(), Tone::Bad),
             };

@@ -2,6 +2,7 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::Parser;
 use tenantflux_core::policy::parse_date;
+use tenantflux_proto::v1 as pb;
 use tonic::Code;
 
 use super::{
@@ -145,7 +146,7 @@ fn status(flux: &str, policy: Option<PolicyView>) -> StatusView {
         agent: AgentView {
             version: "0.1.0".into(),
             namespace: "tenantflux-system".into(),
-            health: "ok",
+            health: pb::Health::Ok,
             problems: vec![],
             kubernetes_version: "v1.36.3".into(),
             started_at: None,
@@ -153,7 +154,7 @@ fn status(flux: &str, policy: Option<PolicyView>) -> StatusView {
             cluster_name: String::new(),
         },
         operator: OperatorView {
-            phase: "ready",
+            phase: pb::OperatorPhase::Ready,
             reason: String::new(),
             version: "v0.58.1".into(),
             namespace: "flux-system".into(),
@@ -171,7 +172,7 @@ fn status(flux: &str, policy: Option<PolicyView>) -> StatusView {
             name: "flux".into(),
             namespace: "flux-system".into(),
             ready: Some(ConditionView {
-                status: "True".into(),
+                status: pb::ConditionStatus::True,
                 reason: "ReconciliationSucceeded".into(),
                 message: String::new(),
                 last_transition: None,

@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 use tenantflux_core::policy::{ClusterIdentity, Policy, Range, Trust, parse_date};
+use tenantflux_proto::v1 as pb;
 
 use super::discover::Member;
 use crate::commands::status::StatusView;
@@ -72,7 +73,8 @@ pub struct StatusRow {
     /// The Flux version installed (the FluxInstance's distribution).
     pub flux_version: Option<String>,
     /// The FluxInstance's Ready condition: `True`, `False`, `Unknown`; none without one.
-    pub ready: Option<String>,
+    #[serde(serialize_with = "crate::state::optional_word")]
+    pub ready: Option<pb::ConditionStatus>,
     pub policy_name: Option<String>,
     pub policy_generation: Option<u64>,
     /// The id of the key that signed the policy the cluster holds.
@@ -173,12 +175,8 @@ impl StatusRow {
         row.operator_version = non_empty(status.operator.version);
         let instance = status.instance;
         if instance.present {
+            row.ready = Some(instance.ready_status());
             row.flux_version = non_empty(instance.distribution_version);
-            row.ready = Some(
-                instance
-                    .ready
-                    .map_or_else(|| "Unknown".to_owned(), |c| c.status),
-            );
         }
         row.last_change = status.observed_at;
         let Some(policy) = status.policy else {

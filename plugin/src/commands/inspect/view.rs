@@ -4,7 +4,10 @@
 use serde::Serialize;
 use tenantflux_proto::v1 as pb;
 
-use crate::output::{Cell, Style, Tone, table};
+use crate::{
+    output::{Cell, Style, Tone, table},
+    state::{self, State as _},
+};
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -133,8 +136,11 @@ pub struct NodeView {
     pub namespace: String,
     pub name: String,
     /// The Ready status of a Flux object ("True", "False", "Unknown"); absent for other kinds.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ready: Option<String>,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::state::optional_word"
+    )]
+    pub ready: Option<pb::ConditionStatus>,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub message: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -151,11 +157,7 @@ fn is_zero(n: &u32) -> bool {
 
 impl From<pb::TreeNode> for NodeView {
     fn from(node: pb::TreeNode) -> Self {
-        let ready = node.flux.then(|| {
-            node.ready
-                .as_ref()
-                .map_or("Unknown".to_owned(), |c| c.status.clone())
-        });
+        let ready = node.flux.then(|| state::condition(node.ready.as_ref()));
         Self {
             kind: node.kind,
             group: node.group,
@@ -182,15 +184,10 @@ impl NodeView {
 
     fn line(&self, style: Style) -> String {
         let mut line = self.title();
-        if let Some(ready) = &self.ready {
-            let tone = match ready.as_str() {
-                "True" => Tone::Good,
-                "False" => Tone::Bad,
-                _ => Tone::Plain,
-            };
+        if let Some(ready) = self.ready {
             line.push_str(&format!(
                 " {}",
-                style.paint(&format!("Ready={ready}"), tone)
+                style.paint(&format!("Ready={}", ready.word()), ready.terminal())
             ));
         }
         if !self.error.is_empty() {
@@ -234,8 +231,11 @@ pub struct StepView {
     pub name: String,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub revision: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ready: Option<String>,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::state::optional_word"
+    )]
+    pub ready: Option<pb::ConditionStatus>,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub message: String,
     pub suspended: bool,
@@ -261,7 +261,7 @@ impl From<pb::TraceResponse> for TraceView {
                     namespace: s.namespace,
                     name: s.name,
                     revision: s.revision,
-                    ready: s.ready.as_ref().map(|c| c.status.clone()),
+                    ready: s.ready.as_ref().map(pb::Condition::status),
                     message: s.ready.map(|c| c.message).unwrap_or_default(),
                     suspended: s.suspended,
                 })
@@ -299,13 +299,8 @@ pub fn render_trace(view: &TraceView, style: Style) -> String {
         if step.suspended {
             block.push_str(&format!("{}true\n", label("Suspended")));
         }
-        if let Some(ready) = &step.ready {
-            let tone = if ready == "True" {
-                Tone::Good
-            } else {
-                Tone::Bad
-            };
-            block.push_str(&format!("{}{}\n", label("Ready"), style.paint(ready, tone)));
+        if let Some(ready) = step.ready {
+            block.push_str(&format!("{}{}\n", label("Ready"), ready.paint(style)));
         }
         if !step.message.is_empty() {
             block.push_str(&format!("{}{}\n", label("Message"), step.message));
@@ -406,7 +401,7 @@ mod tests {
             group: String::new(),
             namespace: "apps".into(),
             name: name.into(),
-            ready: ready.map(str::to_owned),
+            ready: ready.map(state::parse_condition),
             message: String::new(),
             children,
             more: 0,

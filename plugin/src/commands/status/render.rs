@@ -6,7 +6,10 @@ use std::fmt::Write as _;
 use tenantflux_core::policy::Trust;
 
 use super::view::{StatusView, or_dash};
-use crate::output::{Cell, Style, Tone, table};
+use crate::{
+    output::{Cell, Style, Tone, table},
+    state::{self, State as _},
+};
 
 /// One `Key:   value` line of a section.
 fn field(out: &mut String, key: &str, value: &str) {
@@ -18,14 +21,6 @@ fn field(out: &mut String, key: &str, value: &str) {
     };
 }
 
-fn condition_tone(status: &str) -> Tone {
-    match status {
-        "True" => Tone::Good,
-        "False" => Tone::Bad,
-        _ => Tone::Plain,
-    }
-}
-
 pub fn render_table(view: &StatusView, style: Style) -> String {
     let mut out = String::new();
 
@@ -33,12 +28,7 @@ pub fn render_table(view: &StatusView, style: Style) -> String {
     out.push_str("Agent\n");
     field(&mut out, "Version", or_dash(&agent.version));
     field(&mut out, "Namespace", or_dash(&agent.namespace));
-    let health_tone = match agent.health {
-        "ok" => Tone::Good,
-        "degraded" => Tone::Bad,
-        _ => Tone::Plain,
-    };
-    field(&mut out, "Health", &style.paint(agent.health, health_tone));
+    field(&mut out, "Health", &agent.health.paint(style));
     field(&mut out, "Kubernetes", or_dash(&agent.kubernetes_version));
     if !agent.cluster_uid.is_empty() {
         let name = match agent.cluster_name.as_str() {
@@ -59,12 +49,7 @@ pub fn render_table(view: &StatusView, style: Style) -> String {
 
     let operator = &view.operator;
     out.push_str("\nflux-operator\n");
-    let phase_tone = match operator.phase {
-        "ready" => Tone::Good,
-        "failed" => Tone::Bad,
-        _ => Tone::Plain,
-    };
-    field(&mut out, "Phase", &style.paint(operator.phase, phase_tone));
+    field(&mut out, "Phase", &operator.phase.paint(style));
     field(&mut out, "Version", or_dash(&operator.version));
     let replicas = format!("{}/{}", operator.ready_replicas, operator.desired_replicas);
     let replicas = if operator.namespace.is_empty() {
@@ -105,7 +90,7 @@ pub fn render_table(view: &StatusView, style: Style) -> String {
         );
         let ready = match &instance.ready {
             Some(c) => {
-                let mut text = style.paint(&c.status, condition_tone(&c.status));
+                let mut text = c.status.paint(style);
                 for detail in [&c.reason, &c.message] {
                     if !detail.is_empty() {
                         text.push_str(" - ");
@@ -138,14 +123,9 @@ pub fn render_table(view: &StatusView, style: Style) -> String {
                 .components
                 .iter()
                 .map(|c| {
-                    let (ready, tone) = if c.ready {
-                        ("True", Tone::Good)
-                    } else {
-                        ("False", Tone::Bad)
-                    };
                     vec![
                         Cell::plain(&c.name),
-                        Cell::toned(ready, tone),
+                        state::ready(c.ready).cell(),
                         Cell::plain(or_dash(&c.image)),
                     ]
                 })

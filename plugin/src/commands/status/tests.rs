@@ -1,12 +1,9 @@
 use tenantflux_proto::v1 as pb;
 
-use super::{
-    render::*,
-    view::{phase, *},
-    *,
-};
+use super::{render::*, view::*, *};
 use crate::output::Style;
 use crate::output::{OutputFormat, render};
+use crate::state::State as _;
 
 /// A cluster with a healthy operator, a Ready FluxInstance with one component down, and
 /// a policy at generation 3.
@@ -40,7 +37,7 @@ pub(crate) fn fixture() -> pb::Status {
                 namespace: "flux-system".to_owned(),
                 ready: Some(pb::Condition {
                     r#type: "Ready".to_owned(),
-                    status: "True".to_owned(),
+                    status: pb::ConditionStatus::True.into(),
                     reason: "ReconciliationSucceeded".to_owned(),
                     message: "Reconciliation finished".to_owned(),
                     last_transition: None,
@@ -300,7 +297,9 @@ fn watch_header_says_when_in_utc() {
 
 #[test]
 fn every_operator_phase_has_a_kebab_case_name() {
-    let names: Vec<_> = (1..=6).map(phase).collect();
+    let names: Vec<_> = (1..=6)
+        .map(|n| pb::OperatorPhase::try_from(n).unwrap().word())
+        .collect();
     assert_eq!(
         names,
         [

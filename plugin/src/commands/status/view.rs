@@ -22,7 +22,8 @@ pub struct AgentView {
     pub version: String,
     pub namespace: String,
     /// `ok`, `degraded` or `unknown`.
-    pub health: &'static str,
+    #[serde(serialize_with = "crate::state::word")]
+    pub health: pb::Health,
     pub problems: Vec<String>,
     pub kubernetes_version: String,
     pub started_at: Option<String>,
@@ -37,7 +38,8 @@ pub struct AgentView {
 pub struct OperatorView {
     /// `not-installed`, `waiting-for-api`, `applying-crds`, `waiting-for-operator`, `ready`,
     /// `failed` or `unknown`.
-    pub phase: &'static str,
+    #[serde(serialize_with = "crate::state::word")]
+    pub phase: pb::OperatorPhase,
     pub reason: String,
     pub version: String,
     pub namespace: String,
@@ -73,11 +75,21 @@ pub struct InstanceView {
     pub components: Vec<ComponentView>,
 }
 
+impl InstanceView {
+    /// Its Ready condition's status; Unknown before the operator first reconciles it.
+    pub fn ready_status(&self) -> pb::ConditionStatus {
+        self.ready
+            .as_ref()
+            .map_or(pb::ConditionStatus::Unknown, |c| c.status)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConditionView {
     /// `True`, `False` or `Unknown`, as Kubernetes writes it.
-    pub status: String,
+    #[serde(serialize_with = "crate::state::word")]
+    pub status: pb::ConditionStatus,
     pub reason: String,
     pub message: String,
     pub last_transition: Option<String>,
@@ -169,26 +181,6 @@ fn timestamp(ts: Option<prost_types::Timestamp>) -> Option<String> {
         .map(|t| t.to_string())
 }
 
-fn health(value: i32) -> &'static str {
-    match pb::Health::try_from(value) {
-        Ok(pb::Health::Ok) => "ok",
-        Ok(pb::Health::Degraded) => "degraded",
-        _ => "unknown",
-    }
-}
-
-pub(super) fn phase(value: i32) -> &'static str {
-    match pb::OperatorPhase::try_from(value) {
-        Ok(pb::OperatorPhase::NotInstalled) => "not-installed",
-        Ok(pb::OperatorPhase::WaitingForApi) => "waiting-for-api",
-        Ok(pb::OperatorPhase::ApplyingCrds) => "applying-crds",
-        Ok(pb::OperatorPhase::WaitingForOperator) => "waiting-for-operator",
-        Ok(pb::OperatorPhase::Ready) => "ready",
-        Ok(pb::OperatorPhase::Failed) => "failed",
-        Ok(pb::OperatorPhase::Unspecified) | Err(_) => "unknown",
-    }
-}
-
 fn trust_word(value: pb::ReleaseTrust) -> &'static str {
     match value {
         pb::ReleaseTrust::Known => "known",
@@ -218,12 +210,13 @@ impl From<pb::Status> for StatusView {
         let agent = status.agent.unwrap_or_default();
         let operator = status.operator.unwrap_or_default();
         let trust = operator.trust();
+        let (health, phase) = (agent.health(), operator.phase());
         let instance = status.instance.unwrap_or_default();
         Self {
             agent: AgentView {
                 version: agent.version,
                 namespace: agent.namespace,
-                health: health(agent.health),
+                health,
                 problems: agent.problems,
                 kubernetes_version: agent.kubernetes_version,
                 started_at: timestamp(agent.started_at),
@@ -231,7 +224,7 @@ impl From<pb::Status> for StatusView {
                 cluster_name: agent.cluster_name,
             },
             operator: OperatorView {
-                phase: phase(operator.phase),
+                phase,
                 reason: operator.reason,
                 version: operator.version,
                 namespace: operator.namespace,
@@ -250,7 +243,7 @@ impl From<pb::Status> for StatusView {
                 name: instance.name,
                 namespace: instance.namespace,
                 ready: instance.ready.map(|c| ConditionView {
-                    status: c.status,
+                    status: c.status(),
                     reason: c.reason,
                     message: c.message,
                     last_transition: timestamp(c.last_transition),

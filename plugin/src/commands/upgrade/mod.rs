@@ -26,6 +26,7 @@ use crate::{
     exit::Exit,
     flux_cli::{self, FluxCli, Skew},
     output::{Printer, Style},
+    state::State as _,
 };
 
 /// How many uses outside Git the plan's table shows.
@@ -125,7 +126,7 @@ fn ensure_not_blocked(view: &PlanView) -> anyhow::Result<()> {
 
 fn ensure_not_failed(view: &StateView) -> anyhow::Result<()> {
     anyhow::ensure!(
-        view.phase != "failed",
+        view.phase != pb::UpgradePhase::Failed,
         "the upgrade to Flux {} failed: {}",
         view.target,
         view.message
@@ -268,8 +269,8 @@ async fn follow(options: &ConnectOptions) -> anyhow::Result<StateView> {
 }
 
 fn progress_line(view: &StateView) -> String {
-    let mut line = format!("[{}] {}", view.phase, view.message);
-    if view.phase == "migrating"
+    let mut line = format!("[{}] {}", view.phase.word(), view.message);
+    if view.phase == pb::UpgradePhase::Migrating
         && let Some(crd) = view.crds.iter().find(|c| !c.done)
     {
         let _ = write!(line, " ({}/{} objects)", crd.migrated, crd.total);

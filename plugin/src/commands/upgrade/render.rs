@@ -6,7 +6,10 @@ use super::{
     SHOWN_USES, or_dash,
     view::{PlanView, RemovedUseView, StateView},
 };
-use crate::output::{Cell, Style, Tone, table};
+use crate::{
+    output::{Cell, Style, Tone, table},
+    state::State as _,
+};
 
 fn line(out: &mut String, key: &str, value: &str) {
     let key = format!("{key}:");
@@ -201,11 +204,6 @@ pub fn render_state(view: &StateView, style: Style) -> String {
         out.push_str("No upgrade has run in this cluster.\n");
         return out;
     }
-    let tone = match view.phase.as_str() {
-        "succeeded" => Tone::Good,
-        "failed" => Tone::Bad,
-        _ => Tone::Plain,
-    };
     line(
         &mut out,
         "Upgrade",
@@ -213,7 +211,7 @@ pub fn render_state(view: &StateView, style: Style) -> String {
             "Flux {} → {} ({})",
             or_dash(&view.from_version),
             view.target,
-            style.paint(&view.phase, tone)
+            view.phase.paint(style)
         ),
     );
     line(&mut out, "Message", &view.message);

@@ -65,7 +65,7 @@ fn the_state_table_and_progress_line() {
         present: true,
         target: "2.8.8".into(),
         from_version: "2.6.4".into(),
-        phase: "migrating".into(),
+        phase: pb::UpgradePhase::Migrating.into(),
         message: "migrating ocirepositories.source.toolkit.fluxcd.io".into(),
         crds: vec![pb::CrdProgress {
             crd: "ocirepositories.source.toolkit.fluxcd.io".into(),

@@ -144,7 +144,9 @@ pub struct StateView {
     pub target: String,
     pub written_version: String,
     pub from_version: String,
-    pub phase: String,
+    /// `migrating`, `bumping`, `waiting`, `succeeded`, `failed` or `unknown`.
+    #[serde(serialize_with = "crate::state::word")]
+    pub phase: pb::UpgradePhase,
     pub message: String,
     pub crds: Vec<CrdView>,
     pub bumped: bool,
@@ -182,12 +184,16 @@ pub struct CrdView {
 
 impl StateView {
     pub(super) fn finished(&self) -> bool {
-        matches!(self.phase.as_str(), "succeeded" | "failed")
+        matches!(
+            self.phase,
+            pb::UpgradePhase::Succeeded | pb::UpgradePhase::Failed
+        )
     }
 }
 
 impl From<pb::UpgradeState> for StateView {
     fn from(s: pb::UpgradeState) -> Self {
+        let phase = s.phase();
         Self {
             present: s.present,
             id: s.id,
@@ -195,7 +201,7 @@ impl From<pb::UpgradeState> for StateView {
             target: s.target,
             written_version: s.written_version,
             from_version: s.from_version,
-            phase: s.phase,
+            phase,
             message: s.message,
             crds: s
                 .crds

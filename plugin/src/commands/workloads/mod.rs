@@ -23,6 +23,7 @@ use crate::{
     exit::Exit,
     grammar,
     output::{OutputFormat, Printer, table},
+    state::State as _,
 };
 
 async fn table_options(
@@ -302,9 +303,9 @@ pub fn settled(object: &ObjectView, requested_at: &str) -> Option<bool> {
         return None;
     }
     match object.ready_status() {
-        "True" => Some(true),
-        "False" => Some(false),
-        _ => None,
+        pb::ConditionStatus::True => Some(true),
+        pb::ConditionStatus::False => Some(false),
+        pb::ConditionStatus::Unknown | pb::ConditionStatus::Unspecified => None,
     }
 }
 
@@ -386,7 +387,7 @@ pub async fn reconcile(
         })??,
         None => wait.await?,
     };
-    if last.ready_status() != "True" {
+    if last.ready_status() != pb::ConditionStatus::True {
         bail!("{} reconciliation failed: {}", last.title(), last.message());
     }
     printer.print(&last, |v, _| {
@@ -428,12 +429,12 @@ async fn wait_settled(
             progress(&format!(
                 "{mark} {}: Ready={} {}",
                 object.title(),
-                object.ready_status(),
+                object.ready_status().word(),
                 object.message()
             ));
             return Ok(object);
         }
-        let message = format!("{} {}", object.ready_status(), object.message());
+        let message = format!("{} {}", object.ready_status().word(), object.message());
         if message != last_message {
             progress(&format!("  {}: Ready={message}", object.title()));
             last_message = message;

@@ -16,7 +16,7 @@ fn object(kind: &str, namespace: &str, name: &str, ready: Option<(&str, &str)>) 
         },
         suspended: name == "paused",
         ready: ready.map(|(status, message)| ConditionView {
-            status: status.into(),
+            status: crate::state::parse_condition(status),
             reason: String::new(),
             message: message.into(),
         }),
@@ -92,13 +92,13 @@ fn settled_only_for_this_request_and_a_decided_ready() {
     o.last_handled_reconcile_at = "t1".into();
     assert_eq!(settled(&o, "t1"), Some(true));
     o.ready = Some(ConditionView {
-        status: "False".into(),
+        status: pb::ConditionStatus::False,
         reason: String::new(),
         message: "x".into(),
     });
     assert_eq!(settled(&o, "t1"), Some(false));
     o.ready = Some(ConditionView {
-        status: "Unknown".into(),
+        status: pb::ConditionStatus::Unknown,
         reason: String::new(),
         message: "x".into(),
     });

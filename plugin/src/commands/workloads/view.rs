@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use tenantflux_proto::v1 as pb;
 
-use crate::output::{Cell, Style, Tone, table};
+use crate::{
+    output::{Cell, Style, table},
+    state::State as _,
+};
 
 /// The stable `-o json|yaml` shape of a Flux object.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -28,7 +31,9 @@ pub struct ObjectView {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConditionView {
-    pub status: String,
+    /// `True`, `False` or `Unknown`, as Kubernetes writes it.
+    #[serde(serialize_with = "crate::state::word")]
+    pub status: pb::ConditionStatus,
     pub reason: String,
     pub message: String,
 }
@@ -50,7 +55,7 @@ impl From<pb::FluxObject> for ObjectView {
             revision: o.revision,
             suspended: o.suspended,
             ready: o.ready.map(|c| ConditionView {
-                status: c.status,
+                status: c.status(),
                 reason: c.reason,
                 message: c.message,
             }),
@@ -68,8 +73,11 @@ impl From<pb::FluxObject> for ObjectView {
 }
 
 impl ObjectView {
-    pub(super) fn ready_status(&self) -> &str {
-        self.ready.as_ref().map_or("Unknown", |c| c.status.as_str())
+    /// Its Ready condition's status; Unknown before the controller first reports it.
+    pub fn ready_status(&self) -> pb::ConditionStatus {
+        self.ready
+            .as_ref()
+            .map_or(pb::ConditionStatus::Unknown, |c| c.status)
     }
 
     pub(super) fn message(&self) -> &str {
@@ -131,13 +139,7 @@ impl TableOptions {
             row.push(Cell::plain(&object.revision));
         }
         row.push(Cell::plain(if object.suspended { "True" } else { "False" }));
-        let ready = object.ready_status();
-        let tone = match ready {
-            "True" => Tone::Good,
-            "False" => Tone::Bad,
-            _ => Tone::Plain,
-        };
-        row.push(Cell::toned(ready, tone));
+        row.push(object.ready_status().cell());
         row.push(Cell::plain(if deleted {
             "(deleted)"
         } else {

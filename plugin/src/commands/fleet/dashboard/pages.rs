@@ -9,6 +9,7 @@ use maud::{Markup, html};
 use super::super::view::{ExpectedPolicy, FleetStatus, Reach, StatusRow};
 use crate::{
     commands::status::StatusView,
+    state::State as _,
     web::page::{Tone, badge, bar_chart, encode, facts, layout},
 };
 
@@ -477,31 +478,19 @@ pub fn cluster_page(
 }
 
 fn status_cards(status: &StatusView) -> Markup {
-    let agent_tone = match status.agent.health {
-        "ok" => Tone::Good,
-        "degraded" => Tone::Bad,
-        _ => Tone::Muted,
-    };
-    let operator_tone = match status.operator.phase {
-        "ready" => Tone::Good,
-        "failed" => Tone::Bad,
-        "not-installed" => Tone::Muted,
-        _ => Tone::Warn,
-    };
+    let agent_tone = status.agent.health.tone();
+    let operator_tone = status.operator.phase.tone();
     let instance = &status.instance;
-    let ready = instance
-        .ready
-        .as_ref()
-        .map_or("Unknown", |c| c.status.as_str());
+    let ready = instance.ready_status();
     let instance_tone = if instance.present {
-        Tone::of_condition(ready)
+        ready.tone()
     } else {
         Tone::Muted
     };
     html! {
         div.cards {
             div class={ "card " (agent_tone.class()) } #agent {
-                h3 { "Agent " (badge(status.agent.health, agent_tone)) }
+                h3 { "Agent " (status.agent.health.badge()) }
                 (facts(&[
                     ("version", html! { (status.agent.version) }),
                     ("namespace", html! { (status.agent.namespace) }),
@@ -511,7 +500,7 @@ fn status_cards(status: &StatusView) -> Markup {
                 @for problem in &status.agent.problems { p.error { (problem) } }
             }
             div class={ "card " (operator_tone.class()) } #operator {
-                h3 { "flux-operator " (badge(status.operator.phase, operator_tone)) }
+                h3 { "flux-operator " (status.operator.phase.badge()) }
                 (facts(&[
                     ("version", html! { (status.operator.version) }),
                     ("release", html! { (status.operator.trust()) }),
@@ -521,7 +510,7 @@ fn status_cards(status: &StatusView) -> Markup {
                 @if !status.operator.reason.is_empty() { p.muted { (status.operator.reason) } }
             }
             div class={ "card " (instance_tone.class()) } #instance {
-                h3 { "FluxInstance " @if instance.present { (badge(ready, instance_tone)) } @else { (badge("none", Tone::Muted)) } }
+                h3 { "FluxInstance " @if instance.present { (ready.badge()) } @else { (badge("none", Tone::Muted)) } }
                 @if instance.present {
                     (facts(&[
                         ("name", html! { (instance.namespace) "/" (instance.name) }),
