@@ -914,18 +914,19 @@ fn chart_values_reach_the_objects() {
     assert!(objects.contains_key(&key("Namespace", "", ns)));
 }
 
-/// The README's HelmRelease (the agent installed into a tenant cluster from the management
-/// side, as Cozystack installs add-ons): its values render with the chart, the policy key
-/// reaches the agent, and it uses the Secret and key `fleet` discovers clusters by.
+/// The platform guide's HelmRelease (the agent installed into a tenant cluster from the
+/// management side, as Cozystack installs add-ons): its values render with the chart, the
+/// policy key reaches the agent, and it uses the Secret and key `fleet` discovers clusters by.
 #[test]
-fn readme_helmrelease_example_renders_with_the_chart() {
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README.md");
-    let example = readme
+fn platform_guide_helmrelease_example_renders_with_the_chart() {
+    let guide =
+        std::fs::read_to_string(repo_root().join("docs/platform.md")).expect("docs/platform.md");
+    let example = guide
         .split("```yaml\n")
         .skip(1)
         .filter_map(|block| block.split_once("```").map(|(yaml, _)| yaml))
         .find(|yaml| yaml.contains("kind: HelmRelease"))
-        .expect("a HelmRelease example in README.md");
+        .expect("a HelmRelease example in docs/platform.md");
     let release: Value = tenantflux_core::yaml::from_str(example).expect("the example is YAML");
     let secret = &release["spec"]["kubeConfig"]["secretRef"];
     assert!(
