@@ -15,4 +15,5 @@ pub mod flux_cli;
 pub mod grammar;
 pub mod output;
 pub mod timings;
+pub mod views;
 pub mod web;

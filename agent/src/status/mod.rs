@@ -3,7 +3,6 @@
 //! in a `tokio::sync::watch` channel that the RPCs read.
 
 mod derive;
-pub mod model;
 mod readiness;
 
 use std::{
@@ -23,7 +22,9 @@ use kube::{
 };
 use tokio::sync::watch;
 
-pub use derive::{AgentFacts, Observed, Source, Tracked, derive, report_lags, upgrade_deadline};
+pub use derive::{
+    AgentFacts, Observed, Source, Tracked, derive, model, report_lags, upgrade_deadline,
+};
 pub use model::Status;
 pub use readiness::Readiness;
 use tenantflux_core::flux::{
@@ -32,9 +33,7 @@ use tenantflux_core::flux::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    instance::{flux_instance_resource, flux_report_resource},
-    operator::InstallState,
-    policy::store::Held,
+    flux_instance_resource, flux_report_resource, operator::InstallState, policy::store::Held,
 };
 /// How often the Kubernetes version is asked again once known (it changes on upgrades only).
 const VERSION_REFRESH: Duration = Duration::from_secs(60);

@@ -15,8 +15,8 @@ use tenantflux_proto::v1::{self as pb, object_event};
 use tokio::sync::broadcast;
 
 use crate::{
-    commands::{status::StatusView, workloads::ObjectView},
     connect::{Agent, CallError, ConnectOptions},
+    views::{object::ObjectView, status::StatusView},
 };
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);

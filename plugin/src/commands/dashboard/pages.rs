@@ -6,7 +6,7 @@ use tenantflux_proto::v1 as pb;
 
 use super::live::{Key, NEXT_UPGRADE, Scope, Upgrades};
 use crate::{
-    commands::{status::StatusView, workloads::ObjectView},
+    views::{object::ObjectView, status::StatusView},
     web::page::{Tone, badge, facts, layout},
 };
 

@@ -5,9 +5,9 @@ use super::{
     pages::{self, Filter},
     requested,
 };
-use crate::commands::{
+use crate::views::{
+    object::{ConditionView, ObjectView},
     status::StatusView,
-    workloads::{ConditionView, ObjectView},
 };
 
 fn kind(name: &str, revision_column: &str) -> pb::FluxKind {

@@ -5,7 +5,7 @@ use serde::Serialize;
 use tenantflux_core::policy::{ClusterIdentity, Policy, Range, Trust, parse_date};
 
 use super::discover::Member;
-use crate::commands::status::StatusView;
+use crate::views::status::StatusView;
 
 /// How far the plugin got with a cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -11,18 +11,12 @@ use k8s_openapi::jiff::Timestamp;
 mod render;
 #[cfg(test)]
 mod tests;
-mod view;
 
-pub use self::{
-    render::render_table,
-    view::{
-        AgentView, ComponentView, ConditionView, DeadlineView, EnforcementView, InstanceView,
-        OperatorView, PolicyView, StatusView,
-    },
-};
+pub use self::render::render_table;
 use crate::{
     connect::{Agent, ConnectOptions, StatusWatch},
     output::Printer,
+    views::status::StatusView,
 };
 
 /// The first wait before reconnecting a lost watch, doubled after each failed attempt up to

@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 
 use tenantflux_core::policy::Trust;
 
-use super::view::{StatusView, or_dash};
 use crate::output::{Cell, Style, Tone, table};
+use crate::views::status::{StatusView, or_dash};
 
 /// One `Key:   value` line of a section.
 fn field(out: &mut String, key: &str, value: &str) {

@@ -1,12 +1,11 @@
 use tenantflux_proto::v1 as pb;
 
-use super::{
-    render::*,
-    view::{phase, *},
-    *,
-};
-use crate::output::Style;
+use super::{render::*, *};
 use crate::output::{OutputFormat, render};
+use crate::{
+    output::Style,
+    views::status::{phase, *},
+};
 
 /// A cluster with a healthy operator, a Ready FluxInstance with one component down, and
 /// a policy at generation 3.

@@ -16,13 +16,14 @@ mod view;
 use self::{args::Control, bulk::Action, view::ListView};
 pub use self::{
     args::{ControlArgs, GetArgs, ReconcileArgs, TargetArgs, control_help},
-    view::{ConditionView, ObjectView, RefView, TableOptions, render_tables},
+    view::{TableOptions, render_tables},
 };
 use crate::{
     connect::{Agent, ConnectOptions},
     exit::Exit,
     grammar,
     output::{OutputFormat, Printer, table},
+    views::object::ObjectView,
 };
 
 async fn table_options(

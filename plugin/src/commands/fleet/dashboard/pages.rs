@@ -8,7 +8,7 @@ use maud::{Markup, html};
 
 use super::super::view::{ExpectedPolicy, FleetStatus, Reach, StatusRow};
 use crate::{
-    commands::status::StatusView,
+    views::status::StatusView,
     web::page::{Tone, badge, bar_chart, encode, facts, layout},
 };
 

@@ -177,7 +177,7 @@ fn health(value: i32) -> &'static str {
     }
 }
 
-pub(super) fn phase(value: i32) -> &'static str {
+pub fn phase(value: i32) -> &'static str {
     match pb::OperatorPhase::try_from(value) {
         Ok(pb::OperatorPhase::NotInstalled) => "not-installed",
         Ok(pb::OperatorPhase::WaitingForApi) => "waiting-for-api",
@@ -209,7 +209,7 @@ impl OperatorView {
     }
 }
 
-pub(super) fn or_dash(value: &str) -> &str {
+pub fn or_dash(value: &str) -> &str {
     if value.is_empty() { "-" } else { value }
 }
 
