@@ -2,13 +2,13 @@
 //! flux-operator, guards the FluxInstance with the platform's policy, reports status, runs
 //! upgrades, and authorizes every call against the cluster's own RBAC.
 //!
-//! Modules by capability, dependencies pointing one way (a module uses only those before it):
-//! `tenantflux_core` (the pure domain) → `policy` (store, admission enforcement) →
-//! `operator` (install loop, bundle, source, record, rollout), `instance` (the FluxInstance,
-//! its defaults), `workloads` (Flux kinds, caches) → `status` → `upgrade` (plan, migrate, run)
-//! → `server` (gRPC: auth, input checks, domain errors to codes, metrics) → `runtime` (wiring,
-//! admin endpoints, signals). What every capability shares (the watch backoff, the record
-//! helper) is the little in this file, and the watches more than one reads are `watches`.
+//! Modules by capability, dependencies pointing one way (a module uses only those before it;
+//! docs/architecture.md's module map is the order, and its `agent-layers` rule is checked):
+//! this file (the watch backoff, the record helper, the flux-operator API resources) → `oci` →
+//! `policy` → `operator` → `instance` → `workloads` → `inspect` → `status` → `upgrade` →
+//! `adopt` → `server` (gRPC: auth, input checks, domain errors to codes, metrics) → `cli` →
+//! `runtime` (wiring, admin endpoints, signals), all on `tenantflux_core` (the pure domain).
+//! The watches more than one module reads are built once, in `watches`.
 #![forbid(unsafe_code)]
 
 pub mod adopt;
@@ -30,17 +30,43 @@ use std::{collections::BTreeMap, time::Duration};
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use kube::{
     Api, Client,
-    api::{Patch, PatchParams},
+    api::{ApiResource, Patch, PatchParams},
     runtime::{
         events::{Recorder, Reporter},
         utils::ResetTimerBackoff,
         watcher::ExponentialBackoff,
     },
 };
-use tenantflux_core::{FIELD_MANAGER, MANAGED_BY_LABEL};
+use tenantflux_core::{
+    FIELD_MANAGER, MANAGED_BY_LABEL,
+    flux::{
+        INSTANCE_API_VERSION, INSTANCE_KIND, INSTANCE_PLURAL, INSTANCE_VERSION, OPERATOR_GROUP,
+        REPORT_KIND, REPORT_PLURAL,
+    },
+};
 
 pub use cli::Args;
 pub use runtime::Error;
+
+/// The FluxInstance API (`fluxinstances.fluxcd.controlplane.io/v1`).
+pub fn flux_instance_resource() -> ApiResource {
+    flux_operator_resource(INSTANCE_KIND, INSTANCE_PLURAL)
+}
+
+/// The FluxReport API (`fluxreports.fluxcd.controlplane.io/v1`).
+pub fn flux_report_resource() -> ApiResource {
+    flux_operator_resource(REPORT_KIND, REPORT_PLURAL)
+}
+
+fn flux_operator_resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: OPERATOR_GROUP.into(),
+        version: INSTANCE_VERSION.into(),
+        api_version: INSTANCE_API_VERSION.into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
 
 /// The agent's version, as reported in `Status.agent.version` and `tenantflux_agent_info`.
 pub const VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"));

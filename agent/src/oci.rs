@@ -19,7 +19,7 @@ use oci_client::{
 };
 use reqwest::{StatusCode, header};
 
-use crate::operator::bundle::digest_of;
+use tenantflux_core::digest::sha256;
 
 /// The media types of a single image manifest (OCI's and Docker's v2): what the agent's
 /// artifacts are.
@@ -166,7 +166,7 @@ impl Registry {
             }
             body.extend_from_slice(&chunk);
         }
-        let actual = digest_of(&body);
+        let actual = sha256(&body);
         if let Some(expected) = reference.digest()
             && expected != actual
         {

@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Deserialize;
 use tenantflux_agent::{
     cli::Args,
-    instance::{flux_instance_resource, flux_report_resource},
+    flux_instance_resource, flux_report_resource,
     operator::{
         RECORD_CONFIGMAP,
         bundle::{KINDS, Stage},

@@ -16,4 +16,5 @@ pub mod grammar;
 pub mod output;
 pub mod state;
 pub mod timings;
+pub mod views;
 pub mod web;

@@ -34,7 +34,7 @@ fn run(versions: Vec<String>) -> Result<(), String> {
     }
     let table = release_table::render(&releases)?;
     let root = repo_root();
-    let table_path = root.join("agent/src/operator/releases/table.rs");
+    let table_path = root.join("agent/src/operator/bundle/release_table.rs");
     std::fs::write(&table_path, table).map_err(|err| format!("{}: {err}", table_path.display()))?;
     let core = root.join("agent/core/src/operator.rs");
     let text =

@@ -1,4 +1,4 @@
-//! The agent's table of flux-operator releases (`agent/src/operator/releases/table.rs`),
+//! The agent's table of flux-operator releases (`agent/src/operator/bundle/release_table.rs`),
 //! generated from each release's own `config/default` (`tests/env/cluster operator-bundle
 //! VERSION`) by `deploy/operator-releases`. The CRD fingerprints are computed with the agent's
 //! own [`crd_fingerprint`], so the table and the check can never disagree on what a digest is.
@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::Value;
-use tenantflux_agent::operator::releases::crd_fingerprint;
+use tenantflux_agent::operator::bundle::releases::crd_fingerprint;
 
 /// One CRD as a release ships it: name, spec digest, schema digest per version.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

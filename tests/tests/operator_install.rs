@@ -174,10 +174,11 @@ fn documents(yaml: &str) -> Vec<String> {
 /// table are printed.
 #[test]
 fn every_release_the_agent_knows_is_accepted_as_flux_operator_ships_it() {
-    use tenantflux_agent::operator::{
-        bundle::{Bundle, ImageRules, digest_of},
+    use tenantflux_agent::operator::bundle::{
+        Bundle, ImageRules,
         releases::{KNOWN, crd_fingerprint},
     };
+    use tenantflux_core::digest::sha256;
     let rules = ImageRules {
         registries: vec!["ghcr.io/controlplaneio-fluxcd/*".to_owned()],
         ..ImageRules::default()
@@ -193,8 +194,7 @@ fn every_release_the_agent_knows_is_accepted_as_flux_operator_ships_it() {
     );
     for release in KNOWN {
         let text = bundle_text(release.version);
-        let checked = match Bundle::parse(&text, digest_of(text.as_bytes()), "flux-system", &rules)
-        {
+        let checked = match Bundle::parse(&text, sha256(text.as_bytes()), "flux-system", &rules) {
             Ok(mut bundle) => bundle.check_release(KNOWN, &[], 0, &[]),
             Err(err) => Err(err),
         };
@@ -1413,13 +1413,13 @@ mod release_table;
 /// maintainer regenerates it rather than editing digests by hand.
 #[test]
 fn the_release_table_is_what_the_generator_writes() {
-    use tenantflux_agent::operator::releases::KNOWN;
+    use tenantflux_agent::operator::bundle::releases::KNOWN;
     let releases: Vec<(String, String)> = KNOWN
         .iter()
         .map(|r| (r.version.to_owned(), bundle_text(r.version)))
         .collect();
     let generated = release_table::render(&releases).expect("the generator");
-    let path = tenantflux_tests::repo_root().join("agent/src/operator/releases/table.rs");
+    let path = tenantflux_tests::repo_root().join("agent/src/operator/bundle/release_table.rs");
     let written = std::fs::read_to_string(&path).expect("table.rs");
     // rustfmt may wrap lines and add trailing commas; the tokens must be the same.
     let tokens = |text: &str| -> String {

@@ -4,6 +4,7 @@
 //! depends on the other to reuse it.
 #![forbid(unsafe_code)]
 
+pub mod digest;
 pub mod duration;
 pub mod flux;
 pub mod identity;

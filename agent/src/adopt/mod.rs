@@ -41,7 +41,7 @@ use tenantflux_core::{
 use tokio::sync::watch;
 
 use crate::{
-    instance::flux_instance_resource,
+    flux_instance_resource,
     operator::InstallState,
     policy::store::Held,
     upgrade::health::{self, Healthy},

@@ -21,8 +21,7 @@ use tenantflux_core::{
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::flux_instance_resource;
-use crate::policy::store::Held;
+use crate::{flux_instance_resource, policy::store::Held};
 
 /// The ConfigMap that records that the defaults were dealt with.
 pub const RECORD_NAME: &str = "tenantflux-defaults";

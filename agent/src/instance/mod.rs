@@ -8,40 +8,17 @@ pub mod defaults;
 
 use kube::{
     Api, Client,
-    api::{ApiResource, DynamicObject, Patch, PatchParams, ValidationDirective},
+    api::{DynamicObject, Patch, PatchParams, ValidationDirective},
 };
 use serde_json::Value;
 use tenantflux_core::{
     FIELD_MANAGER,
-    flux::{
-        INSTANCE_API_VERSION, INSTANCE_KIND, INSTANCE_NAME, INSTANCE_PLURAL, INSTANCE_VERSION,
-        KNOWN_COMPONENTS, OPERATOR_GROUP, REPORT_KIND, REPORT_PLURAL,
-    },
+    flux::{INSTANCE_API_VERSION, INSTANCE_KIND, INSTANCE_NAME, KNOWN_COMPONENTS},
     text::quote,
 };
 use tokio::sync::watch;
 
-use crate::policy::store::Held;
-
-/// The FluxInstance API (`fluxinstances.fluxcd.controlplane.io/v1`).
-pub fn flux_instance_resource() -> ApiResource {
-    flux_operator_resource(INSTANCE_KIND, INSTANCE_PLURAL)
-}
-
-/// The FluxReport API (`fluxreports.fluxcd.controlplane.io/v1`).
-pub fn flux_report_resource() -> ApiResource {
-    flux_operator_resource(REPORT_KIND, REPORT_PLURAL)
-}
-
-fn flux_operator_resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: OPERATOR_GROUP.into(),
-        version: INSTANCE_VERSION.into(),
-        api_version: INSTANCE_API_VERSION.into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
+use crate::{flux_instance_resource, policy::store::Held};
 
 /// Why a manifest is not a FluxInstance the agent may apply.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]

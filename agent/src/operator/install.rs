@@ -177,7 +177,7 @@ impl Installer {
         .and_then(|b| b.check_version(&allowed).map(|()| b))
         .and_then(|mut b| {
             b.check_release(
-                releases::KNOWN,
+                bundle::releases::KNOWN,
                 &vouched,
                 generation,
                 &self.config.images.pod_fields,

@@ -29,7 +29,7 @@ use super::{
     admission::RECORD_NAME,
     store::{HIGHEST_NAME, KEYRING_HIGHEST_NAME, KEYRING_NAME, PolicyStore, STORE_NAME},
 };
-use crate::instance::flux_instance_resource;
+use crate::flux_instance_resource;
 
 /// How soon a failed proof is repeated, so that failures for the settle time decide (or a refusal clears
 /// it) well before the next interval.

@@ -23,7 +23,8 @@ use crate::{
     VERSION,
     adopt::{self, Adopter},
     cli::Args,
-    instance::{self, Instances, flux_instance_resource, flux_report_resource},
+    flux_instance_resource, flux_report_resource,
+    instance::{self, Instances},
     operator::{self, InstallConfig, InstallState, bundle::ImageRules, source::Fetcher},
     policy::{self, admission, store::PolicyStore},
     server::{

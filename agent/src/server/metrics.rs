@@ -244,22 +244,21 @@ where
         let method = rpc_method(request.uri().path()).map(str::to_owned);
         let timed = request
             .headers()
-            .contains_key(super::timing::REQUEST_METADATA);
+            .contains_key(super::auth::timing::REQUEST_METADATA);
         let started = Instant::now();
         let answer = self.inner.call(request);
         let metrics = self.metrics.clone();
         Box::pin(async move {
             let result = if timed {
-                let (mut result, phases) = super::timing::collect(answer).await;
+                let (mut result, phases) = super::auth::timing::collect(answer).await;
                 if let Ok(response) = &mut result
-                    && let Ok(value) = http::HeaderValue::from_str(&super::timing::header_value(
-                        &phases,
-                        started.elapsed(),
-                    ))
+                    && let Ok(value) = http::HeaderValue::from_str(
+                        &super::auth::timing::header_value(&phases, started.elapsed()),
+                    )
                 {
                     response
                         .headers_mut()
-                        .insert(super::timing::RESPONSE_HEADER, value);
+                        .insert(super::auth::timing::RESPONSE_HEADER, value);
                 }
                 result
             } else {

@@ -27,7 +27,6 @@ pub mod inspect;
 pub mod instance;
 pub mod metrics;
 pub mod policy;
-pub mod timing;
 pub mod upgrade;
 pub mod workloads;
 

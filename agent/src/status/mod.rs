@@ -3,7 +3,6 @@
 //! and the latest one sits in a `tokio::sync::watch` channel that the RPCs read.
 
 mod derive;
-pub mod model;
 mod readiness;
 
 use std::{
@@ -19,7 +18,9 @@ use kube::{
 };
 use tokio::sync::watch;
 
-pub use derive::{AgentFacts, Observed, Source, Tracked, derive, report_lags, upgrade_deadline};
+pub use derive::{
+    AgentFacts, Observed, Source, Tracked, derive, model, report_lags, upgrade_deadline,
+};
 pub use model::Status;
 pub use readiness::Readiness;
 use tenantflux_core::flux::{
@@ -28,7 +29,7 @@ use tenantflux_core::flux::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    instance::flux_report_resource,
+    flux_report_resource,
     operator::InstallState,
     policy::store::Held,
     watches::{Seen, Shared},

@@ -1,9 +1,8 @@
 //! One folder per command group, each with its clap arguments, its calls to the agent, and the
 //! views it prints. They share [`crate::context`], [`crate::connect`], [`crate::output`] and
-//! [`crate::flux_cli`]; [`crate::cli`] dispatches to them and none of them knows it. The one
-//! arrows between groups are deliberate: `fleet status` shows each agent's status as
-//! [`status::StatusView`], and `dashboard` shows the status and the objects as the `status` and
-//! `get` views hold them, so a page and a table never disagree.
+//! [`crate::flux_cli`]; [`crate::cli`] dispatches to them and none of them knows it. No group
+//! imports another: what several show alike (a cluster's status, a Flux object) is in
+//! [`crate::views`], so a page and a table never disagree.
 
 pub mod adopt;
 pub mod dashboard;

@@ -10,16 +10,18 @@ use std::{collections::BTreeSet, fmt};
 use kube::api::{ApiResource, GroupVersionKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
-
-use super::{
-    rbac,
-    releases::{self, Release},
-};
 
 mod checks;
+mod rbac;
+mod release_table;
+pub mod releases;
+#[cfg(test)]
+mod releases_tests;
 #[cfg(test)]
 mod tests;
+
+// `Crd` for release_table.rs, whose generated text names `super::{Crd, Release}`.
+use releases::{Crd, Release};
 
 pub use checks::{ImageRules, POD_FIELDS};
 use checks::{check_contents, check_images, check_pod_fields, check_subjects, deployment_version};
@@ -253,7 +255,7 @@ pub enum BundleError {
     #[error(
         "{object} rules[{index}] grants {grant}, which {} do not grant that role and no \
          vouching names (spec.operator.vouched[].clusterRules of the policy)",
-        super::rbac::RELEASES
+        rbac::RELEASES
     )]
     RuleBeyondRelease {
         object: Box<ObjectRef>,
@@ -419,17 +421,6 @@ pub fn relocate(documents: &mut [Value], operator_namespace: &str) {
             }
         }
     }
-}
-
-/// `sha256:<hex>` of `bytes`.
-pub fn digest_of(bytes: &[u8]) -> String {
-    let hash = Sha256::digest(bytes);
-    let mut out = String::with_capacity(7 + 64);
-    out.push_str("sha256:");
-    for byte in hash {
-        out.push_str(&format!("{byte:02x}"));
-    }
-    out
 }
 
 impl Bundle {

@@ -1,6 +1,7 @@
 //! Bundles that parse, and bundles that are refused, with the reason each gives.
 
 use super::*;
+use tenantflux_core::digest::sha256;
 
 const NS: &str = "flux-system";
 
@@ -48,7 +49,7 @@ fn parse_with(yaml: &str, require_digest: bool) -> Result<Bundle, BundleError> {
     };
     // The cluster RBAC checks run once the version is known; without a vouching they hold the
     // roles to the releases', as the install does.
-    Bundle::parse(yaml, digest_of(yaml.as_bytes()), NS, &images)
+    Bundle::parse(yaml, sha256(yaml.as_bytes()), NS, &images)
         .and_then(|b| b.check_cluster_rbac(&[]).map(|()| b))
 }
 
@@ -66,12 +67,7 @@ fn platform_pod_settings_are_refused_unless_allowed() {
         pod_fields: fields.iter().map(|f| (*f).to_owned()).collect(),
     };
     let parse = |fields: &[&str]| {
-        Bundle::parse(
-            &cozystack,
-            digest_of(cozystack.as_bytes()),
-            NS,
-            &rules(fields),
-        )
+        Bundle::parse(&cozystack, sha256(cozystack.as_bytes()), NS, &rules(fields))
     };
     assert_eq!(
         parse(&[]).unwrap_err().to_string(),
@@ -97,7 +93,7 @@ fn platform_pod_settings_are_refused_unless_allowed() {
         "      - name: manager\n",
         "      - name: manager\n        resources: {limits: {cpu: 2000m, memory: 1Gi}, requests: {cpu: 10m, memory: 64Mi}}\n",
     );
-    Bundle::parse(&release, digest_of(release.as_bytes()), NS, &rules(&[])).unwrap();
+    Bundle::parse(&release, sha256(release.as_bytes()), NS, &rules(&[])).unwrap();
 }
 
 #[test]
@@ -106,7 +102,7 @@ fn a_flux_operator_install_parses_in_apply_order_with_its_version() {
     let bundle = parse(&yaml).unwrap();
     assert_eq!(bundle.version, "v0.58.1");
     assert_eq!(bundle.semver, semver::Version::new(0, 58, 1));
-    assert_eq!(bundle.digest, digest_of(yaml.as_bytes()));
+    assert_eq!(bundle.digest, sha256(yaml.as_bytes()));
     let order: Vec<_> = bundle
         .objects
         .iter()
@@ -430,7 +426,7 @@ fn pruning_keeps_crds_and_what_the_new_bundle_still_has() {
 #[test]
 fn digests_are_sha256_of_the_bytes() {
     assert_eq!(
-        digest_of(b""),
+        sha256(b""),
         "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
     );
 }
@@ -558,7 +554,7 @@ fn a_release_the_build_lacks_is_installed_only_as_vouched() {
         "{}{role}",
         install("ghcr.io/controlplaneio-fluxcd/flux-operator:v0.61.0")
     );
-    let digest = digest_of(yaml.as_bytes());
+    let digest = sha256(yaml.as_bytes());
     let parsed = || {
         let images = ImageRules {
             registries: vec!["ghcr.io/controlplaneio-fluxcd/*".to_owned()],
@@ -579,7 +575,7 @@ fn a_release_the_build_lacks_is_installed_only_as_vouched() {
         resources: vec!["fluxschedules".into()],
         verbs: vec!["create".into()],
     };
-    let known = crate::operator::releases::KNOWN;
+    let known = releases::KNOWN;
 
     // Not vouched: refused, naming the commands that vouch for it and the digest.
     let err = parsed()
@@ -633,10 +629,10 @@ fn a_release_bundle_moves_into_another_operator_namespace() {
         require_digest: false,
         pod_fields: Vec::new(),
     };
-    let bundle = Bundle::parse(&yaml, digest_of(yaml.as_bytes()), "cozy-fluxcd", &images)
+    let bundle = Bundle::parse(&yaml, sha256(yaml.as_bytes()), "cozy-fluxcd", &images)
         .and_then(|b| b.check_cluster_rbac(&[]).map(|()| b))
         .unwrap();
-    assert_eq!(bundle.digest, digest_of(yaml.as_bytes()), "the bytes read");
+    assert_eq!(bundle.digest, sha256(yaml.as_bytes()), "the bytes read");
     let names: Vec<String> = bundle
         .objects
         .iter()
@@ -664,7 +660,7 @@ fn a_release_bundle_moves_into_another_operator_namespace() {
     let split = format!(
         "{yaml}---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: sa, namespace: cozy-fluxcd}}\n"
     );
-    let refused = Bundle::parse(&split, digest_of(split.as_bytes()), "cozy-fluxcd", &images)
+    let refused = Bundle::parse(&split, sha256(split.as_bytes()), "cozy-fluxcd", &images)
         .unwrap_err()
         .to_string();
     assert!(

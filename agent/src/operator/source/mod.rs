@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 use oci_client::{Reference, manifest::OciImageManifest, secrets::RegistryAuth};
 
-use super::bundle::digest_of;
 use crate::oci::{IMAGE_MANIFEST_TYPES, ManifestError, Registry};
+use tenantflux_core::digest::sha256;
 
 mod layer;
 
@@ -274,7 +274,7 @@ impl Fetcher {
                     .and_then(|mut d| d.remove(INSTALL_KEY))
                     .ok_or_else(|| self.no_key("ConfigMap", name))?;
                 Ok(Fetched {
-                    digest: digest_of(yaml.as_bytes()),
+                    digest: sha256(yaml.as_bytes()),
                     yaml,
                     distributions: Vec::new(),
                 })
@@ -455,7 +455,7 @@ impl Fetcher {
 }
 
 fn text(bytes: Vec<u8>, what: impl FnOnce() -> String) -> Result<Fetched, SourceError> {
-    let digest = digest_of(&bytes);
+    let digest = sha256(&bytes);
     let yaml = String::from_utf8(bytes).map_err(|_| SourceError::NotText { what: what() })?;
     Ok(Fetched {
         yaml,

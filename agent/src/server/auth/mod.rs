@@ -13,6 +13,7 @@ mod permission;
 mod proof;
 mod review;
 mod sweep;
+pub mod timing;
 
 use std::{collections::BTreeMap, time::Duration};
 

@@ -95,7 +95,7 @@ impl Authorizer {
         let api: Api<CertificateSigningRequest> = Api::all(self.client.clone());
         let started = Instant::now();
         let csr = api.get_opt(name).await;
-        crate::server::timing::record("csr-read", started.elapsed());
+        super::timing::record("csr-read", started.elapsed());
         let csr = csr
             .map_err(|source| AuthError::CsrRead {
                 csr: name.to_owned(),

@@ -96,7 +96,7 @@ impl Authorizer {
         let api: Api<TokenReview> = Api::all(self.client.clone());
         let started = Instant::now();
         let created = api.create(&PostParams::default(), &review).await;
-        crate::server::timing::record("tokenreview", started.elapsed());
+        super::timing::record("tokenreview", started.elapsed());
         let created = created.map_err(|source| AuthError::TokenReview { source })?;
         Ok(created.status.unwrap_or_default())
     }
@@ -122,7 +122,7 @@ impl Authorizer {
         let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
         let started = Instant::now();
         let created = api.create(&PostParams::default(), &review).await;
-        crate::server::timing::record("subjectaccessreview", started.elapsed());
+        super::timing::record("subjectaccessreview", started.elapsed());
         let created = created.map_err(|source| AuthError::AccessReview {
             user: user.username.clone(),
             permission: Box::new(permission.clone()),

@@ -6,7 +6,9 @@ use k8s_openapi::{api::apps::v1::Deployment, jiff::Timestamp};
 use kube::api::DynamicObject;
 use serde_json::Value;
 
-use super::model::{
+pub mod model;
+
+use self::model::{
     AgentInfo, Component, Condition, Health, InstanceStatus, OperatorPhase, OperatorStatus,
     PolicyStatus, Status, UpgradeDeadline,
 };

@@ -15,8 +15,8 @@ use tenantflux_proto::v1::{self as pb, object_event};
 use tokio::sync::broadcast;
 
 use crate::{
-    commands::{status::StatusView, workloads::ObjectView},
     connect::{Agent, CallError, ConnectOptions, Reconnects},
+    views::{object::ObjectView, status::StatusView},
 };
 
 /// How long the start waits for the first snapshot of the objects.

@@ -30,8 +30,8 @@ use self::{
     pages::Filter,
 };
 use crate::{
-    commands::workloads::ObjectView,
     connect::{Agent, CallError, ConnectOptions},
+    views::object::ObjectView,
     web::{self, Site},
 };
 

@@ -6,8 +6,8 @@ use tenantflux_proto::v1 as pb;
 
 use super::live::{Key, NEXT_UPGRADE, Scope, Upgrades};
 use crate::{
-    commands::{status::StatusView, workloads::ObjectView},
     state::{self, State as _},
+    views::{object::ObjectView, status::StatusView},
     web::page::{Tone, badge, encode, facts, layout},
 };
 

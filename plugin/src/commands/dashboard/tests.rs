@@ -6,9 +6,9 @@ use super::{
     pages::{self, Filter},
     requested,
 };
-use crate::commands::{
+use crate::views::{
+    object::{ConditionView, ObjectView},
     status::StatusView,
-    workloads::{ConditionView, ObjectView},
 };
 
 /// A filter from its query, read as the page reads it.

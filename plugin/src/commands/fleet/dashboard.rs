@@ -38,8 +38,8 @@ use super::{
     view::{ChannelPolicy, ExpectedPolicy, FleetStatus},
 };
 use crate::{
-    commands::status::StatusView,
     connect::ConnectOptions,
+    views::status::StatusView,
     web::{self, Site},
 };
 

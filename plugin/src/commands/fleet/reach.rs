@@ -25,9 +25,9 @@ use super::{
     },
 };
 use crate::{
-    commands::status::StatusView,
     connect::{self, Agent, CallError, ConnectError, ConnectOptions},
     output::Printer,
+    views::status::StatusView,
 };
 
 /// The fleet as discovered, and what reaching each cluster needs.

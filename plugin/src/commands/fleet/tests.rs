@@ -14,12 +14,12 @@ use super::{
     *,
 };
 use crate::{
-    commands::status::{
+    connect::{self, CallError, ConnectError},
+    output::Style,
+    views::status::{
         AgentView, ConditionView, DeadlineView, EnforcementView, InstanceView, OperatorView,
         PolicyView, StatusView,
     },
-    connect::{self, CallError, ConnectError},
-    output::Style,
 };
 
 #[test]

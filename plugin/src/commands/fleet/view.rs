@@ -6,7 +6,7 @@ use tenantflux_core::policy::{ClusterIdentity, Policy, Range, Trust, parse_date}
 use tenantflux_proto::v1 as pb;
 
 use super::discover::Member;
-use crate::commands::status::StatusView;
+use crate::views::status::StatusView;
 
 /// How far the plugin got with a cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

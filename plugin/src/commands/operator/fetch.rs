@@ -8,8 +8,7 @@ use std::{collections::BTreeSet, io::Read as _};
 use anyhow::{Context as _, bail};
 use oci_client::{Reference, manifest::OciImageManifest};
 use serde_json::Value;
-use sha2::{Digest as _, Sha256};
-use tenantflux_core::review::Content;
+use tenantflux_core::{digest::sha256, review::Content};
 
 use crate::channel;
 
@@ -21,12 +20,6 @@ const MANIFEST_TYPES: &[&str] = &[
 /// A manifests artifact's layer (flux-operator v0.59.0's is about 2 MiB compressed).
 const MAX_LAYER_BYTES: i64 = 64 << 20;
 const INSTALL_PATH: &str = "flux-operator/install.yaml";
-
-fn sha256(bytes: &[u8]) -> String {
-    let hash = Sha256::digest(bytes);
-    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256:{hex}")
-}
 
 pub async fn read(source: &str, plain_http: bool) -> anyhow::Result<Content> {
     let (yaml, digest, distributions) = match source.strip_prefix("oci://") {

@@ -1,6 +1,6 @@
 //! The policy commands that reach out: push and show (the agent), publish (an OCI registry).
 
-use crate::commands::status::EnforcementView;
+use crate::views::status::EnforcementView;
 use std::{fs, path::Path};
 
 use anyhow::Context as _;

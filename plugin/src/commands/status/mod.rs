@@ -8,18 +8,12 @@ use k8s_openapi::jiff::Timestamp;
 mod render;
 #[cfg(test)]
 mod tests;
-mod view;
 
-pub use self::{
-    render::render_table,
-    view::{
-        AgentView, ComponentView, ConditionView, DeadlineView, EnforcementView, InstanceView,
-        OperatorView, PolicyView, StatusView,
-    },
-};
+pub use self::render::render_table;
 use crate::{
     connect::{Agent, ConnectOptions, Reconnects, StatusWatch},
     output::Printer,
+    views::status::StatusView,
 };
 
 pub async fn run(options: &ConnectOptions, printer: &Printer) -> anyhow::Result<()> {

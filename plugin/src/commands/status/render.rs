@@ -5,10 +5,10 @@ use std::fmt::Write as _;
 
 use tenantflux_core::policy::Trust;
 
-use super::view::{StatusView, or_dash};
 use crate::{
     output::{Cell, Style, Tone, table},
     state::{self, State as _},
+    views::status::{StatusView, or_dash},
 };
 
 /// One `Key:   value` line of a section.

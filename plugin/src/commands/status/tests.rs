@@ -1,9 +1,8 @@
 use tenantflux_proto::v1 as pb;
 
-use super::{render::*, view::*, *};
-use crate::output::Style;
+use super::{render::*, *};
 use crate::output::{OutputFormat, render};
-use crate::state::State as _;
+use crate::{output::Style, state::State as _, views::status::*};
 
 /// A cluster with a healthy operator, a Ready FluxInstance with one component down, and
 /// a policy at generation 3.

@@ -16,7 +16,7 @@ mod view;
 use self::{args::Control, bulk::Action, view::ListView};
 pub use self::{
     args::{ControlArgs, GetArgs, ReconcileArgs, TargetArgs, control_help},
-    view::{ConditionView, ObjectView, RefView, TableOptions, render_tables},
+    view::{TableOptions, render_tables},
 };
 use crate::{
     connect::{Agent, ConnectOptions},
@@ -24,6 +24,7 @@ use crate::{
     grammar,
     output::{OutputFormat, Printer, table},
     state::State as _,
+    views::object::ObjectView,
 };
 
 async fn table_options(

@@ -1,7 +1,10 @@
 use std::collections::BTreeMap;
 
 use super::{args::parse_status_selector, view::*, *};
-use crate::output::Style;
+use crate::{
+    output::Style,
+    views::object::{ConditionView, ObjectView},
+};
 
 fn object(kind: &str, namespace: &str, name: &str, ready: Option<(&str, &str)>) -> ObjectView {
     ObjectView {

@@ -8,8 +8,8 @@ use maud::{Markup, html};
 
 use super::super::view::{ExpectedPolicy, FleetStatus, Reach, StatusRow};
 use crate::{
-    commands::status::StatusView,
     state::State as _,
+    views::status::StatusView,
     web::page::{Tone, badge, bar_chart, encode, facts, layout},
 };
 

@@ -201,7 +201,7 @@ impl OperatorView {
     }
 }
 
-pub(super) fn or_dash(value: &str) -> &str {
+pub fn or_dash(value: &str) -> &str {
     if value.is_empty() { "-" } else { value }
 }
 

@@ -1,5 +1,5 @@
 //! The cluster RBAC flux-operator's releases ship, as a ceiling a bundle's ClusterRoles and
-//! ClusterRoleBindings are held to. Pure: [`super::bundle`] calls it while parsing.
+//! ClusterRoleBindings are held to. Pure: [`super`] calls it while parsing.
 //!
 //! Cluster RBAC is where a bundle could reach past the operator: a ClusterRole labelled to
 //! aggregate into `view` gives every viewer of every namespace what it grants, and a binding
@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use tenantflux_core::{policy::ClusterRule, text::quote};
 
-use super::bundle::{BundleError, ObjectRef};
+use super::{BundleError, ObjectRef};
 
 /// The releases the table describes, for messages.
 pub const RELEASES: &str = "flux-operator v0.58.0 to v0.59.0";
@@ -245,7 +245,7 @@ pub fn check_cluster_role(
 }
 
 /// Checks one ClusterRoleBinding of a bundle: a name a release ships, bound to the same role.
-/// Its subjects are checked with the namespaced bindings' (see [`super::bundle`]).
+/// Its subjects are checked with the namespaced bindings' (see [`super`]).
 pub fn check_cluster_role_binding(value: &Value, object: &ObjectRef) -> Result<(), BundleError> {
     let (_, role) = CLUSTER_ROLE_BINDINGS
         .iter()

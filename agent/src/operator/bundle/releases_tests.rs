@@ -2,8 +2,9 @@
 //! difference named by object and field. The release here is built from a small CRD of its
 //! own; the operator_install tests check the table against the real releases.
 
-use super::*;
-use crate::operator::bundle::kind_of;
+use serde_json::{Value, json};
+
+use super::{BundleError, BundleObject, ObjectRef, kind_of, releases::*};
 
 const IMAGE: &str = "ghcr.io/controlplaneio-fluxcd/flux-operator:v0.59.0";
 

@@ -1,5 +1,5 @@
 //! flux-operator's releases as the agent knows them, and the check that a bundle equals one,
-//! object by object. Pure: [`super::bundle`] calls it before anything is applied.
+//! object by object. Pure: [`super`] calls it before anything is applied.
 //!
 //! A bundle's source is whoever controls the OCI tag or the ConfigMap the platform names, and
 //! what it holds runs as cluster-admin. Checking names and images is not enough: a CRD with
@@ -15,13 +15,14 @@
 //! `install.yaml` is built from), generated from the flux-operator module of that version by
 //! `deploy/operator-releases`; the operator_install tests check it against those sources. A
 //! release the table lacks is refused unless the platform vouched for its digest
-//! ([`super::bundle::Bundle::check_release`]).
+//! ([`super::Bundle::check_release`]).
 
 use serde_json::{Value, json};
 
 use tenantflux_core::text::quote;
 
-use super::bundle::{BundleError, BundleObject, ObjectRef, digest_of};
+use super::{BundleError, BundleObject, ObjectRef};
+use tenantflux_core::digest::sha256;
 
 /// What a release's CRD must be: a digest of its `spec` without the versions' schemas, and one
 /// of each version's schema (so a difference is named down to the version).
@@ -39,8 +40,7 @@ pub struct Release {
     pub crds: &'static [Crd],
 }
 
-mod table;
-pub use table::KNOWN;
+pub use super::release_table::KNOWN;
 
 /// The versions of `known`, for messages.
 fn versions(known: &[Release]) -> String {
@@ -50,7 +50,7 @@ fn versions(known: &[Release]) -> String {
 
 /// The operator Deployment's `spec` in every known release, with the manager's image left
 /// out (the image rules judge it).
-fn deployment_spec() -> Value {
+pub(super) fn deployment_spec() -> Value {
     let probe = |path: &str, initial: u64, period: u64| {
         json!({
             "httpGet": {"path": path, "port": 8081},
@@ -110,7 +110,7 @@ fn deployment_spec() -> Value {
 }
 
 /// The operator Service's `spec` in every known release.
-fn service_spec() -> Value {
+pub(super) fn service_spec() -> Value {
     let port = |name: &str, port: u64| json!({"name": name, "port": port, "protocol": "TCP", "targetPort": port});
     json!({
         "ports": [port("http-web", 9080), port("http", 8080)],
@@ -142,7 +142,7 @@ pub fn crd_fingerprint(spec: &Value) -> (String, Vec<(String, String)>) {
 /// `sha256:…` of the value's JSON with every object's keys sorted (serde_json's map is
 /// ordered by key), so the YAML's layout and key order do not count.
 fn digest_of_value(value: &Value) -> String {
-    digest_of(value.to_string().as_bytes())
+    sha256(value.to_string().as_bytes())
 }
 
 /// The objects of a release a bundle may hold besides CRDs and cluster RBAC: kind, name (the
@@ -161,7 +161,7 @@ fn release_body(kind: &str, name: &str) -> Option<Value> {
 const NAMESPACE_POWER_LABELS: &[&str] = &["pod-security.kubernetes.io/"];
 
 /// Refuses a bundle that is not release `version` of `known` object by object, but for the
-/// images and the pod settings named in `pod_fields` (of [`super::bundle::POD_FIELDS`]).
+/// images and the pod settings named in `pod_fields` (of [`super::POD_FIELDS`]).
 pub fn check(
     objects: &[BundleObject],
     version: &str,
@@ -310,7 +310,7 @@ fn is_unset(value: Option<&Value>) -> bool {
 /// The first field (`a.b[2].c`, a key with a dot or slash as `a["k.io/x"]`) where `actual`
 /// and `expected` differ, unset values being equal, with what `expected` has there; `None`
 /// when they are equal.
-fn first_difference<'e>(
+pub(super) fn first_difference<'e>(
     actual: &Value,
     expected: &'e Value,
     path: String,
@@ -349,7 +349,7 @@ fn first_difference<'e>(
 }
 
 /// What the release has at a field, for a message: its JSON, shortened.
-fn describe(value: Option<&Value>) -> String {
+pub(super) fn describe(value: Option<&Value>) -> String {
     match value {
         None => "nothing there".to_owned(),
         Some(value) => {
@@ -363,6 +363,3 @@ fn describe(value: Option<&Value>) -> String {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;
