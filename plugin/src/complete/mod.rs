@@ -102,6 +102,79 @@ pub fn plan(root: &Command, args: &[String]) -> Plan {
         Some((current, words)) => (current.as_str(), words),
         None => ("", &[][..]),
     };
+    let Words {
+        cmd,
+        pending,
+        positionals,
+        only_positionals,
+        used,
+        given,
+        positional_words,
+    } = read_words(cmd, words);
+    if let Some(arg) = pending {
+        return values(&arg, "", current, given);
+    }
+    if !only_positionals {
+        if let Some((name, typed)) = current
+            .strip_prefix("--")
+            .and_then(|long| long.split_once('='))
+        {
+            return match cmd.get_arguments().find(|a| a.get_long() == Some(name)) {
+                Some(arg) => values(arg, &format!("--{name}="), typed, given),
+                None => Plan::Done(Vec::new(), Directive::NO_FILE_COMP),
+            };
+        }
+        if current.starts_with('-') {
+            return Plan::Done(flags(&cmd, current, &used), Directive::NO_FILE_COMP);
+        }
+    }
+    if positionals == 0 && cmd.has_subcommands() {
+        let candidates = cmd
+            .get_subcommands()
+            .filter(|sub| !sub.is_hide_set() && sub.get_name().starts_with(current))
+            .map(|sub| Candidate::new(sub.get_name(), sub.get_about().map(|a| a.to_string())))
+            .collect();
+        return Plan::Done(candidates, Directive::NO_FILE_COMP);
+    }
+    if let Some(verb) = grammar::verb_of(cmd.get_name()) {
+        // Both habits: kubectl's kinds and flux's words (`sources` then `git`, …).
+        let offered = match positional_words.as_slice() {
+            [] => Some(grammar::first_words(verb)),
+            previous => grammar::next_words(verb, previous),
+        };
+        let candidates = offered
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|w| w.starts_with(current))
+            .map(|w| Candidate::new(w, None))
+            .collect();
+        return Plan::Done(candidates, Directive::NO_FILE_COMP);
+    }
+    let positional = cmd.get_positionals().nth(positionals).or_else(|| {
+        cmd.get_positionals()
+            .last()
+            .filter(|a| matches!(a.get_action(), ArgAction::Append))
+    });
+    match positional {
+        Some(arg) => values(arg, "", current, given),
+        None => Plan::Done(Vec::new(), Directive::NO_FILE_COMP),
+    }
+}
+
+/// What the words before the one being completed said: the (sub)command they reached, a flag
+/// still waiting for its value, the flags used and the values given.
+struct Words {
+    cmd: Command,
+    pending: Option<Arg>,
+    positionals: usize,
+    only_positionals: bool,
+    used: Vec<String>,
+    given: Vec<(String, String)>,
+    positional_words: Vec<String>,
+}
+
+/// Reads `words` as clap would, from `cmd`.
+fn read_words(mut cmd: Command, words: &[String]) -> Words {
     let mut pending: Option<Arg> = None;
     let mut positionals = 0;
     let mut only_positionals = false;
@@ -161,54 +234,14 @@ pub fn plan(root: &Command, args: &[String]) -> Plan {
             }
         }
     }
-
-    if let Some(arg) = pending {
-        return values(&arg, "", current, given);
-    }
-    if !only_positionals {
-        if let Some((name, typed)) = current
-            .strip_prefix("--")
-            .and_then(|long| long.split_once('='))
-        {
-            return match cmd.get_arguments().find(|a| a.get_long() == Some(name)) {
-                Some(arg) => values(arg, &format!("--{name}="), typed, given),
-                None => Plan::Done(Vec::new(), Directive::NO_FILE_COMP),
-            };
-        }
-        if current.starts_with('-') {
-            return Plan::Done(flags(&cmd, current, &used), Directive::NO_FILE_COMP);
-        }
-    }
-    if positionals == 0 && cmd.has_subcommands() {
-        let candidates = cmd
-            .get_subcommands()
-            .filter(|sub| !sub.is_hide_set() && sub.get_name().starts_with(current))
-            .map(|sub| Candidate::new(sub.get_name(), sub.get_about().map(|a| a.to_string())))
-            .collect();
-        return Plan::Done(candidates, Directive::NO_FILE_COMP);
-    }
-    if let Some(verb) = grammar::verb_of(cmd.get_name()) {
-        // Both habits: kubectl's kinds and flux's words (`sources` then `git`, …).
-        let offered = match positional_words.as_slice() {
-            [] => Some(grammar::first_words(verb)),
-            previous => grammar::next_words(verb, previous),
-        };
-        let candidates = offered
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|w| w.starts_with(current))
-            .map(|w| Candidate::new(w, None))
-            .collect();
-        return Plan::Done(candidates, Directive::NO_FILE_COMP);
-    }
-    let positional = cmd.get_positionals().nth(positionals).or_else(|| {
-        cmd.get_positionals()
-            .last()
-            .filter(|a| matches!(a.get_action(), ArgAction::Append))
-    });
-    match positional {
-        Some(arg) => values(arg, "", current, given),
-        None => Plan::Done(Vec::new(), Directive::NO_FILE_COMP),
+    Words {
+        cmd,
+        pending,
+        positionals,
+        only_positionals,
+        used,
+        given,
+        positional_words,
     }
 }
 

@@ -256,111 +256,122 @@ pub(super) fn deployment_version(deployment: &Value) -> Result<Option<String>, B
 /// escalating containers, containers beyond the release's one `manager`, and a Service that
 /// leaves the cluster. `None` when the object sets none of them; otherwise the field and why.
 pub(super) fn beyond_release(value: &Value, kind: &str) -> Option<(String, &'static str)> {
-    let truthy = |v: Option<&Value>| v.is_some_and(|v| v == &Value::Bool(true));
-    let non_empty = |v: Option<&Value>| match v {
+    match kind {
+        "CustomResourceDefinition" => crd_beyond_release(value),
+        "Deployment" => deployment_beyond_release(value),
+        "Service" => service_beyond_release(value),
+        _ => None,
+    }
+}
+
+fn truthy(v: Option<&Value>) -> bool {
+    v.is_some_and(|v| v == &Value::Bool(true))
+}
+
+fn non_empty(v: Option<&Value>) -> bool {
+    match v {
         Some(Value::Array(a)) => !a.is_empty(),
         Some(Value::Object(o)) => !o.is_empty(),
         Some(Value::String(s)) => !s.is_empty(),
         _ => false,
-    };
-    match kind {
-        "CustomResourceDefinition" => {
-            let conversion = value.pointer("/spec/conversion");
-            let strategy = conversion
-                .and_then(|c| c.get("strategy"))
-                .and_then(Value::as_str);
-            let webhook = conversion.and_then(|c| c.get("webhook"));
-            (strategy.is_some_and(|s| s != "None") || webhook.is_some()).then(|| {
-                (
-                    "spec.conversion".to_owned(),
-                    "a conversion webhook receives and rewrites every object of the kind after admission",
-                )
-            })
-        }
-        "Deployment" => {
-            let pod = value.pointer("/spec/template/spec")?;
-            for (field, why) in [
-                ("hostPID", "the host's process namespace"),
-                ("hostIPC", "the host's IPC namespace"),
-                (
-                    "shareProcessNamespace",
-                    "a process namespace shared between containers",
-                ),
-            ] {
-                if truthy(pod.get(field)) {
-                    return Some((format!("spec.template.spec.{field}"), why));
-                }
-            }
-            let volumes = pod.get("volumes").and_then(Value::as_array);
-            for (index, volume) in volumes.into_iter().flatten().enumerate() {
-                for (source, why) in [
-                    ("hostPath", "a path of the node's file system"),
-                    (
-                        "image",
-                        "an image volume, content outside the allowed images",
-                    ),
-                ] {
-                    if volume.get(source).is_some() {
-                        return Some((
-                            format!("spec.template.spec.volumes[{index}].{source}"),
-                            why,
-                        ));
-                    }
-                }
-            }
-            for list in ["initContainers", "ephemeralContainers"] {
-                if non_empty(pod.get(list)) {
-                    return Some((
-                        format!("spec.template.spec.{list}"),
-                        "containers beyond the release's manager",
-                    ));
-                }
-            }
-            let containers = pod.get("containers").and_then(Value::as_array);
-            if containers.is_some_and(|c| c.len() > 1) {
-                return Some((
-                    "spec.template.spec.containers[1]".to_owned(),
-                    "containers beyond the release's manager",
-                ));
-            }
-            for (index, container) in containers.into_iter().flatten().enumerate() {
-                let security = container.get("securityContext");
-                let at = |field: &str| {
-                    format!("spec.template.spec.containers[{index}].securityContext.{field}")
-                };
-                if truthy(security.and_then(|s| s.get("privileged"))) {
-                    return Some((at("privileged"), "a privileged container"));
-                }
-                if truthy(security.and_then(|s| s.get("allowPrivilegeEscalation"))) {
-                    return Some((
-                        at("allowPrivilegeEscalation"),
-                        "a container that may gain privileges",
-                    ));
-                }
-                if non_empty(security.and_then(|s| s.pointer("/capabilities/add"))) {
-                    return Some((
-                        at("capabilities.add"),
-                        "Linux capabilities beyond the release's none",
-                    ));
-                }
-            }
-            None
-        }
-        "Service" => {
-            if non_empty(value.pointer("/spec/externalIPs")) {
-                return Some((
-                    "spec.externalIPs".to_owned(),
-                    "addresses outside the cluster",
-                ));
-            }
-            let kind = value.pointer("/spec/type").and_then(Value::as_str);
-            kind.filter(|t| *t != "ClusterIP").map(|_| {
-                (
-                    "spec.type".to_owned(),
-                    "a Service reachable from outside the cluster (the releases' is ClusterIP)",
-                )
-            })
-        }
-        _ => None,
     }
+}
+
+/// A conversion webhook.
+fn crd_beyond_release(value: &Value) -> Option<(String, &'static str)> {
+    let conversion = value.pointer("/spec/conversion");
+    let strategy = conversion
+        .and_then(|c| c.get("strategy"))
+        .and_then(Value::as_str);
+    let webhook = conversion.and_then(|c| c.get("webhook"));
+    (strategy.is_some_and(|s| s != "None") || webhook.is_some()).then(|| {
+        (
+            "spec.conversion".to_owned(),
+            "a conversion webhook receives and rewrites every object of the kind after admission",
+        )
+    })
+}
+
+/// Host namespaces and paths, image volumes, containers beyond `manager`, privileges.
+fn deployment_beyond_release(value: &Value) -> Option<(String, &'static str)> {
+    let pod = value.pointer("/spec/template/spec")?;
+    for (field, why) in [
+        ("hostPID", "the host's process namespace"),
+        ("hostIPC", "the host's IPC namespace"),
+        (
+            "shareProcessNamespace",
+            "a process namespace shared between containers",
+        ),
+    ] {
+        if truthy(pod.get(field)) {
+            return Some((format!("spec.template.spec.{field}"), why));
+        }
+    }
+    let volumes = pod.get("volumes").and_then(Value::as_array);
+    for (index, volume) in volumes.into_iter().flatten().enumerate() {
+        for (source, why) in [
+            ("hostPath", "a path of the node's file system"),
+            (
+                "image",
+                "an image volume, content outside the allowed images",
+            ),
+        ] {
+            if volume.get(source).is_some() {
+                return Some((format!("spec.template.spec.volumes[{index}].{source}"), why));
+            }
+        }
+    }
+    for list in ["initContainers", "ephemeralContainers"] {
+        if non_empty(pod.get(list)) {
+            return Some((
+                format!("spec.template.spec.{list}"),
+                "containers beyond the release's manager",
+            ));
+        }
+    }
+    let containers = pod.get("containers").and_then(Value::as_array);
+    if containers.is_some_and(|c| c.len() > 1) {
+        return Some((
+            "spec.template.spec.containers[1]".to_owned(),
+            "containers beyond the release's manager",
+        ));
+    }
+    for (index, container) in containers.into_iter().flatten().enumerate() {
+        let security = container.get("securityContext");
+        let at =
+            |field: &str| format!("spec.template.spec.containers[{index}].securityContext.{field}");
+        if truthy(security.and_then(|s| s.get("privileged"))) {
+            return Some((at("privileged"), "a privileged container"));
+        }
+        if truthy(security.and_then(|s| s.get("allowPrivilegeEscalation"))) {
+            return Some((
+                at("allowPrivilegeEscalation"),
+                "a container that may gain privileges",
+            ));
+        }
+        if non_empty(security.and_then(|s| s.pointer("/capabilities/add"))) {
+            return Some((
+                at("capabilities.add"),
+                "Linux capabilities beyond the release's none",
+            ));
+        }
+    }
+    None
+}
+
+/// Addresses or a type that reach outside the cluster.
+fn service_beyond_release(value: &Value) -> Option<(String, &'static str)> {
+    if non_empty(value.pointer("/spec/externalIPs")) {
+        return Some((
+            "spec.externalIPs".to_owned(),
+            "addresses outside the cluster",
+        ));
+    }
+    let kind = value.pointer("/spec/type").and_then(Value::as_str);
+    kind.filter(|t| *t != "ClusterIP").map(|_| {
+        (
+            "spec.type".to_owned(),
+            "a Service reachable from outside the cluster (the releases' is ClusterIP)",
+        )
+    })
 }

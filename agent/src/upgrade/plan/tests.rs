@@ -1,6 +1,7 @@
 //! Every planning rule, from facts written out by hand.
 
 use serde_json::json;
+use tenantflux_core::releases;
 
 use super::*;
 
@@ -413,4 +414,363 @@ fn versions_read_from_the_cluster() {
     assert_eq!(installed_release(""), None);
     assert_eq!(kubernetes_version("1", "36+"), Some((1, 36)));
     assert_eq!(kubernetes_version("1", ""), None);
+}
+
+// Each check of the pipeline on its own.
+
+/// What `requested` resolves to in `known`, with no policy.
+fn resolved<'a>(requested: &str, known: &'a Releases) -> checks::Target<'a> {
+    checks::resolve(requested, None, "", known)
+        .unwrap_or_else(|e| panic!("{requested}: {e:?}"))
+        .0
+}
+
+/// The embedded table, naming 2.10.1 too; with its API versions (those of 2.9) when `served`.
+fn with_2_10(served: bool) -> Releases {
+    let mut known = Releases::embedded();
+    known.releases.push(Release::new(2, 10, 1));
+    if served {
+        let mut minor = known.minors.last().unwrap().clone();
+        minor.minor = 10;
+        known.minors.push(minor);
+    }
+    known
+}
+
+fn source_object(kind: &str, namespace: &str, name: &str, version: &str) -> ObjectRef {
+    ObjectRef {
+        group: SOURCE.into(),
+        kind: kind.into(),
+        namespace: namespace.into(),
+        name: name.into(),
+        version: version.into(),
+    }
+}
+
+fn applied(kustomization: &str, object: ObjectRef) -> InventoryEntry {
+    InventoryEntry {
+        kustomization: kustomization.into(),
+        source: "GitRepository/flux-system/fleet".into(),
+        path: "./apps".into(),
+        object,
+    }
+}
+
+fn written(manager: &str, object: ObjectRef) -> ManagedEntry {
+    ManagedEntry {
+        manager: manager.into(),
+        object,
+    }
+}
+
+#[test]
+fn resolve_names_the_release_what_it_serves_and_what_is_written() {
+    let known = Releases::embedded();
+    let (target, findings) = checks::resolve("2.8.x", None, "", &known).unwrap();
+    assert_eq!(target.release, Release::new(2, 8, 8));
+    assert_eq!(target.written_version, "2.8.x");
+    assert_eq!(target.table.kubernetes_minimum, 33);
+    assert!(!target.outside_policy);
+    assert_eq!(findings, checks::Findings::default());
+    assert_eq!(resolved("2.8.3", &known).written_version, "2.8.3");
+
+    let range = Range::parse(">=2.5.0 <2.8.0").unwrap();
+    let (outside, findings) =
+        checks::resolve("2.8.x", Some(&range), "policy \"p\"", &known).unwrap();
+    assert!(outside.outside_policy);
+    assert_eq!(outside.release, Release::new(2, 8, 8));
+    assert_eq!(codes(&findings.blockers), ["policy"]);
+    assert!(
+        findings.blockers[0]
+            .message
+            .ends_with("is inside \">=2.5.0 <2.8.0\" allowed by policy \"p\""),
+        "{:?}",
+        findings.blockers
+    );
+}
+
+#[test]
+fn resolve_stops_the_plan_when_nothing_resolves_or_the_table_is_missing() {
+    let known = Releases::embedded();
+    for requested in ["latest", "3.x", "2.10.x"] {
+        let stopped = checks::resolve(requested, None, "", &known).unwrap_err();
+        assert_eq!(codes(&stopped.blockers), ["unknown-release"], "{requested}");
+        assert!(stopped.warnings.is_empty());
+    }
+    // Outside the policy and without API versions: both, in that order.
+    let range = Range::parse(">=2.5.0 <2.8.0").unwrap();
+    let stopped = checks::resolve("2.10.x", Some(&range), "p", &with_2_10(false)).unwrap_err();
+    assert_eq!(codes(&stopped.blockers), ["policy", "unknown-release"]);
+    // A minor the build has no Kubernetes minimum for: assumed, and said so.
+    let (_, findings) = checks::resolve("2.10.x", None, "", &with_2_10(true)).unwrap();
+    assert_eq!(codes(&findings.warnings), ["unknown-kubernetes-minimum"]);
+}
+
+#[test]
+fn the_policy_check_judges_the_bumped_instance() {
+    let known = Releases::embedded();
+    let target = resolved("2.8.x", &known);
+    let spec = facts().instance_spec;
+    let day = facts().day;
+    assert_eq!(
+        codes(&checks::policy(None, None, day, &target).blockers),
+        ["no-instance"]
+    );
+    assert_eq!(
+        checks::policy(None, spec.as_ref(), day, &target),
+        checks::Findings::default()
+    );
+    let narrow = policy("    versions: \">=2.5.0 <2.8.0\"\n");
+    let refused = checks::policy(Some(&narrow), spec.as_ref(), day, &target);
+    assert_eq!(codes(&refused.blockers), ["policy"]);
+    assert!(refused.blockers[0].message.contains(" is outside "));
+    // Already reported by `resolve`: not twice.
+    let outside = checks::Target {
+        outside_policy: true,
+        ..target.clone()
+    };
+    assert!(
+        checks::policy(Some(&narrow), spec.as_ref(), day, &outside)
+            .blockers
+            .is_empty()
+    );
+    // A spec with no room for the version: nothing to judge.
+    let no_room = json!({"distribution": "2.7"});
+    assert_eq!(
+        checks::policy(Some(&narrow), Some(&no_room), day, &target),
+        checks::Findings::default()
+    );
+    let deadline = policy(
+        "    upgradeDeadline: {minimumVersion: 2.9.0, date: \"2026-12-15\", warnDays: 30}\n",
+    );
+    let soon = checks::policy(Some(&deadline), spec.as_ref(), day, &target);
+    assert_eq!(
+        (codes(&soon.blockers), codes(&soon.warnings)),
+        (vec![], vec!["deadline"])
+    );
+}
+
+#[test]
+fn the_installed_check_refuses_downgrades_across_minors_only() {
+    let release = Release::new;
+    let installed = |now, target| checks::installed(now, true, target);
+    assert_eq!(
+        codes(&installed(Some(release(2, 8, 8)), release(2, 7, 5)).blockers),
+        ["downgrade"]
+    );
+    assert_eq!(
+        installed(Some(release(2, 8, 8)), release(2, 8, 3)),
+        checks::Findings::default()
+    );
+    assert_eq!(
+        installed(Some(release(2, 6, 4)), release(2, 8, 8)),
+        checks::Findings::default()
+    );
+    assert_eq!(
+        codes(&installed(Some(release(2, 8, 8)), release(2, 8, 8)).warnings),
+        ["same-version"]
+    );
+    assert_eq!(
+        codes(&installed(None, release(2, 8, 8)).warnings),
+        ["not-applied"]
+    );
+    assert_eq!(
+        checks::installed(None, false, release(2, 8, 8)),
+        checks::Findings::default()
+    );
+}
+
+#[test]
+fn the_kubernetes_check_blocks_below_the_targets_minimum() {
+    let known = Releases::embedded();
+    let target = resolved("2.8.x", &known);
+    let old = checks::kubernetes(Some((1, 32)), &target);
+    assert_eq!(codes(&old.blockers), ["kubernetes"]);
+    assert!(
+        old.blockers[0]
+            .message
+            .starts_with("Flux 2.8 needs Kubernetes 1.33 or later; this cluster runs 1.32"),
+        "{:?}",
+        old.blockers
+    );
+    for fine in [Some((1, 33)), Some((2, 0)), None] {
+        assert_eq!(
+            checks::kubernetes(fine, &target),
+            checks::Findings::default()
+        );
+    }
+}
+
+#[test]
+fn the_storage_check_migrates_unserved_versions_and_blocks_an_unserved_storage_version() {
+    let known = Releases::embedded();
+    let f = facts();
+    let managed = [
+        written("kc", source_object("GitRepository", "apps", "a", "v1beta2")),
+        written("kc", source_object("GitRepository", "apps", "b", "v1beta2")),
+        written("kc", source_object("OCIRepository", "apps", "c", "v1beta2")),
+    ];
+    let (migrations, findings) = checks::storage(
+        &f.crds,
+        &managed,
+        f.installed,
+        &known,
+        &resolved("2.8.x", &known),
+    );
+    assert_eq!(findings, checks::Findings::default());
+    let unserved: Vec<_> = migrations
+        .iter()
+        .map(|m| (m.kind.as_str(), m.unserved.clone()))
+        .collect();
+    assert_eq!(
+        unserved,
+        [
+            ("OCIRepository", vec!["v1beta2".to_owned()]),
+            ("GitRepository", vec!["v1beta2".to_owned()]),
+        ]
+    );
+
+    let automation = CrdFacts {
+        name: "imageupdateautomations.image.toolkit.fluxcd.io".into(),
+        group: "image.toolkit.fluxcd.io".into(),
+        kind: "ImageUpdateAutomation".into(),
+        stored_versions: vec!["v1beta2".into()],
+        storage_version: "v1beta2".into(),
+        objects: 0,
+    };
+    let crds = [automation];
+    let via = |installed| {
+        let (migrations, findings) =
+            checks::storage(&crds, &[], installed, &known, &resolved("2.9.x", &known));
+        assert!(migrations.is_empty());
+        assert_eq!(codes(&findings.blockers), ["storage-version"]);
+        findings.blockers[0].message.clone()
+    };
+    assert!(via(Some(Release::new(2, 6, 4))).contains(": upgrade to 2.7.x first, so"));
+    assert!(via(None).contains(": upgrade to 2.7.x first, so"));
+    assert!(via(Some(Release::new(2, 8, 8))).contains(": upgrade one minor at a time, so"));
+}
+
+#[test]
+fn the_git_check_blocks_once_per_kustomization_and_counts_what_the_reader_may_not_see() {
+    let known = Releases::embedded();
+    let target = resolved("2.8.x", &known);
+    let inventory = [
+        applied(
+            "flux-system/b",
+            source_object("OCIRepository", "apps", "one", "v1beta2"),
+        ),
+        applied(
+            "flux-system/a",
+            source_object("OCIRepository", "apps", "two", "v1beta2"),
+        ),
+        applied(
+            "flux-system/b",
+            source_object("GitRepository", "apps", "three", "v1beta2"),
+        ),
+        applied(
+            "flux-system/a",
+            source_object("OCIRepository", "apps", "fine", "v1"),
+        ),
+        applied(
+            "flux-system/a",
+            source_object("OCIRepository", "secret", "four", "v1beta2"),
+        ),
+    ];
+    let found = checks::git(&inventory, &target, &|_, _, namespace| {
+        namespace != "secret"
+    });
+    assert_eq!(found.hidden, 1);
+    assert!(found.findings.warnings.is_empty());
+    let blockers: Vec<_> = found
+        .findings
+        .blockers
+        .iter()
+        .map(|b| b.message.split(" applie").next().unwrap())
+        .collect();
+    assert_eq!(
+        blockers,
+        [
+            "1 object in namespaces you may not list is",
+            "Kustomization flux-system/a (source GitRepository/flux-system/fleet, path \"./apps\")",
+            "Kustomization flux-system/b (source GitRepository/flux-system/fleet, path \"./apps\")",
+        ]
+    );
+    assert!(found.findings.blockers[2].message.contains(
+        "OCIRepository apps/one as source.toolkit.fluxcd.io/v1beta2 (use source.toolkit.fluxcd.io/v1), GitRepository apps/three"
+    ));
+    let uses: Vec<_> = found
+        .uses
+        .iter()
+        .map(|u| (u.name.as_str(), u.kustomization.as_str(), u.blocking))
+        .collect();
+    assert_eq!(
+        uses,
+        [
+            ("one", "flux-system/b", true),
+            ("two", "flux-system/a", true),
+            ("three", "flux-system/b", true),
+        ]
+    );
+}
+
+#[test]
+fn the_writers_check_warns_per_writer_and_leaves_out_what_git_applies() {
+    let known = Releases::embedded();
+    let target = resolved("2.8.x", &known);
+    let inventory = [applied(
+        "flux-system/a",
+        source_object("OCIRepository", "apps", "from-git", "v1beta2"),
+    )];
+    let mut managed: Vec<_> = (1..=5)
+        .map(|n| {
+            written(
+                "ci-bot",
+                source_object("OCIRepository", "apps", &format!("o{n}"), "v1beta2"),
+            )
+        })
+        .collect();
+    managed.push(written(
+        "kustomize-controller",
+        source_object("OCIRepository", "apps", "from-git", "v1beta2"),
+    ));
+    managed.push(written(
+        "alice",
+        source_object("GitRepository", "apps", "g", "v1beta2"),
+    ));
+    managed.push(written(
+        "alice",
+        source_object("GitRepository", "secret", "h", "v1beta2"),
+    ));
+    managed.push(written(
+        "alice",
+        source_object("GitRepository", "apps", "current", "v1"),
+    ));
+    let found = checks::writers(&managed, &inventory, &target, &|_, _, namespace| {
+        namespace != "secret"
+    });
+    assert!(found.findings.blockers.is_empty());
+    let warnings: Vec<_> = found
+        .findings
+        .warnings
+        .iter()
+        .map(|w| w.message.split(", which").next().unwrap())
+        .collect();
+    assert_eq!(
+        warnings,
+        [
+            "GitRepository apps/g written by \"alice\" as source.toolkit.fluxcd.io/v1beta2",
+            "OCIRepository apps/o1, OCIRepository apps/o2, OCIRepository apps/o3 and 2 more written by \"ci-bot\" as source.toolkit.fluxcd.io/v1beta2",
+            "1 object in namespaces you may not list was written with API versions Flux 2.8 no longer serves: the upgrade migrates them, but their writers must use the new versions afterwards",
+        ]
+    );
+    assert_eq!(found.hidden, 1);
+    assert_eq!(found.uses.len(), 6);
+    assert!(
+        found
+            .uses
+            .iter()
+            .all(|u| !u.blocking && u.kustomization.is_empty())
+    );
+    assert!(!found.uses.iter().any(|u| u.name == "from-git"));
 }

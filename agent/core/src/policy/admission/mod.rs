@@ -15,7 +15,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Policy, Release, Requirement, glob};
+use super::{ClusterRules, ComponentRules, Policy, Release, Requirement, glob};
 use crate::flux::DEFAULT_COMPONENTS;
 
 /// The name of both objects (cluster-scoped): one policy per cluster.
@@ -45,6 +45,21 @@ pub struct Rendered {
 pub fn render(policy: &Policy, day: i64) -> Rendered {
     let rules = &policy.document.spec;
     let by = format!("policy generation {}", rules.generation);
+    let mut validations = distribution_validations(policy, day, &by);
+    if let Some(components) = &rules.components {
+        validations.extend(component_validations(components, &by));
+    }
+    if let Some(cluster) = &rules.cluster {
+        validations.extend(cluster_validations(cluster, &by));
+    }
+    validations.extend(sync_and_kustomize_validations(policy, &by));
+    objects(rules.generation, validations)
+}
+
+/// The version (valid, inside the policy's range, not below a deadline that has passed), the
+/// registry and the artifact.
+fn distribution_validations(policy: &Policy, day: i64, by: &str) -> Vec<Value> {
+    let rules = &policy.document.spec;
     let mut validations = vec![validation(
         "variables.versionValid",
         format!(
@@ -89,63 +104,77 @@ pub fn render(policy: &Policy, day: i64) -> Rendered {
         "spec.distribution.registry",
         &[spec, "distribution", "registry"],
         distribution.and_then(|d| d.registries.as_deref()),
-        &by,
+        by,
     ));
     validations.extend(patterns(
         "spec.distribution.artifact",
         &[spec, "distribution", "artifact"],
         distribution.and_then(|d| d.artifacts.as_deref()),
-        &by,
+        by,
     ));
+    validations
+}
 
-    if let Some(components) = &rules.components {
-        if let Some(allowed) = &components.allowed {
-            let list = list(allowed);
-            validations.push(validation(
-                &format!("variables.components.all(c, c in {list})"),
-                format!(
-                    "'spec.components ' + variables.components.filter(c, !(c in {list})).map(c, '\"' + c + '\"').join(', ') + {}",
-                    literal(&format!(" is not one of {} allowed by {by}", quoted(allowed)))
-                ),
-            ));
-        }
-        for name in &components.required {
-            validations.push(validation(
-                &format!("{} in variables.components", literal(name)),
-                literal(&format!("spec.components lacks {name:?}, required by {by}")),
-            ));
-        }
-    }
-
-    if let Some(cluster) = &rules.cluster {
-        validations.extend(requirement(
-            "spec.cluster.multitenant",
-            "multitenant",
-            cluster.multitenant,
-            false,
-            &by,
-        ));
-        validations.extend(requirement(
-            "spec.cluster.networkPolicy",
-            "networkPolicy",
-            cluster.network_policy,
-            true,
-            &by,
-        ));
-        validations.extend(patterns(
-            "spec.cluster.size",
-            &[spec, "cluster", "size"],
-            cluster.sizes.as_deref(),
-            &by,
+/// The components allowed and required.
+fn component_validations(components: &ComponentRules, by: &str) -> Vec<Value> {
+    let mut validations = Vec::new();
+    if let Some(allowed) = &components.allowed {
+        let list = list(allowed);
+        validations.push(validation(
+            &format!("variables.components.all(c, c in {list})"),
+            format!(
+                "'spec.components ' + variables.components.filter(c, !(c in {list})).map(c, '\"' + c + '\"').join(', ') + {}",
+                literal(&format!(" is not one of {} allowed by {by}", quoted(allowed)))
+            ),
         ));
     }
+    for name in &components.required {
+        validations.push(validation(
+            &format!("{} in variables.components", literal(name)),
+            literal(&format!("spec.components lacks {name:?}, required by {by}")),
+        ));
+    }
+    validations
+}
 
+/// Multitenancy, network policies and the cluster's size.
+fn cluster_validations(cluster: &ClusterRules, by: &str) -> Vec<Value> {
+    let spec = "object.spec";
+    let mut validations = Vec::new();
+    validations.extend(requirement(
+        "spec.cluster.multitenant",
+        "multitenant",
+        cluster.multitenant,
+        false,
+        by,
+    ));
+    validations.extend(requirement(
+        "spec.cluster.networkPolicy",
+        "networkPolicy",
+        cluster.network_policy,
+        true,
+        by,
+    ));
+    validations.extend(patterns(
+        "spec.cluster.size",
+        &[spec, "cluster", "size"],
+        cluster.sizes.as_deref(),
+        by,
+    ));
+    validations
+}
+
+/// The sync URL, and kustomize patches when the policy allows none.
+fn sync_and_kustomize_validations(policy: &Policy, by: &str) -> Vec<Value> {
+    let rules = &policy.document.spec;
+    let spec = "object.spec";
+    let mut validations = Vec::new();
     if let Some(sync) = &rules.sync {
         validations.extend(patterns(
             "spec.sync.url",
             &[spec, "sync", "url"],
             Some(&sync.urls),
-            &by,
+            by,
         ));
     }
 
@@ -162,11 +191,15 @@ pub fn render(policy: &Policy, day: i64) -> Rendered {
             )),
         ));
     }
+    validations
+}
 
+/// The ValidatingAdmissionPolicy holding `validations`, and its binding.
+fn objects(generation: u64, validations: Vec<Value>) -> Rendered {
     let metadata = json!({
         "name": NAME,
         "labels": {(crate::MANAGED_BY_LABEL): crate::FIELD_MANAGER},
-        "annotations": {GENERATION_ANNOTATION: rules.generation.to_string()},
+        "annotations": {GENERATION_ANNOTATION: generation.to_string()},
     });
     let policy = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
