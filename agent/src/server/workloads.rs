@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Code, Request, Response, metadata::MetadataMap};
 
 use super::{
-    auth::{AuthError, Authorizer, Permission},
+    auth::{Authorizer, Permission, access_code},
     metrics::code_name,
 };
 use crate::workloads::{
@@ -33,12 +33,7 @@ impl From<WorkloadsError> for tonic::Status {
     fn from(err: WorkloadsError) -> Self {
         let code = match &err {
             WorkloadsError::Access(access) => {
-                let code = match access {
-                    AccessError::Unauthenticated(_) => Code::Unauthenticated,
-                    AccessError::Denied(_) => Code::PermissionDenied,
-                    AccessError::Unavailable(_) => Code::Unavailable,
-                };
-                return tonic::Status::new(code, err.to_string());
+                return tonic::Status::new(access_code(access), err.to_string());
             }
             WorkloadsError::UnknownKind { .. }
             | WorkloadsError::MissingName { .. }
@@ -67,18 +62,6 @@ impl From<WorkloadsError> for tonic::Status {
             err.to_string()
         };
         tonic::Status::new(code, message)
-    }
-}
-
-/// The authorizer's answer in the service's terms, with the code and text the caller would
-/// get for the authorizer's own error.
-fn access_error(err: AuthError) -> AccessError {
-    let status = tonic::Status::from(err);
-    let message = status.message().to_owned();
-    match status.code() {
-        Code::Unauthenticated => AccessError::Unauthenticated(message),
-        Code::PermissionDenied => AccessError::Denied(message),
-        _ => AccessError::Unavailable(message),
     }
 }
 
@@ -130,7 +113,7 @@ impl Access for Caller<'_> {
             .identify(self.metadata)
             .await
             .map(drop)
-            .map_err(access_error)
+            .map_err(AccessError::from)
     }
 
     async fn check(&self, need: &Need) -> Result<(), AccessError> {
@@ -138,7 +121,7 @@ impl Access for Caller<'_> {
             .authorize(self.metadata, &need_permission(need))
             .await
             .map(drop)
-            .map_err(access_error)
+            .map_err(AccessError::from)
     }
 
     async fn check_each(
@@ -150,10 +133,10 @@ impl Access for Caller<'_> {
             .authorizer
             .authorize_each(self.metadata, &permissions)
             .await
-            .map_err(access_error)?;
+            .map_err(AccessError::from)?;
         Ok(decisions
             .into_iter()
-            .map(|d| d.map_err(access_error))
+            .map(|d| d.map_err(AccessError::from))
             .collect())
     }
 }

@@ -1,6 +1,7 @@
 //! Why a call was refused or could not be checked, and the one place that maps it to a code.
 
 use super::Permission;
+use crate::workloads::access::AccessError;
 
 /// Why a call was not allowed, or could not be checked.
 #[derive(Debug, thiserror::Error)]
@@ -60,26 +61,43 @@ pub enum AuthError {
     },
 }
 
-impl From<AuthError> for tonic::Status {
+/// The one classification of an authorizer's error: who is refused (the caller is unknown or
+/// may not) or what could not be decided, with the text the caller reads.
+impl From<AuthError> for AccessError {
     fn from(err: AuthError) -> Self {
         let message = err.to_string();
         match err {
             AuthError::MissingToken { .. }
             | AuthError::Unauthenticated { .. }
             | AuthError::TokenTooLong { .. }
-            | AuthError::Identity { .. } => tonic::Status::unauthenticated(message),
+            | AuthError::Identity { .. } => AccessError::Unauthenticated(message),
             AuthError::CsrRead {
                 source: kube::Error::Api(ref status),
                 ..
-            } if status.code == 403 => tonic::Status::unavailable(format!(
+            } if status.code == 403 => AccessError::Unavailable(format!(
                 "{message} (the agent's own ClusterRole lacks get on certificatesigningrequests: apply deploy/manifests)"
             )),
-            AuthError::CsrRead { .. } => tonic::Status::unavailable(message),
-            AuthError::Denied { .. } => tonic::Status::permission_denied(message),
-            AuthError::TokenReview { .. } | AuthError::AccessReview { .. } => {
-                tonic::Status::unavailable(message)
-            }
+            AuthError::Denied { .. } => AccessError::Denied(message),
+            AuthError::CsrRead { .. }
+            | AuthError::TokenReview { .. }
+            | AuthError::AccessReview { .. } => AccessError::Unavailable(message),
         }
+    }
+}
+
+/// The code of each class, the one place it is decided.
+pub fn access_code(err: &AccessError) -> tonic::Code {
+    match err {
+        AccessError::Unauthenticated(_) => tonic::Code::Unauthenticated,
+        AccessError::Denied(_) => tonic::Code::PermissionDenied,
+        AccessError::Unavailable(_) => tonic::Code::Unavailable,
+    }
+}
+
+impl From<AuthError> for tonic::Status {
+    fn from(err: AuthError) -> Self {
+        let access = AccessError::from(err);
+        tonic::Status::new(access_code(&access), access.to_string())
     }
 }
 
@@ -101,5 +119,33 @@ mod tests {
             "user \"system:serviceaccount:default:bob\" may not get agents.tenantflux.io/status \
              in namespace \"tenantflux-system\" (bind Role tenantflux-user, see deploy/manifests)"
         );
+    }
+
+    #[test]
+    fn each_error_is_classified_once_and_its_code_follows() {
+        let missing = AuthError::MissingToken { reason: "none" };
+        assert!(matches!(
+            AccessError::from(AuthError::MissingToken { reason: "none" }),
+            AccessError::Unauthenticated(_)
+        ));
+        assert_eq!(
+            tonic::Status::from(missing).code(),
+            tonic::Code::Unauthenticated
+        );
+        let forbidden = || AuthError::CsrRead {
+            csr: "tf-x".into(),
+            source: kube::Error::Api(Box::new(
+                kube::core::Status::failure("forbidden", "Forbidden").with_code(403),
+            )),
+        };
+        match AccessError::from(forbidden()) {
+            AccessError::Unavailable(message) => {
+                assert!(message.contains("apply deploy/manifests"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let status = tonic::Status::from(forbidden());
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(status.message().contains("apply deploy/manifests"));
     }
 }

@@ -24,7 +24,7 @@ use self::cache::Caches;
 pub use self::{
     call::CallLayer,
     credential::{BearerToken, CallerProof, TokenKey, bearer_token, caller_proof},
-    error::AuthError,
+    error::{AuthError, access_code},
     guard::GuardedStream,
     permission::Permission,
     sweep::deny_expired_identity_csrs,
