@@ -4,10 +4,10 @@
 //!
 //! Refresh the page: `TENANTFLUX_BLESS=1 cargo test -p tenantflux-agent --test agent_flags_doc`.
 
-use std::{
-    fs,
-    path::{Path, PathBuf},
-};
+#[path = "../core/tests/support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
 
 use clap::CommandFactory;
 
@@ -101,25 +101,6 @@ fn render(problems: &mut Vec<String>) -> String {
     page
 }
 
-/// Where `found` first differs from `expected`, as a hint for the failure message.
-fn first_difference(expected: &str, found: &str) -> String {
-    let (mut expected_lines, mut found_lines) = (expected.lines(), found.lines());
-    for number in 1.. {
-        match (expected_lines.next(), found_lines.next()) {
-            (None, None) => break,
-            (e, f) if e == f => continue,
-            (e, f) => {
-                return format!(
-                    "line {number}:\n  generated: {}\n  in file:   {}",
-                    e.unwrap_or("(end of page)"),
-                    f.unwrap_or("(end of file)")
-                );
-            }
-        }
-    }
-    "only in the final newline".to_string()
-}
-
 #[test]
 fn the_agent_flags_page_matches_the_flags() {
     let mut problems = Vec::new();
@@ -129,18 +110,7 @@ fn the_agent_flags_page_matches_the_flags() {
         "every agent flag needs help and an env twin:\n{}",
         problems.join("\n")
     );
-    let path = root().join(PAGE);
-    if std::env::var_os("TENANTFLUX_BLESS").is_some() {
-        fs::create_dir_all(path.parent().expect("a parent")).expect("docs/reference/");
-        fs::write(&path, &generated).unwrap_or_else(|e| panic!("writing {PAGE}: {e}"));
-        return;
-    }
-    let found = fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        found == generated,
-        "{PAGE} is not what the flags say ({}); refresh it with\n  {REFRESH}",
-        first_difference(&generated, &found)
-    );
+    support::matches_generated(&root().join(PAGE), PAGE, &generated, "the flags", REFRESH);
 }
 
 #[test]

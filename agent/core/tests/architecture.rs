@@ -13,6 +13,8 @@
 //!
 //! Lives in tenantflux-core because that crate compiles in seconds; it reads files only.
 
+mod support;
+
 use std::{
     collections::{BTreeMap, BTreeSet},
     fmt, fs,
@@ -566,26 +568,11 @@ struct Tree {
     modules: BTreeSet<Vec<String>>,
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<_> = fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-        .map(|e| e.expect("directory entry").path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 impl Tree {
     fn load(dir: &'static str, library: &'static str, binaries: &[&str]) -> Tree {
         let base = root().join(dir);
         let mut paths = Vec::new();
-        rust_files(&base, &mut paths);
+        support::rust_files(&base, &mut paths);
         let mut folders = BTreeSet::new();
         let mut files = Vec::new();
         for path in paths {

@@ -7,6 +7,8 @@
 //!
 //! Lives in tenantflux-core because that crate compiles in seconds; it reads files only.
 
+mod support;
+
 use std::{
     fmt, fs,
     path::{Path, PathBuf},
@@ -257,25 +259,6 @@ fn render(problems: &mut Vec<String>) -> String {
     page
 }
 
-/// Where `found` first differs from `expected`, as a hint for the failure message.
-fn first_difference(expected: &str, found: &str) -> String {
-    let (mut expected_lines, mut found_lines) = (expected.lines(), found.lines());
-    for number in 1.. {
-        match (expected_lines.next(), found_lines.next()) {
-            (None, None) => break,
-            (e, f) if e == f => continue,
-            (e, f) => {
-                return format!(
-                    "line {number}:\n  generated: {}\n  in file:   {}",
-                    e.unwrap_or("(end of page)"),
-                    f.unwrap_or("(end of file)")
-                );
-            }
-        }
-    }
-    "only in the final newline".to_string()
-}
-
 #[test]
 fn the_chart_values_page_matches_the_chart() {
     let mut problems = Vec::new();
@@ -285,18 +268,7 @@ fn the_chart_values_page_matches_the_chart() {
         "the chart's values need a schema entry with a description:\n{}",
         problems.join("\n")
     );
-    let path = root().join(PAGE);
-    if std::env::var_os("TENANTFLUX_BLESS").is_some() {
-        fs::create_dir_all(path.parent().expect("a parent")).expect("docs/reference/");
-        fs::write(&path, &generated).unwrap_or_else(|e| panic!("writing {PAGE}: {e}"));
-        return;
-    }
-    let found = fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        found == generated,
-        "{PAGE} is not what the chart says ({}); refresh it with\n  {REFRESH}",
-        first_difference(&generated, &found)
-    );
+    support::matches_generated(&root().join(PAGE), PAGE, &generated, "the chart", REFRESH);
 }
 
 #[test]

@@ -7,6 +7,8 @@
 //! scan is lexical (comments, strings and char literals are blanked before braces are
 //! counted), which is enough for rustfmt-formatted code.
 
+mod support;
+
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -59,24 +61,6 @@ struct Long {
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Every production `.rs` file under `dir`, sorted.
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-        .map(|e| e.expect("directory entry").path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            sources(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs")
-            && path.file_name().is_some_and(|n| n != "tests.rs")
-        {
-            out.push(path);
-        }
-    }
 }
 
 /// `text` with the insides of comments, strings and char literals replaced by spaces, so that
@@ -274,7 +258,9 @@ fn long_functions(text: &str) -> Vec<Long> {
 fn no_production_function_runs_long_without_a_reason() {
     let mut files = Vec::new();
     for tree in TREES {
-        sources(&root().join(tree), &mut files);
+        support::rust_files(&root().join(tree), &mut files);
+        // tests.rs files are test code, not production.
+        files.retain(|f| f.file_name().is_some_and(|n| n != "tests.rs"));
     }
     let mut unexplained = Vec::new();
     let mut explained = Vec::new();
