@@ -16,7 +16,9 @@ use std::{collections::HashSet, fmt};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{Policy, Range, Requirement, glob};
+use super::{
+    ClusterRules, ComponentRules, Deadline, KustomizeRules, Policy, Range, Requirement, glob,
+};
 use crate::{flux::DEFAULT_COMPONENTS, text::quote};
 
 /// How many violations an evaluation lists before it only counts the rest.
@@ -128,6 +130,10 @@ impl Checker<'_> {
     }
 }
 
+/// The spec's fields checked in a fixed order, so the violations read in the order of the
+/// document: the version (its form, the policy's range, the upgrade deadline), the
+/// distribution's registry and artifact, the components, the cluster settings, the sync URL and
+/// the kustomize patches.
 pub(super) fn evaluate(policy: &Policy, spec: &Value, day: i64) -> Evaluation {
     let rules = &policy.document.spec;
     let mut check = Checker {
@@ -136,63 +142,10 @@ pub(super) fn evaluate(policy: &Policy, spec: &Value, day: i64) -> Evaluation {
         spec,
         omitted: 0,
     };
-
-    let version_field = "spec.distribution.version";
-    let version = check.string("/distribution/version").map(str::to_owned);
-    let instance_range = match version.as_deref().map(Range::parse) {
-        None => {
-            let message = match check.spec.pointer("/distribution/version") {
-                // YAML reads `version: 2.9` as a number: say so, not that it is missing.
-                Some(value) if !value.is_null() => {
-                    let shown = match value {
-                        Value::Number(_) | Value::Bool(_) => value.to_string(),
-                        _ => quote(&value.to_string()),
-                    };
-                    format!("{version_field} is {shown}, not a string: quote it, e.g. \"2.9.x\"")
-                }
-                _ => format!("{version_field} is missing (a version or range is required)"),
-            };
-            check.violation(version_field, message);
-            None
-        }
-        Some(Err(err)) => {
-            check.violation(version_field, format!("{version_field}: {err}"));
-            None
-        }
-        Some(Ok(range)) => Some(range),
-    };
-    if let (Some(instance), Some(allowed)) = (&instance_range, &policy.distribution_versions)
-        && !instance.is_within(allowed)
-    {
-        let message = format!(
-            "{version_field} {} is outside {:?} allowed by {}",
-            quote(instance.text()),
-            allowed.text(),
-            check.by
-        );
-        check.violation(version_field, message);
+    if let Some(instance) = check.instance_range() {
+        check.version_allowed(&instance, policy.distribution_versions.as_ref());
+        check.deadline(&instance, policy.deadline.as_ref(), day);
     }
-    if let (Some(instance), Some(deadline)) = (&instance_range, &policy.deadline)
-        && instance.low() < deadline.minimum
-    {
-        let head = format!(
-            "{version_field} {} allows versions below {}, which {} requires",
-            quote(instance.text()),
-            deadline.minimum_text,
-            check.by
-        );
-        if day >= deadline.day {
-            check.violation(version_field, format!("{head} since {}", deadline.date));
-        } else if day >= deadline.day - i64::from(deadline.warn_days) {
-            let days = deadline.day - day;
-            let unit = if days == 1 { "day" } else { "days" };
-            check
-                .out
-                .warnings
-                .push(format!("{head} from {} (in {days} {unit})", deadline.date));
-        }
-    }
-
     let distribution = rules.distribution.as_ref();
     check.patterns(
         "spec.distribution.registry",
@@ -204,73 +157,175 @@ pub(super) fn evaluate(policy: &Policy, spec: &Value, day: i64) -> Evaluation {
         "/distribution/artifact",
         distribution.and_then(|d| d.artifacts.as_ref()),
     );
-
     if let Some(components) = &rules.components {
-        let mut seen = HashSet::new();
-        let listed: Vec<&str> = match spec.get("components").and_then(Value::as_array) {
-            // Each name once, in the order given.
-            Some(items) => items
-                .iter()
-                .filter_map(Value::as_str)
-                .filter(|n| seen.insert(*n))
-                .collect(),
-            None => DEFAULT_COMPONENTS.to_vec(),
+        check.components(components);
+    }
+    if let Some(cluster) = &rules.cluster {
+        check.cluster(cluster);
+    }
+    if let Some(sync) = &rules.sync {
+        check.patterns("spec.sync.url", "/sync/url", Some(&sync.urls));
+    }
+    if let Some(kustomize) = &rules.kustomize {
+        check.kustomize(kustomize);
+    }
+    check.finish()
+}
+
+/// The field every version check names.
+const VERSION_FIELD: &str = "spec.distribution.version";
+
+/// Why `spec.distribution.version`, at `value`, is no string to parse: YAML reads
+/// `version: 2.9` as a number, which is said as such rather than as missing.
+fn version_not_a_string(value: Option<&Value>) -> String {
+    match value {
+        Some(value) if !value.is_null() => {
+            let shown = match value {
+                Value::Number(_) | Value::Bool(_) => value.to_string(),
+                _ => quote(&value.to_string()),
+            };
+            format!("{VERSION_FIELD} is {shown}, not a string: quote it, e.g. \"2.9.x\"")
+        }
+        _ => format!("{VERSION_FIELD} is missing (a version or range is required)"),
+    }
+}
+
+/// The days left before a deadline, as its warning says them: `1 day`, `3 days`.
+fn days_left(days: i64) -> String {
+    let unit = if days == 1 { "day" } else { "days" };
+    format!("{days} {unit}")
+}
+
+/// The components an instance runs: each listed name once, in the order given, or the
+/// default ones when it lists none.
+fn listed_components(spec: &Value) -> Vec<&str> {
+    let mut seen = HashSet::new();
+    match spec.get("components").and_then(Value::as_array) {
+        Some(items) => items
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|n| seen.insert(*n))
+            .collect(),
+        None => DEFAULT_COMPONENTS.to_vec(),
+    }
+}
+
+impl Checker<'_> {
+    /// The instance's version range, when it has one that parses; a violation otherwise.
+    fn instance_range(&mut self) -> Option<Range> {
+        let parsed = self.string("/distribution/version").map(Range::parse);
+        match parsed {
+            None => {
+                let message = version_not_a_string(self.spec.pointer("/distribution/version"));
+                self.violation(VERSION_FIELD, message);
+                None
+            }
+            Some(Err(err)) => {
+                self.violation(VERSION_FIELD, format!("{VERSION_FIELD}: {err}"));
+                None
+            }
+            Some(Ok(range)) => Some(range),
+        }
+    }
+
+    /// Every version the instance's range allows must be inside the policy's range.
+    fn version_allowed(&mut self, instance: &Range, allowed: Option<&Range>) {
+        let Some(allowed) = allowed else {
+            return;
         };
-        if let Some(allowed) = &components.allowed {
+        if !instance.is_within(allowed) {
+            let message = format!(
+                "{VERSION_FIELD} {} is outside {:?} allowed by {}",
+                quote(instance.text()),
+                allowed.text(),
+                self.by
+            );
+            self.violation(VERSION_FIELD, message);
+        }
+    }
+
+    /// A range reaching below the deadline's minimum: a violation from the deadline's day, a
+    /// warning in the days before it, nothing earlier.
+    fn deadline(&mut self, instance: &Range, deadline: Option<&Deadline>, day: i64) {
+        let Some(deadline) = deadline else {
+            return;
+        };
+        if instance.low() >= deadline.minimum {
+            return;
+        }
+        let head = format!(
+            "{VERSION_FIELD} {} allows versions below {}, which {} requires",
+            quote(instance.text()),
+            deadline.minimum_text,
+            self.by
+        );
+        if day >= deadline.day {
+            self.violation(VERSION_FIELD, format!("{head} since {}", deadline.date));
+        } else if day >= deadline.day - i64::from(deadline.warn_days) {
+            let left = days_left(deadline.day - day);
+            self.out
+                .warnings
+                .push(format!("{head} from {} (in {left})", deadline.date));
+        }
+    }
+
+    /// Each component the instance runs must be allowed, and each required one run.
+    fn components(&mut self, rules: &ComponentRules) {
+        let spec = self.spec;
+        let listed = listed_components(spec);
+        if let Some(allowed) = &rules.allowed {
             for name in listed.iter().filter(|n| !allowed.iter().any(|a| a == *n)) {
                 let message = format!(
                     "spec.components {} is not one of {} allowed by {}",
                     quote(name),
                     quoted(allowed),
-                    check.by
+                    self.by
                 );
-                check.violation("spec.components", message);
+                self.violation("spec.components", message);
             }
         }
-        for name in components
+        for name in rules
             .required
             .iter()
             .filter(|r| !listed.contains(&r.as_str()))
         {
-            let message = format!("spec.components lacks {name:?}, required by {}", check.by);
-            check.violation("spec.components", message);
+            let message = format!("spec.components lacks {name:?}, required by {}", self.by);
+            self.violation("spec.components", message);
         }
     }
 
-    if let Some(cluster) = &rules.cluster {
-        check.requirement(
+    /// The cluster's multitenancy and network policy settings, and its size.
+    fn cluster(&mut self, rules: &ClusterRules) {
+        self.requirement(
             "spec.cluster.multitenant",
             "/cluster/multitenant",
-            cluster.multitenant,
+            rules.multitenant,
             false,
         );
-        check.requirement(
+        self.requirement(
             "spec.cluster.networkPolicy",
             "/cluster/networkPolicy",
-            cluster.network_policy,
+            rules.network_policy,
             true,
         );
-        check.patterns("spec.cluster.size", "/cluster/size", cluster.sizes.as_ref());
+        self.patterns("spec.cluster.size", "/cluster/size", rules.sizes.as_ref());
     }
 
-    if let Some(sync) = &rules.sync {
-        check.patterns("spec.sync.url", "/sync/url", Some(&sync.urls));
-    }
-
-    if let Some(kustomize) = &rules.kustomize {
-        let has_patches = spec
+    /// Kustomize patches, when the policy allows none.
+    fn kustomize(&mut self, rules: &KustomizeRules) {
+        let has_patches = self
+            .spec
             .pointer("/kustomize/patches")
             .and_then(Value::as_array)
             .is_some_and(|p| !p.is_empty());
-        if has_patches && !kustomize.allow_patches {
+        if has_patches && !rules.allow_patches {
             let message = format!(
                 "spec.kustomize.patches is set; {} allows no kustomize patches",
-                check.by
+                self.by
             );
-            check.violation("spec.kustomize.patches", message);
+            self.violation("spec.kustomize.patches", message);
         }
     }
-    check.finish()
 }
 
 /// `"a", "b"`.
@@ -280,4 +335,41 @@ fn quoted(items: &[String]) -> String {
         .map(|i| format!("{i:?}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn listed_components_are_each_once_in_order_or_the_defaults() {
+        let spec = json!({"components": ["b", "a", "b", 3, "c"]});
+        assert_eq!(listed_components(&spec), ["b", "a", "c"]);
+        assert_eq!(listed_components(&json!({})), DEFAULT_COMPONENTS);
+    }
+
+    #[test]
+    fn a_version_that_is_no_string_is_said_as_what_it_is() {
+        let field = VERSION_FIELD;
+        assert_eq!(
+            version_not_a_string(None),
+            format!("{field} is missing (a version or range is required)")
+        );
+        assert_eq!(
+            version_not_a_string(Some(&Value::Null)),
+            format!("{field} is missing (a version or range is required)")
+        );
+        assert_eq!(
+            version_not_a_string(Some(&json!(true))),
+            format!("{field} is true, not a string: quote it, e.g. \"2.9.x\"")
+        );
+    }
+
+    #[test]
+    fn days_left_count_one_day_alone() {
+        assert_eq!(days_left(1), "1 day");
+        assert_eq!(days_left(3), "3 days");
+    }
 }
