@@ -36,7 +36,6 @@ const NOT_YET_SPLIT: &[(&str, &str)] = &[
     ("agent/src/operator/source/mod.rs", "pull"),
     ("agent/src/policy/admission.rs", "run"),
     ("agent/src/policy/enforcement.rs", "run"),
-    ("agent/core/src/policy/mod.rs", "from_document"),
     ("plugin/src/commands/adopt/mod.rs", "render_plan"),
     ("plugin/src/commands/fleet/mod.rs", "run"),
     ("plugin/src/commands/fleet/render.rs", "render_status"),

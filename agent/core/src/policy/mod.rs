@@ -239,6 +239,32 @@ pub struct Deadline {
 }
 
 impl Deadline {
+    /// `spec.distribution.upgradeDeadline` parsed: its minimum version's lowest release, and
+    /// its date as a day.
+    fn from_rule(rule: &UpgradeDeadline) -> Result<Self, PolicyError> {
+        let minimum = Range::parse(&rule.minimum_version)
+            .map_err(|source| PolicyError::Range {
+                field: "spec.distribution.upgradeDeadline.minimumVersion",
+                source,
+            })?
+            .low();
+        let day = parse_date(&rule.date).ok_or_else(|| PolicyError::Date {
+            field: "spec.distribution.upgradeDeadline.date",
+            value: rule.date.clone(),
+        })?;
+        Ok(Deadline {
+            minimum,
+            minimum_text: rule
+                .minimum_version
+                .trim()
+                .trim_start_matches('v')
+                .to_owned(),
+            date: rule.date.clone(),
+            day,
+            warn_days: rule.warn_days,
+        })
+    }
+
     /// The minimum version as written, without a leading `v`.
     pub fn minimum_version(&self) -> &str {
         &self.minimum_text
@@ -262,115 +288,19 @@ impl Policy {
         Self::from_document(document)
     }
 
+    /// Checks a document in the order of its fields: what it is (apiVersion, kind, name,
+    /// generation), then the clusters, the operator, the distribution, the components, the
+    /// cluster sizes, the sync URLs, and last the defaults against the policy itself.
     pub fn from_document(document: Document) -> Result<Self, PolicyError> {
-        if document.api_version != API_VERSION {
-            return Err(PolicyError::ApiVersion {
-                found: document.api_version,
-            });
-        }
-        if document.kind != KIND {
-            return Err(PolicyError::Kind {
-                found: document.kind,
-            });
-        }
-        if document.metadata.name.trim().is_empty() {
-            return Err(PolicyError::Name);
-        }
+        check_header(&document)?;
         let spec = &document.spec;
-        if spec.generation == 0 {
-            return Err(PolicyError::Generation);
-        }
         clusters::check(spec.clusters.as_deref())?;
-        let by = format!("policy generation {}", spec.generation);
-        let operator_versions = spec
-            .operator
-            .as_ref()
-            .and_then(|o| o.versions.as_deref())
-            .map(|v| AllowedVersions::parse(v, by.clone()))
-            .transpose()
-            .map_err(PolicyError::OperatorVersions)?;
-        non_empty(
-            spec.operator.as_ref().and_then(|o| o.bundles.as_ref()),
-            "spec.operator.bundles",
-        )?;
-        vouch::check(spec.operator.as_ref().map_or(&[], |o| &o.vouched[..]))?;
-        if let Some(bundle) = spec.operator.as_ref().and_then(|o| o.bundle.as_deref()) {
-            check_bundle(
-                bundle,
-                spec.operator.as_ref().and_then(|o| o.bundles.as_deref()),
-            )?;
-        }
-        let distribution = spec.distribution.as_ref();
-        let distribution_versions = distribution
-            .and_then(|d| d.versions.as_deref())
-            .map(Range::parse)
-            .transpose()
-            .map_err(|source| PolicyError::Range {
-                field: "spec.distribution.versions",
-                source,
-            })?;
-        non_empty(
-            distribution.and_then(|d| d.registries.as_ref()),
-            "spec.distribution.registries",
-        )?;
-        non_empty(
-            distribution.and_then(|d| d.artifacts.as_ref()),
-            "spec.distribution.artifacts",
-        )?;
-        let deadline = distribution
-            .and_then(|d| d.upgrade_deadline.as_ref())
-            .map(|d| -> Result<Deadline, PolicyError> {
-                let minimum = Range::parse(&d.minimum_version)
-                    .map_err(|source| PolicyError::Range {
-                        field: "spec.distribution.upgradeDeadline.minimumVersion",
-                        source,
-                    })?
-                    .low();
-                let day = parse_date(&d.date).ok_or_else(|| PolicyError::Date {
-                    field: "spec.distribution.upgradeDeadline.date",
-                    value: d.date.clone(),
-                })?;
-                Ok(Deadline {
-                    minimum,
-                    minimum_text: d.minimum_version.trim().trim_start_matches('v').to_owned(),
-                    date: d.date.clone(),
-                    day,
-                    warn_days: d.warn_days,
-                })
-            })
-            .transpose()?;
+        let operator_versions = check_operator(spec.operator.as_ref(), spec.generation)?;
+        let (distribution_versions, deadline) = check_distribution(spec.distribution.as_ref())?;
         if let Some(components) = &spec.components {
-            let allowed = components.allowed.as_deref();
-            non_empty(
-                allowed.map(<[_]>::to_vec).as_ref(),
-                "spec.components.allowed",
-            )?;
-            for (field, names) in [
-                ("spec.components.allowed", allowed.unwrap_or_default()),
-                ("spec.components.required", &components.required[..]),
-            ] {
-                if let Some(name) = names
-                    .iter()
-                    .find(|n| !KNOWN_COMPONENTS.contains(&n.as_str()))
-                {
-                    return Err(PolicyError::Component {
-                        field,
-                        name: name.clone(),
-                    });
-                }
-            }
-            if let Some(allowed) = allowed
-                && let Some(name) = components.required.iter().find(|n| !allowed.contains(n))
-            {
-                return Err(PolicyError::RequiredNotAllowed { name: name.clone() });
-            }
+            check_components(components)?;
         }
-        if let Some(sizes) = spec.cluster.as_ref().and_then(|c| c.sizes.as_ref()) {
-            non_empty(Some(sizes), "spec.cluster.sizes")?;
-            if let Some(name) = sizes.iter().find(|s| !KNOWN_SIZES.contains(&s.as_str())) {
-                return Err(PolicyError::Size { name: name.clone() });
-            }
-        }
+        check_sizes(spec.cluster.as_ref().and_then(|c| c.sizes.as_ref()))?;
         if let Some(sync) = &spec.sync {
             non_empty(Some(&sync.urls), "spec.sync.urls")?;
         }
@@ -380,19 +310,25 @@ impl Policy {
             operator_versions,
             deadline,
         };
-        if let Some(defaults) = &policy.document.spec.defaults {
-            if !defaults.is_object() {
-                return Err(PolicyError::DefaultsShape);
-            }
-            // Defaults that the policy would refuse could never be created: say so now, at
-            // signing time, rather than in the tenant's cluster. Deadlines are left out: they
-            // move with the calendar.
-            let violations = policy.evaluate_at(defaults, i64::MIN).violations;
-            if !violations.is_empty() {
-                return Err(PolicyError::Defaults(violations));
-            }
-        }
+        policy.check_defaults()?;
         Ok(policy)
+    }
+
+    /// Defaults that the policy would refuse could never be created: say so now, at signing
+    /// time, rather than in the tenant's cluster. Deadlines are left out: they move with the
+    /// calendar.
+    fn check_defaults(&self) -> Result<(), PolicyError> {
+        let Some(defaults) = &self.document.spec.defaults else {
+            return Ok(());
+        };
+        if !defaults.is_object() {
+            return Err(PolicyError::DefaultsShape);
+        }
+        let violations = self.evaluate_at(defaults, i64::MIN).violations;
+        if !violations.is_empty() {
+            return Err(PolicyError::Defaults(violations));
+        }
+        Ok(())
     }
 
     pub fn document(&self) -> &Document {
@@ -472,6 +408,120 @@ impl fmt::Display for Policy {
             self.generation()
         )
     }
+}
+
+/// The document is a policy: its apiVersion and kind, a name, a generation of 1 or more.
+fn check_header(document: &Document) -> Result<(), PolicyError> {
+    if document.api_version != API_VERSION {
+        return Err(PolicyError::ApiVersion {
+            found: document.api_version.clone(),
+        });
+    }
+    if document.kind != KIND {
+        return Err(PolicyError::Kind {
+            found: document.kind.clone(),
+        });
+    }
+    if document.metadata.name.trim().is_empty() {
+        return Err(PolicyError::Name);
+    }
+    if document.spec.generation == 0 {
+        return Err(PolicyError::Generation);
+    }
+    Ok(())
+}
+
+/// `spec.operator`: its versions (returned, parsed), its bundle patterns, the releases it
+/// vouches for, and the bundle it names.
+fn check_operator(
+    operator: Option<&OperatorRules>,
+    generation: u64,
+) -> Result<Option<AllowedVersions>, PolicyError> {
+    let by = format!("policy generation {generation}");
+    let versions = operator
+        .and_then(|o| o.versions.as_deref())
+        .map(|v| AllowedVersions::parse(v, by))
+        .transpose()
+        .map_err(PolicyError::OperatorVersions)?;
+    non_empty(
+        operator.and_then(|o| o.bundles.as_ref()),
+        "spec.operator.bundles",
+    )?;
+    vouch::check(operator.map_or(&[], |o| &o.vouched[..]))?;
+    if let Some(bundle) = operator.and_then(|o| o.bundle.as_deref()) {
+        check_bundle(bundle, operator.and_then(|o| o.bundles.as_deref()))?;
+    }
+    Ok(versions)
+}
+
+/// `spec.distribution`: its version range and upgrade deadline (returned, parsed), and its
+/// registry and artifact patterns.
+fn check_distribution(
+    distribution: Option<&DistributionRules>,
+) -> Result<(Option<Range>, Option<Deadline>), PolicyError> {
+    let versions = distribution
+        .and_then(|d| d.versions.as_deref())
+        .map(Range::parse)
+        .transpose()
+        .map_err(|source| PolicyError::Range {
+            field: "spec.distribution.versions",
+            source,
+        })?;
+    non_empty(
+        distribution.and_then(|d| d.registries.as_ref()),
+        "spec.distribution.registries",
+    )?;
+    non_empty(
+        distribution.and_then(|d| d.artifacts.as_ref()),
+        "spec.distribution.artifacts",
+    )?;
+    let deadline = distribution
+        .and_then(|d| d.upgrade_deadline.as_ref())
+        .map(Deadline::from_rule)
+        .transpose()?;
+    Ok((versions, deadline))
+}
+
+/// `spec.components`: a non-empty allowed list, Flux components only, and nothing required
+/// that the allowed list leaves out.
+fn check_components(components: &ComponentRules) -> Result<(), PolicyError> {
+    let allowed = components.allowed.as_deref();
+    non_empty(
+        allowed.map(<[_]>::to_vec).as_ref(),
+        "spec.components.allowed",
+    )?;
+    for (field, names) in [
+        ("spec.components.allowed", allowed.unwrap_or_default()),
+        ("spec.components.required", &components.required[..]),
+    ] {
+        if let Some(name) = names
+            .iter()
+            .find(|n| !KNOWN_COMPONENTS.contains(&n.as_str()))
+        {
+            return Err(PolicyError::Component {
+                field,
+                name: name.clone(),
+            });
+        }
+    }
+    if let Some(allowed) = allowed
+        && let Some(name) = components.required.iter().find(|n| !allowed.contains(n))
+    {
+        return Err(PolicyError::RequiredNotAllowed { name: name.clone() });
+    }
+    Ok(())
+}
+
+/// `spec.cluster.sizes`, when set: not empty, known sizes only.
+fn check_sizes(sizes: Option<&Vec<String>>) -> Result<(), PolicyError> {
+    let Some(sizes) = sizes else {
+        return Ok(());
+    };
+    non_empty(Some(sizes), "spec.cluster.sizes")?;
+    if let Some(name) = sizes.iter().find(|s| !KNOWN_SIZES.contains(&s.as_str())) {
+        return Err(PolicyError::Size { name: name.clone() });
+    }
+    Ok(())
 }
 
 /// `spec.operator.bundle`: a source of a kind the agent reads, inside the policy's own

@@ -353,6 +353,47 @@ fn dates_count_days_since_the_epoch() {
     assert!(today() > parse_date("2025-01-01").unwrap());
 }
 
+#[test]
+fn a_deadline_keeps_its_minimum_as_written_without_the_v() {
+    let rule = |minimum: &str, date: &str| UpgradeDeadline {
+        minimum_version: minimum.to_owned(),
+        date: date.to_owned(),
+        warn_days: 14,
+    };
+    let deadline = Deadline::from_rule(&rule(" v2.8.0", "2026-09-01")).unwrap();
+    assert_eq!(deadline.minimum, Release::new(2, 8, 0));
+    assert_eq!(deadline.minimum_version(), "2.8.0");
+    assert_eq!(deadline.day, day("2026-09-01"));
+    assert_eq!(deadline.warn_days(), 14);
+    let err = Deadline::from_rule(&rule("soon", "2026-09-01")).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "spec.distribution.upgradeDeadline.minimumVersion"
+    );
+    let err = Deadline::from_rule(&rule("2.8.0", "2026-9-1")).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "spec.distribution.upgradeDeadline.date \"2026-9-1\" is not a date (YYYY-MM-DD)"
+    );
+}
+
+#[test]
+fn cluster_sizes_are_known_ones_and_at_least_one() {
+    let sizes = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    assert!(check_sizes(None).is_ok());
+    assert!(check_sizes(Some(&sizes(&["small", "large"]))).is_ok());
+    assert!(matches!(
+        check_sizes(Some(&sizes(&[]))),
+        Err(PolicyError::EmptyList {
+            field: "spec.cluster.sizes"
+        })
+    ));
+    assert!(matches!(
+        check_sizes(Some(&sizes(&["small", "huge"]))),
+        Err(PolicyError::Size { name }) if name == "huge"
+    ));
+}
+
 /// Every error of `document` against deploy/policy/policy.schema.json, by a complete JSON
 /// Schema (2020-12) validator: patterns, lengths and formats count too.
 fn validate(document: &str) -> Vec<String> {
