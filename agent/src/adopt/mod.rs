@@ -752,59 +752,53 @@ impl Adopter {
         let _one = self.lock.lock().await;
         let facts = self.facts().await?;
         let plan = self.plan(&facts);
-        match plan.case {
-            Case::Refused => return Err(AdoptError::Refused(plan.refusals.join("; "))),
-            Case::None => {
-                return Ok(Adopted {
-                    plan,
-                    done: Vec::new(),
-                    kustomizations: Vec::new(),
-                });
-            }
-            Case::FluxInstall | Case::Operator => {}
-        }
-        if plan.rollout && !options.allow_rollout {
-            return Err(AdoptError::Refused(format!(
-                "{}; run again with --allow-rollout to accept it",
-                plan.rollout_reason
-            )));
+        if !goes_ahead(&plan, options.allow_rollout)? {
+            return Ok(Adopted {
+                plan,
+                done: Vec::new(),
+                kustomizations: Vec::new(),
+            });
         }
         let kustomizations = health::list(&self.client)
             .await
             .map_err(|e| AdoptError::NotReady(chain(&e)))?;
-        let undecided = |err: String| AdoptError::NotReady(format!("authorizing adoption: {err}"));
-        // Every write is authorized before the first one is made.
-        if plan.case == Case::FluxInstall && plan.instance.is_some() {
-            let write = Write::CreateInstance {
-                namespace: plan.namespace.clone(),
-            };
-            if !caller.may(&write).await.map_err(undecided)? {
-                return Err(AdoptError::Denied(format!(
-                    "adopting this Flux creates FluxInstance {}/{INSTANCE_NAME}, and you may not create FluxInstances there",
-                    plan.namespace
-                )));
-            }
-        }
-        // Only what the caller may patch is asked to reconcile (and reported back).
-        let mut healthy = Vec::new();
-        let mut skipped = 0;
-        for k in health::snapshot(&kustomizations) {
-            let write = Write::AnnotateKustomization {
-                namespace: k.namespace.clone(),
-                name: k.name.clone(),
-            };
-            if caller.may(&write).await.map_err(undecided)? {
-                healthy.push(k);
-            } else {
-                skipped += 1;
-            }
-        }
+        let (mut healthy, skipped) = authorize_writes(&plan, &kustomizations, caller).await?;
         let timeout = apply_timeout(options.timeout_seconds).map_err(AdoptError::Refused)?;
         let deadline = tokio::time::Instant::now() + timeout;
         self.record("adopting", &plan, options.allow_rollout, &facts)
             .await?;
         crate::failpoint("adopt-recorded-adopting").await;
-        // First: from here on, Helm removing its releases leaves Flux in place.
+        let mut done = self.take_over(&plan, &facts, deadline).await?;
+        self.request_reconciles(&healthy, &kustomizations).await?;
+        self.wait_ready_again(&mut healthy, deadline, timeout)
+            .await?;
+        done.extend(health_done(healthy.len(), skipped));
+        self.record("adopted", &plan, options.allow_rollout, &facts)
+            .await?;
+        done.push(format!(
+            "recorded the adoption in ConfigMap {}/{RECORD_NAME}",
+            self.agent_namespace
+        ));
+        tracing::info!(summary = %plan.summary, "adopted the Flux that runs");
+        Ok(Adopted {
+            plan: AdoptionPlan {
+                adopted: true,
+                ..plan
+            },
+            done,
+            kustomizations: healthy,
+        })
+    }
+
+    /// The adoption's writes, in the order that keeps Flux in place: first the marks (from
+    /// here on, Helm removing its releases leaves Flux in place), then Helm's ownership off the
+    /// FluxInstance, then the FluxInstance a `flux install` lacks. Returns what was done.
+    async fn take_over(
+        &self,
+        plan: &AdoptionPlan,
+        facts: &Facts,
+        deadline: tokio::time::Instant,
+    ) -> Result<Vec<String>, AdoptError> {
         let mut done = self.apply_marks(&facts.marks).await?;
         if let Some(instance) = facts.instances.first().filter(|i| i.helm_owned()) {
             self.release_from_helm(instance).await?;
@@ -825,49 +819,33 @@ impl Adopter {
                 plan.namespace
             ));
         }
-        self.request_reconciles(&healthy, &kustomizations).await?;
+        Ok(done)
+    }
+
+    /// Waits, polling every second until `deadline`, for every Kustomization in `healthy` to
+    /// be Ready again at its revision.
+    async fn wait_ready_again(
+        &self,
+        healthy: &mut [Healthy],
+        deadline: tokio::time::Instant,
+        timeout: Duration,
+    ) -> Result<(), AdoptError> {
         loop {
             let live = health::list(&self.client)
                 .await
                 .map_err(|e| AdoptError::NotReady(chain(&e)))?;
-            if health::check(&mut healthy, &live) {
-                break;
+            if health::check(healthy, &live) {
+                return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(AdoptError::NotReady(format!(
                     "adopted, but not every Kustomization Ready before is Ready again after {}s: {}",
                     timeout.as_secs(),
-                    health::not_ready(&healthy).join("; ")
+                    health::not_ready(healthy).join("; ")
                 )));
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
-        if !healthy.is_empty() {
-            done.push(format!(
-                "{} Kustomization(s) Ready before are Ready again at their revisions",
-                healthy.len()
-            ));
-        }
-        if skipped > 0 {
-            done.push(format!(
-                "{skipped} Ready Kustomization(s) you may not patch were not asked to reconcile or checked"
-            ));
-        }
-        self.record("adopted", &plan, options.allow_rollout, &facts)
-            .await?;
-        done.push(format!(
-            "recorded the adoption in ConfigMap {}/{RECORD_NAME}",
-            self.agent_namespace
-        ));
-        tracing::info!(summary = %plan.summary, "adopted the Flux that runs");
-        Ok(Adopted {
-            plan: AdoptionPlan {
-                adopted: true,
-                ..plan
-            },
-            done,
-            kustomizations: healthy,
-        })
     }
 
     /// Removes Helm's ownership from the FluxInstance: a merge patch of its metadata only, so
@@ -1071,6 +1049,77 @@ struct Payload {
     unkept: bool,
 }
 
+/// Whether an apply goes on to adopt: not when nothing runs (`Ok(false)`), and never when the
+/// plan refuses or would roll the controllers out without `allow_rollout`.
+fn goes_ahead(plan: &AdoptionPlan, allow_rollout: bool) -> Result<bool, AdoptError> {
+    match plan.case {
+        Case::Refused => return Err(AdoptError::Refused(plan.refusals.join("; "))),
+        Case::None => return Ok(false),
+        Case::FluxInstall | Case::Operator => {}
+    }
+    if plan.rollout && !allow_rollout {
+        return Err(AdoptError::Refused(format!(
+            "{}; run again with --allow-rollout to accept it",
+            plan.rollout_reason
+        )));
+    }
+    Ok(true)
+}
+
+/// Every write is authorized before the first one is made: the FluxInstance a `flux install`
+/// adoption creates, then the reconcile asked of each Kustomization Ready now. Only what the
+/// caller may patch is asked to reconcile (and reported back): returns those, and how many
+/// were left out.
+async fn authorize_writes(
+    plan: &AdoptionPlan,
+    kustomizations: &[Value],
+    caller: &impl Authorize,
+) -> Result<(Vec<Healthy>, usize), AdoptError> {
+    let undecided = |err: String| AdoptError::NotReady(format!("authorizing adoption: {err}"));
+    if plan.case == Case::FluxInstall && plan.instance.is_some() {
+        let write = Write::CreateInstance {
+            namespace: plan.namespace.clone(),
+        };
+        if !caller.may(&write).await.map_err(undecided)? {
+            return Err(AdoptError::Denied(format!(
+                "adopting this Flux creates FluxInstance {}/{INSTANCE_NAME}, and you may not create FluxInstances there",
+                plan.namespace
+            )));
+        }
+    }
+    let mut healthy = Vec::new();
+    let mut skipped = 0;
+    for k in health::snapshot(kustomizations) {
+        let write = Write::AnnotateKustomization {
+            namespace: k.namespace.clone(),
+            name: k.name.clone(),
+        };
+        if caller.may(&write).await.map_err(undecided)? {
+            healthy.push(k);
+        } else {
+            skipped += 1;
+        }
+    }
+    Ok((healthy, skipped))
+}
+
+/// What the health check did, as the apply reports it: how many Kustomizations are Ready
+/// again, and how many the caller may not patch were left out.
+fn health_done(healthy: usize, skipped: usize) -> Vec<String> {
+    let mut done = Vec::new();
+    if healthy > 0 {
+        done.push(format!(
+            "{healthy} Kustomization(s) Ready before are Ready again at their revisions"
+        ));
+    }
+    if skipped > 0 {
+        done.push(format!(
+            "{skipped} Ready Kustomization(s) you may not patch were not asked to reconcile or checked"
+        ));
+    }
+    done
+}
+
 /// Whether an object's Ready condition (in `data`, its fields beside metadata) is True for its
 /// `generation`, and the condition's message.
 fn ready_condition(generation: Option<i64>, data: &Value) -> (bool, Option<String>) {
@@ -1161,5 +1210,45 @@ mod tests {
         let refused = apply_timeout(1801).unwrap_err();
         assert!(refused.contains("at most 30m"), "{refused}");
         assert!(apply_timeout(u32::MAX).is_err());
+    }
+
+    /// A plan of `case`, with a rollout or not.
+    fn plan_of(case: Case, rollout: bool) -> AdoptionPlan {
+        AdoptionPlan {
+            case,
+            rollout,
+            rollout_reason: "the controllers restart".into(),
+            refusals: vec!["one".into(), "two".into()],
+            ..plan::plan(&Facts::default(), &Agent::default())
+        }
+    }
+
+    #[test]
+    fn an_apply_goes_ahead_only_on_a_plan_that_adopts_and_a_rollout_allowed() {
+        assert!(!goes_ahead(&plan_of(Case::None, true), false).unwrap());
+        assert!(goes_ahead(&plan_of(Case::Operator, false), false).unwrap());
+        assert!(goes_ahead(&plan_of(Case::FluxInstall, true), true).unwrap());
+        let refused = goes_ahead(&plan_of(Case::Refused, false), true).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "adoption refused, nothing was changed: one; two"
+        );
+        let rollout = goes_ahead(&plan_of(Case::Operator, true), false).unwrap_err();
+        assert_eq!(
+            rollout.to_string(),
+            "adoption refused, nothing was changed: the controllers restart; run again with --allow-rollout to accept it"
+        );
+    }
+
+    #[test]
+    fn the_health_check_reports_what_it_checked_and_what_it_left_out() {
+        assert!(health_done(0, 0).is_empty());
+        assert_eq!(
+            health_done(2, 1),
+            [
+                "2 Kustomization(s) Ready before are Ready again at their revisions",
+                "1 Ready Kustomization(s) you may not patch were not asked to reconcile or checked"
+            ]
+        );
     }
 }
