@@ -237,9 +237,38 @@ fn list(found: &[Found]) -> String {
         .join(" and ")
 }
 
-/// The plan from `facts`.
+/// The plan from `facts`: the refusals first (one Flux, in one namespace, the agent's operator
+/// namespace), Helm's records that own it, then the case and what it takes over, changes and
+/// keeps.
 pub fn plan(facts: &Facts, agent: &Agent<'_>) -> AdoptionPlan {
-    let mut plan = AdoptionPlan {
+    let mut plan = unplanned(facts, agent);
+    plan.refusals.extend(one_flux_only(facts));
+    let Some(namespace) = flux_namespace(facts) else {
+        plan.summary = nothing_to_adopt(facts, agent);
+        return plan;
+    };
+    plan.namespace.clone_from(&namespace);
+    if plan.refusals.is_empty() {
+        plan.refusals.extend(one_namespace_only(facts, &namespace));
+    }
+    plan.refusals
+        .extend(in_operator_namespace(&namespace, agent));
+    owning_helm_records(&mut plan, facts);
+    if !plan.refusals.is_empty() {
+        plan.case = Case::Refused;
+        plan.summary = format!("adoption refused: {}", plan.refusals.join("; "));
+        return plan;
+    }
+    decide_case(&mut plan, facts, agent);
+    if matches!(plan.case, Case::Operator | Case::FluxInstall) {
+        keep_from_helm(&mut plan, &facts.marks);
+    }
+    plan
+}
+
+/// The plan before anything is decided: what was found, and nothing to do yet.
+fn unplanned(facts: &Facts, agent: &Agent<'_>) -> AdoptionPlan {
+    AdoptionPlan {
         case: Case::None,
         summary: String::new(),
         namespace: String::new(),
@@ -262,39 +291,57 @@ pub fn plan(facts: &Facts, agent: &Agent<'_>) -> AdoptionPlan {
         ignored: facts.ignored.clone(),
         marks: Vec::new(),
         hidden: Vec::new(),
-    };
+    }
+}
+
+/// The refusals of more than one Flux: two flux-operators, two FluxInstances.
+fn one_flux_only(facts: &Facts) -> Vec<String> {
+    let mut refusals = Vec::new();
     if facts.operators.len() > 1 {
-        plan.refusals.push(format!(
+        refusals.push(format!(
             "{} flux-operators run: {}; adopt one Flux only (remove the other install first)",
             facts.operators.len(),
             list(&facts.operators)
         ));
     }
     if facts.instances.len() > 1 {
-        plan.refusals.push(format!(
+        refusals.push(format!(
             "{} FluxInstances exist: {}; flux-operator reconciles one per cluster (delete the other first)",
             facts.instances.len(),
             list(&facts.instances)
         ));
     }
-    let namespace = facts
+    refusals
+}
+
+/// The namespace Flux runs in: the FluxInstance's, else the operator's, else the controllers';
+/// `None` when nothing of Flux runs.
+fn flux_namespace(facts: &Facts) -> Option<String> {
+    facts
         .instances
         .first()
         .or(facts.operators.first())
         .or(facts.controllers.first())
-        .map(|f| f.namespace.clone());
-    let Some(namespace) = namespace else {
-        plan.summary = if facts.ignored.is_empty() {
-            "nothing to adopt: no flux-operator, FluxInstance or Flux controller runs in this cluster".into()
-        } else {
-            format!(
-                "nothing to adopt in the operator namespace {}: the Deployments named like Flux's elsewhere are ignored (anyone who administers their namespace can create one); if one of them is the Flux to adopt, install the agent with operatorNamespace set to its namespace",
-                quote(agent.operator_namespace)
-            )
-        };
-        return plan;
-    };
-    plan.namespace.clone_from(&namespace);
+        .map(|f| f.namespace.clone())
+}
+
+/// The summary of a cluster where nothing of Flux runs, saying why Deployments named like
+/// Flux's were ignored when there are some.
+fn nothing_to_adopt(facts: &Facts, agent: &Agent<'_>) -> String {
+    if facts.ignored.is_empty() {
+        "nothing to adopt: no flux-operator, FluxInstance or Flux controller runs in this cluster"
+            .into()
+    } else {
+        format!(
+            "nothing to adopt in the operator namespace {}: the Deployments named like Flux's elsewhere are ignored (anyone who administers their namespace can create one); if one of them is the Flux to adopt, install the agent with operatorNamespace set to its namespace",
+            quote(agent.operator_namespace)
+        )
+    }
+}
+
+/// The refusal of a Flux that runs in more namespaces than `namespace`, naming what runs in
+/// the others.
+fn one_namespace_only(facts: &Facts, namespace: &str) -> Option<String> {
     let elsewhere: Vec<&Found> = facts
         .operators
         .iter()
@@ -302,22 +349,31 @@ pub fn plan(facts: &Facts, agent: &Agent<'_>) -> AdoptionPlan {
         .chain(&facts.controllers)
         .filter(|f| f.namespace != namespace)
         .collect();
-    if !elsewhere.is_empty() && plan.refusals.is_empty() {
-        plan.refusals.push(format!(
+    (!elsewhere.is_empty()).then(|| {
+        format!(
             "Flux runs in more than one namespace ({} besides {namespace}); adopt one Flux only",
             elsewhere
                 .iter()
                 .map(|f| f.describe())
                 .collect::<Vec<_>>()
                 .join(", ")
-        ));
-    }
-    if agent.operator_namespace != namespace {
-        plan.refusals.push(format!(
+        )
+    })
+}
+
+/// The refusal of a Flux outside the agent's operator namespace, with the setting to use.
+fn in_operator_namespace(namespace: &str, agent: &Agent<'_>) -> Option<String> {
+    (agent.operator_namespace != namespace).then(|| {
+        format!(
             "Flux runs in namespace {namespace} but the agent's operator namespace is {}: install the agent with operatorNamespace: {namespace} (--operator-namespace={namespace})",
             quote(agent.operator_namespace)
-        ));
-    }
+        )
+    })
+}
+
+/// Helm's records of the releases that own Flux, and the commands that delete them after
+/// adoption; or the note saying why they are not named.
+fn owning_helm_records(plan: &mut AdoptionPlan, facts: &Facts) {
     match &facts.helm_records {
         Ok(records) => {
             let owning = facts.owning_releases();
@@ -334,18 +390,17 @@ pub fn plan(facts: &Facts, agent: &Agent<'_>) -> AdoptionPlan {
         }
         Err(note) => plan.helm_records_note.clone_from(note),
     }
-    if !plan.refusals.is_empty() {
-        plan.case = Case::Refused;
-        plan.summary = format!("adoption refused: {}", plan.refusals.join("; "));
-        return plan;
-    }
+}
+
+/// Which install runs, and the plan of its case.
+fn decide_case(plan: &mut AdoptionPlan, facts: &Facts, agent: &Agent<'_>) {
     match (facts.operators.first(), facts.instances.first()) {
         // Controllers without a FluxInstance: `flux install`, whether or not a flux-operator
         // (e.g. the agent's own, installed from its bundle) runs beside them already.
         (operator, None) if !facts.controllers.is_empty() => {
-            flux_install_case(&mut plan, operator, agent);
+            flux_install_case(plan, operator, agent);
         }
-        (Some(operator), instance) => operator_case(&mut plan, operator, instance, agent),
+        (Some(operator), instance) => operator_case(plan, operator, instance, agent),
         (None, Some(instance)) => {
             plan.case = Case::Refused;
             plan.refusals.push(format!(
@@ -354,12 +409,8 @@ pub fn plan(facts: &Facts, agent: &Agent<'_>) -> AdoptionPlan {
             ));
             plan.summary = format!("adoption refused: {}", plan.refusals.join("; "));
         }
-        (None, None) => flux_install_case(&mut plan, None, agent),
+        (None, None) => flux_install_case(plan, None, agent),
     }
-    if matches!(plan.case, Case::Operator | Case::FluxInstall) {
-        keep_from_helm(&mut plan, &facts.marks);
-    }
-    plan
 }
 
 /// Helm deletes what its releases hold on `helm uninstall` and what an upgrade drops: adoption
@@ -681,6 +732,30 @@ mod tests {
             bundle_version: bundle,
             policy: None,
         }
+    }
+
+    #[test]
+    fn flux_runs_where_its_instance_else_its_operator_else_its_controllers_are() {
+        let mut facts = Facts {
+            controllers: vec![deployment("c", "source-controller", "")],
+            ..Facts::default()
+        };
+        assert_eq!(flux_namespace(&facts).as_deref(), Some("c"));
+        facts.operators = vec![deployment("o", "flux-operator", "")];
+        assert_eq!(flux_namespace(&facts).as_deref(), Some("o"));
+        facts.instances = vec![instance("i", "2.9.x")];
+        assert_eq!(flux_namespace(&facts).as_deref(), Some("i"));
+        assert_eq!(flux_namespace(&Facts::default()), None);
+        let elsewhere = one_namespace_only(&facts, "i").unwrap();
+        assert!(
+            elsewhere.starts_with("Flux runs in more than one namespace ("),
+            "{elsewhere}"
+        );
+        assert!(
+            elsewhere.ends_with(" besides i); adopt one Flux only"),
+            "{elsewhere}"
+        );
+        assert_eq!(one_namespace_only(&cozystack(), "cozy-fluxcd"), None);
     }
 
     #[test]
