@@ -10,6 +10,7 @@
 use std::{
     collections::{BTreeSet, HashSet},
     pin::Pin,
+    sync::Arc,
     time::Duration,
 };
 
@@ -24,6 +25,7 @@ use serde_json::Value;
 use crate::workloads::{
     WorkloadsError,
     access::{Access, AccessError, Need},
+    cache::KindCache,
     catalog::FluxKind,
 };
 
@@ -234,25 +236,134 @@ impl Scope {
     }
 }
 
+/// A query's namespace is a namespace's name, and its level one the controllers write.
+fn check_query(query: &LogQuery) -> Result<()> {
+    if !query.namespace.is_empty() {
+        tenantflux_core::names::namespace("namespace", &query.namespace)
+            .map_err(WorkloadsError::InvalidArgument)?;
+    }
+    if let Some(level) = &query.level
+        && !["debug", "info", "error", "warn", "trace"]
+            .iter()
+            .any(|l| l.eq_ignore_ascii_case(level))
+    {
+        return Err(WorkloadsError::InvalidArgument(format!(
+            "log level {} is not one the Flux controllers write: use debug, info or error",
+            tenantflux_core::text::quote(level)
+        )));
+    }
+    Ok(())
+}
+
+/// The lines about one named object, in the query's namespace (which it needs): the caller
+/// must be allowed to `get` it.
+async fn scope_one_object(
+    access: &impl Access,
+    query: &LogQuery,
+    kind: &'static FluxKind,
+    name: &str,
+    scope: &mut Scope,
+) -> Result<()> {
+    if query.namespace.is_empty() {
+        return Err(WorkloadsError::MissingName { what: "Logs" });
+    }
+    tenantflux_core::names::object_name("name", name).map_err(WorkloadsError::InvalidArgument)?;
+    access
+        .check(&Need::new("get", kind, Some(&query.namespace)).on(name))
+        .await?;
+    scope.objects.insert((
+        kind.kind.to_owned(),
+        query.namespace.clone(),
+        name.to_owned(),
+    ));
+    Ok(())
+}
+
+/// Cluster-wide, kind by kind: the kinds the caller may `get` everywhere join the scope;
+/// returns the others, to be looked at namespace by namespace.
+async fn scope_cluster_wide(
+    access: &impl Access,
+    kinds: Vec<&'static FluxKind>,
+    scope: &mut Scope,
+) -> Result<Vec<&'static FluxKind>> {
+    let items = kinds
+        .iter()
+        .map(|k| (*k, Need::new("get", k, None)))
+        .collect();
+    let (permitted, denied) = decide(access, items).await?;
+    scope
+        .kinds
+        .extend(permitted.iter().map(|k| k.kind.to_owned()));
+    Ok(denied.into_iter().map(|(k, _)| k).collect())
+}
+
+/// In each namespace that holds objects of the kind (or the one asked for): the pairs the
+/// caller may `get` in join the scope; returns the others with the reasons they were denied.
+async fn scope_by_namespace(
+    access: &impl Access,
+    query: &LogQuery,
+    served: &[Arc<KindCache>],
+    kinds: Vec<&'static FluxKind>,
+    scope: &mut Scope,
+) -> Result<Vec<((&'static FluxKind, String), String)>> {
+    let mut pairs: Vec<(&'static FluxKind, String)> = Vec::new();
+    for kind in kinds {
+        let namespaces: BTreeSet<String> = if query.namespace.is_empty() {
+            served
+                .iter()
+                .filter(|c| std::ptr::eq(c.kind, kind))
+                .flat_map(|c| c.store.state().into_iter().map(|o| o.namespace.clone()))
+                .collect()
+        } else {
+            BTreeSet::from([query.namespace.clone()])
+        };
+        pairs.extend(namespaces.into_iter().map(|ns| (kind, ns)));
+    }
+    let items = pairs
+        .into_iter()
+        .map(|(kind, ns)| {
+            let need = Need::new("get", kind, Some(&ns));
+            ((kind, ns), need)
+        })
+        .collect();
+    let (permitted, denied) = decide(access, items).await?;
+    scope
+        .namespaces
+        .extend(permitted.into_iter().map(|(k, ns)| (k.kind.to_owned(), ns)));
+    Ok(denied)
+}
+
+/// Object by object where RBAC names objects (resourceNames): in each denied namespace, the
+/// objects the caches hold that the caller may `get` join the scope.
+async fn scope_by_object(
+    access: &impl Access,
+    served: &[Arc<KindCache>],
+    denied: &[((&'static FluxKind, String), String)],
+    scope: &mut Scope,
+) -> Result<()> {
+    let mut objects = Vec::new();
+    for ((kind, namespace), _) in denied {
+        for cache in served.iter().filter(|c| std::ptr::eq(c.kind, *kind)) {
+            for object in cache.store.state() {
+                if object.namespace == *namespace {
+                    let need = Need::new("get", kind, Some(namespace)).on(&object.name);
+                    let key = (kind.kind.to_owned(), namespace.clone(), object.name.clone());
+                    objects.push((key, need));
+                }
+            }
+        }
+    }
+    let (permitted, _) = decide(access, objects).await?;
+    scope.objects.extend(permitted);
+    Ok(())
+}
+
 impl Inspector {
     /// What the caller may see lines about, for `query`: `get` on each kind cluster-wide, else
     /// in each namespace, else on each object the caches hold.
     async fn log_scope(&self, access: &impl Access, query: &LogQuery) -> Result<Scope> {
         access.identify().await?;
-        if !query.namespace.is_empty() {
-            tenantflux_core::names::namespace("namespace", &query.namespace)
-                .map_err(WorkloadsError::InvalidArgument)?;
-        }
-        if let Some(level) = &query.level
-            && !["debug", "info", "error", "warn", "trace"]
-                .iter()
-                .any(|l| l.eq_ignore_ascii_case(level))
-        {
-            return Err(WorkloadsError::InvalidArgument(format!(
-                "log level {} is not one the Flux controllers write: use debug, info or error",
-                tenantflux_core::text::quote(level)
-            )));
-        }
+        check_query(query)?;
         let mut scope = Scope {
             level: query.level.clone(),
             namespace: query.namespace.clone(),
@@ -264,73 +375,16 @@ impl Inspector {
             None => served.iter().map(|c| c.kind).collect(),
         };
         if let Some(name) = &query.name {
-            let kind = kinds[0];
-            if query.namespace.is_empty() {
-                return Err(WorkloadsError::MissingName { what: "Logs" });
-            }
-            tenantflux_core::names::object_name("name", name)
-                .map_err(WorkloadsError::InvalidArgument)?;
-            access
-                .check(&Need::new("get", kind, Some(&query.namespace)).on(name))
-                .await?;
-            scope
-                .objects
-                .insert((kind.kind.to_owned(), query.namespace.clone(), name.clone()));
+            scope_one_object(access, query, kinds[0], name, &mut scope).await?;
             return Ok(scope);
         }
-        // Cluster-wide, kind by kind, unless the caller asked for one namespace.
-        let mut narrower = kinds.clone();
-        if query.namespace.is_empty() {
-            let items = kinds
-                .iter()
-                .map(|k| (*k, Need::new("get", k, None)))
-                .collect();
-            let (permitted, denied) = decide(access, items).await?;
-            scope
-                .kinds
-                .extend(permitted.iter().map(|k| k.kind.to_owned()));
-            narrower = denied.into_iter().map(|(k, _)| k).collect();
-        }
-        // In each namespace that holds objects of the kind (or the one asked for).
-        let mut pairs: Vec<(&'static FluxKind, String)> = Vec::new();
-        for kind in narrower {
-            let namespaces: BTreeSet<String> = if query.namespace.is_empty() {
-                served
-                    .iter()
-                    .filter(|c| std::ptr::eq(c.kind, kind))
-                    .flat_map(|c| c.store.state().into_iter().map(|o| o.namespace.clone()))
-                    .collect()
-            } else {
-                BTreeSet::from([query.namespace.clone()])
-            };
-            pairs.extend(namespaces.into_iter().map(|ns| (kind, ns)));
-        }
-        let items = pairs
-            .into_iter()
-            .map(|(kind, ns)| {
-                let need = Need::new("get", kind, Some(&ns));
-                ((kind, ns), need)
-            })
-            .collect();
-        let (permitted, denied) = decide(access, items).await?;
-        scope
-            .namespaces
-            .extend(permitted.into_iter().map(|(k, ns)| (k.kind.to_owned(), ns)));
-        // Object by object where RBAC names objects (resourceNames).
-        let mut objects = Vec::new();
-        for ((kind, namespace), _) in &denied {
-            for cache in served.iter().filter(|c| std::ptr::eq(c.kind, *kind)) {
-                for object in cache.store.state() {
-                    if object.namespace == *namespace {
-                        let need = Need::new("get", kind, Some(namespace)).on(&object.name);
-                        let key = (kind.kind.to_owned(), namespace.clone(), object.name.clone());
-                        objects.push((key, need));
-                    }
-                }
-            }
-        }
-        let (permitted, _) = decide(access, objects).await?;
-        scope.objects.extend(permitted);
+        let narrower = if query.namespace.is_empty() {
+            scope_cluster_wide(access, kinds, &mut scope).await?
+        } else {
+            kinds
+        };
+        let denied = scope_by_namespace(access, query, &served, narrower, &mut scope).await?;
+        scope_by_object(access, &served, &denied, &mut scope).await?;
         if scope.is_empty()
             && let Some((_, reason)) = denied.first()
         {
@@ -564,6 +618,28 @@ mod tests {
         assert!(errors_in_a.permits(&line("Kustomization", "team-a", "x", "error")));
         assert!(!errors_in_a.permits(&line("Kustomization", "team-a", "x", "info")));
         assert!(!errors_in_a.permits(&line("GitRepository", "elsewhere", "x", "error")));
+    }
+
+    #[test]
+    fn a_query_names_a_namespace_and_a_level_the_controllers_write() {
+        let query = |namespace: &str, level: Option<&str>| LogQuery {
+            namespace: namespace.into(),
+            level: level.map(str::to_owned),
+            ..LogQuery::default()
+        };
+        assert!(check_query(&query("", None)).is_ok());
+        assert!(check_query(&query("team-a", Some("ERROR"))).is_ok());
+        assert!(matches!(
+            check_query(&query("Team_A", None)),
+            Err(WorkloadsError::InvalidArgument(_))
+        ));
+        match check_query(&query("", Some("loud"))) {
+            Err(WorkloadsError::InvalidArgument(message)) => assert_eq!(
+                message,
+                "log level \"loud\" is not one the Flux controllers write: use debug, info or error"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
