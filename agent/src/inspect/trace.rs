@@ -4,13 +4,14 @@
 //! inventories (the agent reads no object of other kinds: it holds no right to), every later
 //! hop through the labels the controllers set on what they apply.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use kube::{Discovery, discovery::Scope};
 
 use crate::workloads::{
     WorkloadsError,
     access::{Access, Need},
+    cache::KindCache,
     catalog,
     model::ObjectRef,
     rows::Cached,
@@ -73,7 +74,7 @@ pub struct Step {
     pub namespace: String,
     pub name: String,
     /// A Flux object's row, when the step is one.
-    pub flux: Option<std::sync::Arc<Cached>>,
+    pub flux: Option<Arc<Cached>>,
 }
 
 /// The chain.
@@ -177,23 +178,55 @@ fn resolve(discovery: &Discovery, name: &str) -> Option<Resolved> {
     found.into_iter().next()
 }
 
+/// The object a trace starts at: a kind and a name, and a namespace's name when one is given.
+fn check_reference(reference: Option<&ObjectRef>) -> Result<&ObjectRef> {
+    let reference = reference
+        .filter(|r| !r.kind.is_empty() && !r.name.is_empty())
+        .ok_or(WorkloadsError::MissingName { what: "Trace" })?;
+    if !reference.namespace.is_empty() {
+        tenantflux_core::names::namespace("namespace", &reference.namespace)
+            .map_err(WorkloadsError::InvalidArgument)?;
+    }
+    tenantflux_core::names::object_name("name", &reference.name)
+        .map_err(WorkloadsError::InvalidArgument)?;
+    Ok(reference)
+}
+
+/// Where the object is looked up: the reference's namespace for a namespaced kind (which
+/// needs one), none for a cluster-scoped one.
+fn object_namespace(resolved: &Resolved, reference: &ObjectRef) -> Result<String> {
+    if !resolved.namespaced {
+        return Ok(String::new());
+    }
+    if reference.namespace.is_empty() {
+        return Err(WorkloadsError::MissingName { what: "Trace" });
+    }
+    Ok(reference.namespace.clone())
+}
+
+impl Resolved {
+    /// A Flux kind, known without discovery.
+    fn flux(cache: &KindCache) -> Self {
+        Resolved {
+            group: cache.kind.group.into(),
+            kind: cache.kind.kind.into(),
+            plural: cache.kind.plural.into(),
+            api_version: cache.resource.api_version.clone(),
+            namespaced: true,
+        }
+    }
+}
+
 impl Inspector {
-    /// The chain that applied the object `reference` names.
+    /// The chain that applied the object `reference` names: the object, each applier up from
+    /// it, then each applier's source.
     pub async fn trace(
         &self,
         access: &impl Access,
         reference: Option<&ObjectRef>,
     ) -> Result<Trace> {
         access.identify().await?;
-        let reference = reference
-            .filter(|r| !r.kind.is_empty() && !r.name.is_empty())
-            .ok_or(WorkloadsError::MissingName { what: "Trace" })?;
-        if !reference.namespace.is_empty() {
-            tenantflux_core::names::namespace("namespace", &reference.namespace)
-                .map_err(WorkloadsError::InvalidArgument)?;
-        }
-        tenantflux_core::names::object_name("name", &reference.name)
-            .map_err(WorkloadsError::InvalidArgument)?;
+        let reference = check_reference(reference)?;
         let served = self.served().await?;
         // A Flux kind is known without discovery; anything else is found by it.
         let flux_kind = self
@@ -201,37 +234,10 @@ impl Inspector {
             .find(&reference.kind)
             .and_then(|k| served.iter().find(|c| std::ptr::eq(c.kind, k)).cloned());
         let resolved = match &flux_kind {
-            Some(cache) => Resolved {
-                group: cache.kind.group.into(),
-                kind: cache.kind.kind.into(),
-                plural: cache.kind.plural.into(),
-                api_version: cache.resource.api_version.clone(),
-                namespaced: true,
-            },
-            None => {
-                let discovery = Discovery::new(self.client.clone())
-                    .run_aggregated()
-                    .await
-                    .map_err(|source| WorkloadsError::Read {
-                        what: "the API resources the cluster serves".into(),
-                        source: Box::new(source),
-                    })?;
-                resolve(&discovery, &reference.kind).ok_or_else(|| {
-                    WorkloadsError::InvalidArgument(format!(
-                        "the cluster serves no kind named {} (give a kind, its plural, or group/Kind)",
-                        tenantflux_core::text::quote(&reference.kind)
-                    ))
-                })?
-            }
+            Some(cache) => Resolved::flux(cache),
+            None => self.discover(&reference.kind).await?,
         };
-        let namespace = if resolved.namespaced {
-            if reference.namespace.is_empty() {
-                return Err(WorkloadsError::MissingName { what: "Trace" });
-            }
-            reference.namespace.clone()
-        } else {
-            String::new()
-        };
+        let namespace = object_namespace(&resolved, reference)?;
         let start = Need::other(
             "get",
             &resolved.group,
@@ -261,11 +267,44 @@ impl Inspector {
             });
         }
         // The first applier: from the labels of a Flux object, else from the inventories.
-        let mut next = match &steps[0].flux {
+        let first = match &steps[0].flux {
             Some(object) => applier_of(&object.labels, &object.namespace),
             None => self.holder(&resolved.group, &resolved.kind, &namespace, &reference.name),
         };
-        let mut appliers: Vec<std::sync::Arc<Cached>> = Vec::new();
+        let appliers = self.follow_appliers(access, first, &mut steps).await?;
+        let unmanaged = appliers.is_empty() && steps.len() == 1;
+        self.source_steps(access, &appliers, &mut steps).await?;
+        Ok(Trace { steps, unmanaged })
+    }
+
+    /// The kind `name` names, found by discovery (for a kind that is not Flux's).
+    async fn discover(&self, name: &str) -> Result<Resolved> {
+        let discovery = Discovery::new(self.client.clone())
+            .run_aggregated()
+            .await
+            .map_err(|source| WorkloadsError::Read {
+                what: "the API resources the cluster serves".into(),
+                source: Box::new(source),
+            })?;
+        resolve(&discovery, name).ok_or_else(|| {
+            WorkloadsError::InvalidArgument(format!(
+                "the cluster serves no kind named {} (give a kind, its plural, or group/Kind)",
+                tenantflux_core::text::quote(name)
+            ))
+        })
+    }
+
+    /// Up the chain from `next`, one step per applier the caller may `get`, through the labels
+    /// each applier's controller set; it ends at an applier of no Flux kind the cluster
+    /// serves, one that is gone (still named), a cycle or [`MAX_HOPS`]. Returns the appliers
+    /// found, the nearest first.
+    async fn follow_appliers(
+        &self,
+        access: &impl Access,
+        mut next: Option<(&'static str, &'static str, String, String)>,
+        steps: &mut Vec<Step>,
+    ) -> Result<Vec<Arc<Cached>>> {
+        let mut appliers: Vec<Arc<Cached>> = Vec::new();
         while let Some((group, kind, applier_namespace, applier_name)) = next.take() {
             if appliers.len() >= MAX_HOPS {
                 break;
@@ -305,8 +344,17 @@ impl Inspector {
             next = applier_of(&object.labels, &object.namespace);
             appliers.push(object);
         }
-        let unmanaged = appliers.is_empty() && steps.len() == 1;
-        // Each applier's source, the outermost first, once each.
+        Ok(appliers)
+    }
+
+    /// Each applier's source, the outermost first, once each: a step per source of a Flux
+    /// kind the cluster serves, which the caller must be allowed to `get`.
+    async fn source_steps(
+        &self,
+        access: &impl Access,
+        appliers: &[Arc<Cached>],
+        steps: &mut Vec<Step>,
+    ) -> Result<()> {
         let mut sources: Vec<(String, String, String)> = Vec::new();
         for applier in appliers.iter().rev() {
             if let Some(source) = &applier.row.source
@@ -332,7 +380,7 @@ impl Inspector {
                 name: source_name,
             });
         }
-        Ok(Trace { steps, unmanaged })
+        Ok(())
     }
 
     /// The applier whose inventory holds the object: (group, kind, namespace, name), from the
@@ -400,5 +448,46 @@ mod tests {
             Some(("ResourceSet", "ns".into()))
         );
         assert_eq!(applier_of(&labels(&[("app", "x")]), "ns"), None);
+    }
+
+    fn reference(kind: &str, namespace: &str, name: &str) -> ObjectRef {
+        ObjectRef {
+            kind: kind.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn a_trace_starts_at_a_kind_and_a_name_in_a_namespace_when_namespaced() {
+        assert!(matches!(
+            check_reference(None),
+            Err(WorkloadsError::MissingName { what: "Trace" })
+        ));
+        assert!(matches!(
+            check_reference(Some(&reference("Deployment", "apps", ""))),
+            Err(WorkloadsError::MissingName { what: "Trace" })
+        ));
+        assert!(matches!(
+            check_reference(Some(&reference("Deployment", "Not_A_Namespace", "web"))),
+            Err(WorkloadsError::InvalidArgument(_))
+        ));
+        let web = reference("Deployment", "apps", "web");
+        assert_eq!(check_reference(Some(&web)).unwrap(), &web);
+
+        let kind = |namespaced| Resolved {
+            group: "apps".into(),
+            kind: "Deployment".into(),
+            plural: "deployments".into(),
+            api_version: "apps/v1".into(),
+            namespaced,
+        };
+        assert_eq!(object_namespace(&kind(true), &web).unwrap(), "apps");
+        assert_eq!(object_namespace(&kind(false), &web).unwrap(), "");
+        let nowhere = reference("Deployment", "", "web");
+        assert!(matches!(
+            object_namespace(&kind(true), &nowhere),
+            Err(WorkloadsError::MissingName { what: "Trace" })
+        ));
     }
 }
