@@ -154,17 +154,59 @@ impl Installer {
         };
         let source_name = source.to_string();
         self.source.clone_from(&source_name);
-        let allowed = install_rules(policy.as_deref(), &self.config.allowed, &source_name)?.clone();
+        let (bundle, distributions) = self
+            .read_bundle(&source, &source_name, policy.as_deref())
+            .await?;
+        self.offered.clone_from(&bundle.version);
+        if self.config.adopt {
+            self.check_adoption(&bundle).await?;
+        }
+        let previous = self.read_record().await?;
+        if previous.as_ref().is_none_or(|p| p.digest != bundle.digest) {
+            self.notices.clear();
+        }
+        let deployment = self.apply_bundle(&bundle).await?;
+        let generation = deployment.metadata.generation.unwrap_or_default();
+        let record = Record {
+            version: bundle.version.clone(),
+            digest: bundle.digest.clone(),
+            source: source_name.clone(),
+            objects: bundle.references(),
+        };
+        self.write_record(&record).await?;
+        self.learn_releases(&bundle, &source_name, distributions)
+            .await;
+        let pruned = self.prune(previous.as_ref(), &record.objects).await;
+        let recovered = self.failure.take().is_some();
+        if let Some((reason, note)) = install_event(previous.as_ref(), &record, recovered, &pruned)
+        {
+            self.event(EventType::Normal, reason, note).await;
+        }
+        self.applied = Some((bundle, generation));
+        self.deployment = as_deployment(deployment);
+        self.update_rollout_phase();
+        Ok(())
+    }
+
+    /// The bundle read from `source` and checked: inside the versions the policy (else the
+    /// flag) allows, and a release the agent knows or the policy vouches for. Returns it with
+    /// the artifact's Flux distributions.
+    async fn read_bundle(
+        &self,
+        source: &BundleSource,
+        source_name: &str,
+        policy: Option<&Policy>,
+    ) -> Result<(Bundle, Vec<(String, String)>), InstallError> {
+        let allowed = install_rules(policy, &self.config.allowed, source_name)?.clone();
         let (vouched, generation) = policy
-            .as_deref()
             .map(|p| (p.vouched().to_vec(), p.generation()))
             .unwrap_or_default();
         let mut fetched = self
             .fetcher
-            .fetch(&source)
+            .fetch(source)
             .await
             .map_err(|err: SourceError| InstallError::Source {
-                source_name: source_name.clone(),
+                source_name: source_name.to_owned(),
                 message: chain(&err),
             })?;
         let distributions = std::mem::take(&mut fetched.distributions);
@@ -185,18 +227,15 @@ impl Installer {
             .map(|()| b)
         })
         .map_err(|error| InstallError::Rejected {
-            source_name: source_name.clone(),
+            source_name: source_name.to_owned(),
             error,
         })?;
-        self.offered.clone_from(&bundle.version);
-        if self.config.adopt {
-            self.check_adoption(&bundle).await?;
-        }
-        let previous = self.read_record().await?;
-        if previous.as_ref().is_none_or(|p| p.digest != bundle.digest) {
-            self.notices.clear();
-        }
+        Ok((bundle, distributions))
+    }
 
+    /// Applies the bundle in its order: the CRDs (then waits until each is established), the
+    /// namespaces and access, last the Deployment, which it returns as the API server answered.
+    async fn apply_bundle(&mut self, bundle: &Bundle) -> Result<DynamicObject, InstallError> {
         self.set(
             OperatorPhase::ApplyingCrds,
             format!("applying the CRDs of flux-operator {}", bundle.version),
@@ -213,74 +252,7 @@ impl Installer {
         {
             self.apply(object).await?;
         }
-        let deployment = self.apply(bundle.deployment()).await?;
-        let generation = deployment.metadata.generation.unwrap_or_default();
-
-        let record = Record {
-            version: bundle.version.clone(),
-            digest: bundle.digest.clone(),
-            source: source_name.clone(),
-            objects: bundle.references(),
-        };
-        self.write_record(&record).await?;
-        self.learn_releases(&bundle, &source_name, distributions)
-            .await;
-        let pruned = self.prune(previous.as_ref(), &record.objects).await;
-
-        let changed = previous.as_ref().is_none_or(|p| p.digest != record.digest);
-        let recovered = self.failure.take().is_some();
-        match (previous, changed) {
-            (None, _) => {
-                self.event(
-                    EventType::Normal,
-                    "Installed",
-                    format!(
-                        "applied flux-operator {} from {source_name} ({})",
-                        bundle.version, bundle.digest
-                    ),
-                )
-                .await
-            }
-            (Some(p), true) => {
-                self.event(
-                    EventType::Normal,
-                    if p.version == bundle.version {
-                        "Updated"
-                    } else {
-                        "Upgraded"
-                    },
-                    format!(
-                        "applied flux-operator {} ({}) from {source_name}, replacing {} ({}){}",
-                        bundle.version,
-                        bundle.digest,
-                        p.version,
-                        p.digest,
-                        if pruned.is_empty() {
-                            String::new()
-                        } else {
-                            format!("; removed {}", pruned.join(", "))
-                        }
-                    ),
-                )
-                .await
-            }
-            (Some(_), false) if recovered => {
-                self.event(
-                    EventType::Normal,
-                    "Recovered",
-                    format!(
-                        "flux-operator {} from {source_name} applies again",
-                        bundle.version
-                    ),
-                )
-                .await
-            }
-            (Some(_), false) => {}
-        }
-        self.applied = Some((bundle, generation));
-        self.deployment = as_deployment(deployment);
-        self.update_rollout_phase();
-        Ok(())
+        self.apply(bundle.deployment()).await
     }
 
     /// With `--adopt`, refuses to replace someone else's operator by another version until an
@@ -422,6 +394,54 @@ impl Installer {
     }
 }
 
+/// The Event an apply of `record` is told by (reason, note): installed the first time,
+/// updated or upgraded when the digest changed (with what was removed), recovered when the
+/// same bundle applies again after a failure; none otherwise.
+fn install_event(
+    previous: Option<&Record>,
+    record: &Record,
+    recovered: bool,
+    pruned: &[String],
+) -> Option<(&'static str, String)> {
+    let source_name = &record.source;
+    match previous {
+        None => Some((
+            "Installed",
+            format!(
+                "applied flux-operator {} from {source_name} ({})",
+                record.version, record.digest
+            ),
+        )),
+        Some(p) if p.digest != record.digest => Some((
+            if p.version == record.version {
+                "Updated"
+            } else {
+                "Upgraded"
+            },
+            format!(
+                "applied flux-operator {} ({}) from {source_name}, replacing {} ({}){}",
+                record.version,
+                record.digest,
+                p.version,
+                p.digest,
+                if pruned.is_empty() {
+                    String::new()
+                } else {
+                    format!("; removed {}", pruned.join(", "))
+                }
+            ),
+        )),
+        Some(_) if recovered => Some((
+            "Recovered",
+            format!(
+                "flux-operator {} from {source_name} applies again",
+                record.version
+            ),
+        )),
+        Some(_) => None,
+    }
+}
+
 /// Whether the operator Deployment drifted from the agent's apply, which produced generation
 /// `applied`: edited past it, deleted, or replaced by another of the same name. `watched` is the
 /// uid the watch showed before, `now` the uid and generation it shows now. Only a Deployment
@@ -466,5 +486,45 @@ mod tests {
         // Not yet shown by the watch (it lags the first apply): not gone.
         assert!(drift(None, None, Some(3)).is_none());
         assert!(drift(None, Some((Some("a"), 3)), Some(3)).is_none());
+    }
+
+    fn record(version: &str, digest: &str) -> Record {
+        Record {
+            version: version.into(),
+            digest: digest.into(),
+            source: "oci://r/op:v1".into(),
+            objects: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_apply_is_told_as_installed_updated_upgraded_or_recovered() {
+        let next = record("0.58.1", "sha256:b");
+        assert_eq!(
+            install_event(None, &next, true, &[]),
+            Some((
+                "Installed",
+                "applied flux-operator 0.58.1 from oci://r/op:v1 (sha256:b)".into()
+            ))
+        );
+        let removed = ["ConfigMap x/y".to_owned()];
+        assert_eq!(
+            install_event(Some(&record("0.58.1", "sha256:a")), &next, false, &removed),
+            Some((
+                "Updated",
+                "applied flux-operator 0.58.1 (sha256:b) from oci://r/op:v1, replacing 0.58.1 (sha256:a); removed ConfigMap x/y".into()
+            ))
+        );
+        let upgraded = install_event(Some(&record("0.57.0", "sha256:a")), &next, false, &[]);
+        assert_eq!(upgraded.map(|(reason, _)| reason), Some("Upgraded"));
+        let same = record("0.58.1", "sha256:b");
+        assert_eq!(
+            install_event(Some(&same), &next, true, &[]),
+            Some((
+                "Recovered",
+                "flux-operator 0.58.1 from oci://r/op:v1 applies again".into()
+            ))
+        );
+        assert_eq!(install_event(Some(&same), &next, false, &[]), None);
     }
 }
