@@ -8,7 +8,11 @@ use std::{fmt, path::PathBuf, str::FromStr};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
-use oci_client::{Reference, manifest::OciImageManifest, secrets::RegistryAuth};
+use oci_client::{
+    Reference,
+    manifest::{OciDescriptor, OciImageManifest},
+    secrets::RegistryAuth,
+};
 
 use crate::oci::{IMAGE_MANIFEST_TYPES, ManifestError, Registry};
 use tenantflux_core::digest::sha256;
@@ -319,6 +323,9 @@ impl Fetcher {
         }
     }
 
+    /// Pulls the OCI artifact: the digest to pull (the pin, checked against the tag), its
+    /// manifest, its first layer within [`MAX_LAYER_BYTES`], and from that layer the install
+    /// YAML and the Flux distributions.
     async fn pull(
         &self,
         source: &BundleSource,
@@ -332,106 +339,22 @@ impl Fetcher {
             std::time::Duration::from_secs(60),
         );
         let tag = artifact.tag.clone().unwrap_or_default();
-        let registry = |step: &'static str| {
-            let artifact = name.clone();
-            let tag = tag.clone();
-            move |err: ManifestError| match err {
-                ManifestError::DigestMismatch { expected, actual } => SourceError::DigestMismatch {
-                    artifact,
-                    tag,
-                    pinned: expected,
-                    actual,
-                },
-                ManifestError::TooLarge { .. } => SourceError::Artifact {
-                    artifact,
-                    problem: err.to_string(),
-                },
-                err => SourceError::Registry {
-                    step,
-                    artifact,
-                    message: tenantflux_core::text::chain(&err),
-                },
-            }
-        };
-        // The digest to pull: the pin, after checking that the tag (when given) still points
-        // at it, so a moved tag is reported as such instead of silently ignored.
-        let digest = match (artifact.tagged(), &artifact.digest) {
-            (Some(tagged), pinned) => {
-                let actual = client
-                    .resolve(&tagged, &auth, IMAGE_MANIFEST_TYPES, MAX_MANIFEST_BYTES)
-                    .await
-                    .map_err(registry("resolving the tag"))?;
-                if let Some(pinned) = pinned
-                    && *pinned != actual
-                {
-                    return Err(SourceError::DigestMismatch {
-                        artifact: name,
-                        tag: artifact.tag.clone().unwrap_or_default(),
-                        pinned: pinned.clone(),
-                        actual,
-                    });
-                }
-                actual
-            }
-            (None, Some(pinned)) => pinned.clone(),
-            (None, None) => unreachable!("BundleSource::from_str refuses a reference without both"),
-        };
+        let digest = pinned_digest(&client, &auth, artifact, &name).await?;
         let reference = artifact.by_digest(&digest);
         let (raw, manifest_digest) = client
             .manifest(&reference, &auth, IMAGE_MANIFEST_TYPES, MAX_MANIFEST_BYTES)
             .await
-            .map_err(registry("pulling the manifest"))?;
-        let manifest: OciImageManifest =
-            serde_json::from_slice(&raw).map_err(|err| SourceError::Artifact {
-                artifact: name.clone(),
-                problem: format!("its manifest is not an OCI image manifest: {err}"),
-            })?;
-        let layer = manifest
-            .layers
-            .first()
-            .ok_or_else(|| SourceError::Artifact {
-                artifact: name.clone(),
-                problem: "it has no layers".into(),
-            })?;
-        // Refused on the manifest's word before any of it is downloaded; the writer holds a
-        // registry that sends more than it declared to the same limit.
-        if u64::try_from(layer.size).map_or(true, |size| size > MAX_LAYER_BYTES) {
-            return Err(SourceError::Artifact {
-                artifact: name.clone(),
-                problem: format!(
-                    "its layer {} is {} bytes, more than the {MAX_LAYER_BYTES} bytes (32 MiB) the agent downloads; nothing was downloaded",
-                    layer.digest, layer.size
-                ),
-            });
-        }
-        let mut blob = crate::Limited::new(MAX_LAYER_BYTES);
-        client
-            .oci()
-            .pull_blob(&reference, layer, &mut blob)
-            .await
-            .map_err(|err| match blob.exceeded {
-                true => SourceError::Artifact {
-                    artifact: name.clone(),
-                    problem: format!(
-                        "the registry sent more than the {MAX_LAYER_BYTES} bytes (32 MiB) the agent downloads for layer {} ({} bytes declared)",
-                        layer.digest, layer.size
-                    ),
-                },
-                false => SourceError::Registry {
-                    step: "pulling the layer",
-                    artifact: name.clone(),
-                    message: tenantflux_core::text::chain(&err),
-                },
-            })?;
-        let yaml =
-            install_yaml_from_layer(&blob.bytes).map_err(|problem| SourceError::Artifact {
-                artifact: name.clone(),
-                problem,
-            })?;
+            .map_err(registry_error(&name, &tag, "pulling the manifest"))?;
+        let layer = first_layer(&raw, &name)?;
+        let bytes = pull_layer(&client, &reference, &layer, &name).await?;
+        let yaml = install_yaml_from_layer(&bytes).map_err(|problem| SourceError::Artifact {
+            artifact: name.clone(),
+            problem,
+        })?;
         Ok(Fetched {
             yaml,
             digest: manifest_digest,
-            distributions: distributions_from_layer(&blob.bytes),
+            distributions: distributions_from_layer(&bytes),
         })
     }
 
@@ -454,6 +377,126 @@ impl Fetcher {
     }
 }
 
+/// How a registry's error in `step` of pulling `artifact` (tagged `tag`) is told: a manifest
+/// that is not the one asked for as a moved tag, one over the bound as a bad artifact, anything
+/// else as the step that failed.
+fn registry_error(
+    artifact: &str,
+    tag: &str,
+    step: &'static str,
+) -> impl FnOnce(ManifestError) -> SourceError {
+    let artifact = artifact.to_owned();
+    let tag = tag.to_owned();
+    move |err: ManifestError| match err {
+        ManifestError::DigestMismatch { expected, actual } => SourceError::DigestMismatch {
+            artifact,
+            tag,
+            pinned: expected,
+            actual,
+        },
+        ManifestError::TooLarge { .. } => SourceError::Artifact {
+            artifact,
+            problem: err.to_string(),
+        },
+        err => SourceError::Registry {
+            step,
+            artifact,
+            message: tenantflux_core::text::chain(&err),
+        },
+    }
+}
+
+/// The digest to pull: the pin, after checking that the tag (when given) still points at it,
+/// so a moved tag is reported as such instead of silently ignored; else what the tag points at.
+async fn pinned_digest(
+    client: &Registry,
+    auth: &RegistryAuth,
+    artifact: &OciArtifact,
+    name: &str,
+) -> Result<String, SourceError> {
+    let tag = artifact.tag.clone().unwrap_or_default();
+    match (artifact.tagged(), &artifact.digest) {
+        (Some(tagged), pinned) => {
+            let actual = client
+                .resolve(&tagged, auth, IMAGE_MANIFEST_TYPES, MAX_MANIFEST_BYTES)
+                .await
+                .map_err(registry_error(name, &tag, "resolving the tag"))?;
+            if let Some(pinned) = pinned
+                && *pinned != actual
+            {
+                return Err(SourceError::DigestMismatch {
+                    artifact: name.to_owned(),
+                    tag,
+                    pinned: pinned.clone(),
+                    actual,
+                });
+            }
+            Ok(actual)
+        }
+        (None, Some(pinned)) => Ok(pinned.clone()),
+        (None, None) => unreachable!("BundleSource::from_str refuses a reference without both"),
+    }
+}
+
+/// The layer of the artifact's manifest (`raw`) that holds the bundle: the first, refused on
+/// the manifest's word before any of it is downloaded when it declares more than
+/// [`MAX_LAYER_BYTES`].
+fn first_layer(raw: &[u8], name: &str) -> Result<OciDescriptor, SourceError> {
+    let manifest: OciImageManifest =
+        serde_json::from_slice(raw).map_err(|err| SourceError::Artifact {
+            artifact: name.to_owned(),
+            problem: format!("its manifest is not an OCI image manifest: {err}"),
+        })?;
+    let layer = manifest
+        .layers
+        .into_iter()
+        .next()
+        .ok_or_else(|| SourceError::Artifact {
+            artifact: name.to_owned(),
+            problem: "it has no layers".into(),
+        })?;
+    if u64::try_from(layer.size).map_or(true, |size| size > MAX_LAYER_BYTES) {
+        return Err(SourceError::Artifact {
+            artifact: name.to_owned(),
+            problem: format!(
+                "its layer {} is {} bytes, more than the {MAX_LAYER_BYTES} bytes (32 MiB) the agent downloads; nothing was downloaded",
+                layer.digest, layer.size
+            ),
+        });
+    }
+    Ok(layer)
+}
+
+/// The layer's bytes. The writer holds a registry that sends more than the manifest declared
+/// to the same limit.
+async fn pull_layer(
+    client: &Registry,
+    reference: &Reference,
+    layer: &OciDescriptor,
+    name: &str,
+) -> Result<Vec<u8>, SourceError> {
+    let mut blob = crate::Limited::new(MAX_LAYER_BYTES);
+    client
+        .oci()
+        .pull_blob(reference, layer, &mut blob)
+        .await
+        .map_err(|err| match blob.exceeded {
+            true => SourceError::Artifact {
+                artifact: name.to_owned(),
+                problem: format!(
+                    "the registry sent more than the {MAX_LAYER_BYTES} bytes (32 MiB) the agent downloads for layer {} ({} bytes declared)",
+                    layer.digest, layer.size
+                ),
+            },
+            false => SourceError::Registry {
+                step: "pulling the layer",
+                artifact: name.to_owned(),
+                message: tenantflux_core::text::chain(&err),
+            },
+        })?;
+    Ok(blob.bytes)
+}
+
 fn text(bytes: Vec<u8>, what: impl FnOnce() -> String) -> Result<Fetched, SourceError> {
     let digest = sha256(&bytes);
     let yaml = String::from_utf8(bytes).map_err(|_| SourceError::NotText { what: what() })?;
@@ -468,6 +511,90 @@ fn text(bytes: Vec<u8>, what: impl FnOnce() -> String) -> Result<Fetched, Source
 mod tests {
 
     use super::*;
+
+    /// A manifest of `layers` (digest, declared size).
+    fn manifest(layers: &[(&str, i64)]) -> Vec<u8> {
+        let layers: Vec<_> = layers
+            .iter()
+            .map(|(digest, size)| {
+                serde_json::json!({
+                    "mediaType": "application/vnd.cncf.flux.content.v1.tar+gzip",
+                    "digest": digest,
+                    "size": size,
+                })
+            })
+            .collect();
+        serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.empty.v1+json",
+                "digest": "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+                "size": 2,
+            },
+            "layers": layers,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_bundle_is_the_first_layer_within_the_bound() {
+        let name = "oci://r/op:v1";
+        let layer = first_layer(&manifest(&[("sha256:a", 10), ("sha256:b", 20)]), name).unwrap();
+        assert_eq!(layer.digest, "sha256:a");
+        let problem = |raw: &[u8]| match first_layer(raw, name) {
+            Err(SourceError::Artifact { artifact, problem }) => {
+                assert_eq!(artifact, name);
+                problem
+            }
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(problem(&manifest(&[])), "it has no layers");
+        assert!(
+            problem(b"{}").starts_with("its manifest is not an OCI image manifest: "),
+            "not a manifest"
+        );
+        let too_large = i64::try_from(MAX_LAYER_BYTES).unwrap() + 1;
+        assert_eq!(
+            problem(&manifest(&[("sha256:a", too_large)])),
+            format!(
+                "its layer sha256:a is {too_large} bytes, more than the {MAX_LAYER_BYTES} bytes (32 MiB) the agent downloads; nothing was downloaded"
+            )
+        );
+        assert!(problem(&manifest(&[("sha256:a", -1)])).contains("is -1 bytes"));
+    }
+
+    #[test]
+    fn a_registry_error_is_told_as_a_moved_tag_a_bad_artifact_or_the_step() {
+        let moved = registry_error("oci://r/op:v1", "v1", "resolving the tag")(
+            ManifestError::DigestMismatch {
+                expected: "sha256:a".into(),
+                actual: "sha256:b".into(),
+            },
+        );
+        assert!(matches!(
+            moved,
+            SourceError::DigestMismatch { ref tag, ref pinned, ref actual, .. }
+                if tag == "v1" && pinned == "sha256:a" && actual == "sha256:b"
+        ));
+        let large = registry_error("oci://r/op:v1", "v1", "pulling the manifest")(
+            ManifestError::TooLarge {
+                reference: "r/op@sha256:a".into(),
+                what: "the body".into(),
+                limit: 10,
+            },
+        );
+        assert!(matches!(large, SourceError::Artifact { .. }), "{large:?}");
+        let missing = registry_error("oci://r/op:v1", "v1", "pulling the manifest")(
+            ManifestError::NotFound {
+                reference: "r/op@sha256:a".into(),
+            },
+        );
+        assert_eq!(
+            missing.to_string(),
+            "pulling the manifest of oci://r/op:v1 failed: the registry has no manifest r/op@sha256:a"
+        );
+    }
 
     #[test]
     fn sources_parse_and_print_back() {
