@@ -29,7 +29,6 @@ const MARKER: &str = "// long-fn:";
 /// until it is removed.
 const NOT_YET_SPLIT: &[(&str, &str)] = &[
     ("agent/src/policy/admission.rs", "run"),
-    ("agent/src/policy/enforcement.rs", "run"),
     ("plugin/src/commands/adopt/mod.rs", "render_plan"),
     ("plugin/src/commands/fleet/mod.rs", "run"),
     ("plugin/src/commands/fleet/render.rs", "render_status"),

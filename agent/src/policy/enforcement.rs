@@ -10,13 +10,14 @@
 
 use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+use k8s_openapi::api::{
+    authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec},
+    core::v1::ObjectReference,
 };
 use kube::{
     Api, Client,
     api::{DynamicObject, Patch, PatchParams, PostParams},
-    runtime::events::{Event as KubeEvent, EventType},
+    runtime::events::{Event as KubeEvent, EventType, Recorder},
 };
 use tenantflux_core::{
     FIELD_MANAGER,
@@ -92,55 +93,14 @@ pub async fn run(
             Some(generation) => {
                 let probe = prove(&instances, &body).await;
                 let now = tenantflux_core::policy::signing::now();
-                let event = match tracker.observe(probe, now) {
-                    // Proven again after a blip without a verdict (an API server restarting
-                    // serves no CRDs for a moment): nothing new to say.
-                    Some(Change::Enforced) if announced == Some(true) => None,
-                    Some(Change::Enforced) => {
-                        announced = Some(true);
-                        Some((
-                            EventType::Normal,
-                            "PolicyEnforced",
-                            format!(
-                                "the API server enforces policy generation {generation}: a FluxInstance that it refuses was refused in a dry run"
-                            ),
-                        ))
-                    }
-                    Some(Change::NotEnforced(why)) => {
-                        announced = Some(false);
-                        Some((
-                            EventType::Warning,
-                            "PolicyNotEnforced",
-                            format!(
-                                "policy generation {generation} is NOT ENFORCED by the API server: {why}"
-                            ),
-                        ))
-                    }
-                    Some(Change::NotServed) => {
-                        tracing::info!(
-                            generation,
-                            namespace = %config.operator_namespace,
-                            "the API server serves no FluxInstances there: enforcement is proven again once it does"
-                        );
-                        None
-                    }
-                    None => None,
-                };
-                if let Some((type_, reason, note)) = event {
-                    match type_ {
-                        EventType::Warning => tracing::warn!(generation, "{note}"),
-                        EventType::Normal => tracing::info!(generation, "{note}"),
-                    }
-                    let event = KubeEvent {
-                        type_,
-                        reason: reason.into(),
-                        note: Some(note),
-                        action: "Prove".into(),
-                        secondary: None,
-                    };
-                    if let Err(err) = recorder.publish(&event, &store_ref).await {
-                        tracing::warn!(error = %err, "recording an Event on ConfigMap {STORE_NAME} failed");
-                    }
+                let change = tracker.observe(probe, now);
+                if let Some(announcement) = announcement(
+                    change,
+                    &mut announced,
+                    generation,
+                    &config.operator_namespace,
+                ) {
+                    announce(&recorder, &store_ref, generation, announcement).await;
                 }
                 store.set_enforcement(tracker.verdict().cloned());
                 if tracker.pending() {
@@ -157,6 +117,75 @@ pub async fn run(
             () = tokio::time::sleep(wait.min(until_permissions)) => {}
             () = store.recheck_requested() => {}
         }
+    }
+}
+
+/// An Event to announce a verdict with: (type, reason, note).
+type Announcement = (EventType, &'static str, String);
+
+/// What a change of the verdict is announced as, given the verdict the last Event announced
+/// (`announced`, updated): enforced once, again only after it was not; not enforced each time.
+/// FluxInstances no longer served are only logged.
+fn announcement(
+    change: Option<Change>,
+    announced: &mut Option<bool>,
+    generation: u64,
+    namespace: &str,
+) -> Option<Announcement> {
+    match change {
+        // Proven again after a blip without a verdict (an API server restarting serves no
+        // CRDs for a moment): nothing new to say.
+        Some(Change::Enforced) if *announced == Some(true) => None,
+        Some(Change::Enforced) => {
+            *announced = Some(true);
+            Some((
+                EventType::Normal,
+                "PolicyEnforced",
+                format!(
+                    "the API server enforces policy generation {generation}: a FluxInstance that it refuses was refused in a dry run"
+                ),
+            ))
+        }
+        Some(Change::NotEnforced(why)) => {
+            *announced = Some(false);
+            Some((
+                EventType::Warning,
+                "PolicyNotEnforced",
+                format!("policy generation {generation} is NOT ENFORCED by the API server: {why}"),
+            ))
+        }
+        Some(Change::NotServed) => {
+            tracing::info!(
+                generation,
+                namespace = %namespace,
+                "the API server serves no FluxInstances there: enforcement is proven again once it does"
+            );
+            None
+        }
+        None => None,
+    }
+}
+
+/// Logs the announcement and records it as an Event on the policy's ConfigMap.
+async fn announce(
+    recorder: &Recorder,
+    store_ref: &ObjectReference,
+    generation: u64,
+    (type_, reason, note): Announcement,
+) {
+    match type_ {
+        EventType::Warning => tracing::warn!(generation, "{note}"),
+        EventType::Normal => tracing::info!(generation, "{note}"),
+    }
+    let event = KubeEvent {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Prove".into(),
+        secondary: None,
+    };
+    if let Err(err) = recorder.publish(&event, store_ref).await {
+        tracing::warn!(error = %err, "recording an Event on ConfigMap {STORE_NAME} failed");
     }
 }
 
@@ -307,4 +336,37 @@ async fn lacking(client: &Client, needed: &[Needed]) -> Option<String> {
         "the agent lacks permissions its policy work needs (ClusterRole and Role tenantflux-agent): {}",
         names.join("; ")
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enforcement_is_announced_once_and_its_loss_each_time() {
+        let mut announced = None;
+        let mut announce = |change| announcement(change, &mut announced, 7, "flux-system");
+        let enforced = announce(Some(Change::Enforced)).unwrap();
+        assert_eq!(enforced.0, EventType::Normal);
+        assert_eq!(enforced.1, "PolicyEnforced");
+        assert_eq!(
+            enforced.2,
+            "the API server enforces policy generation 7: a FluxInstance that it refuses was refused in a dry run"
+        );
+        assert_eq!(announce(Some(Change::Enforced)), None);
+        assert_eq!(announce(Some(Change::NotServed)), None);
+        assert_eq!(announce(None), None);
+        assert_eq!(
+            announce(Some(Change::NotEnforced("no binding".into()))),
+            Some((
+                EventType::Warning,
+                "PolicyNotEnforced",
+                "policy generation 7 is NOT ENFORCED by the API server: no binding".into()
+            ))
+        );
+        assert_eq!(
+            announce(Some(Change::Enforced)).map(|a| a.1),
+            Some("PolicyEnforced")
+        );
+    }
 }
