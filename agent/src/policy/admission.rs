@@ -147,6 +147,14 @@ impl Target {
         }
     }
 
+    /// Whether the watch shows the object, carrying the agent's label.
+    fn ours(&self) -> bool {
+        self.live
+            .as_ref()
+            .and_then(Option::as_ref)
+            .is_some_and(managed_by_agent)
+    }
+
     /// Its entries of the record, once written.
     fn record_entries(&self) -> Vec<(String, String)> {
         let Some((rendered, spec)) = &self.written else {
@@ -252,26 +260,22 @@ fn watched(
     }
 }
 
-/// A tamper the agent undid: a policy problem until the next push, and a Warning Event
-/// `AdmissionPolicyTampered` on the policy's ConfigMap, related to what was tampered with.
-async fn report_tamper(
-    store: &PolicyStore,
-    recorder: &Recorder,
-    store_ref: &ObjectReference,
-    problem: String,
-    tampered: ObjectReference,
-) {
-    store.report(problem.clone());
-    let event = KubeEvent {
-        type_: EventType::Warning,
-        reason: "AdmissionPolicyTampered".into(),
-        note: Some(problem),
-        action: "Restore".into(),
-        secondary: Some(tampered),
-    };
-    if let Err(err) = recorder.publish(&event, store_ref).await {
-        tracing::warn!(error = %err, "recording an Event on ConfigMap {STORE_NAME} failed");
-    }
+/// What the loop reports through and keeps its record in.
+struct Keeper<'a> {
+    store: &'a PolicyStore,
+    /// ConfigMap [`RECORD_NAME`]'s API, in the agent's namespace.
+    records: Api<ConfigMap>,
+    recorder: Recorder,
+    /// The policy's ConfigMap, which tamper Events are about.
+    store_ref: ObjectReference,
+}
+
+/// What one round of writes did.
+struct Writes {
+    /// At least one object was written.
+    wrote: bool,
+    /// A write failed, which stopped the round.
+    failed: bool,
 }
 
 /// Writes the rendered policy for every policy the store holds and keeps it as written, until
@@ -280,15 +284,18 @@ pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: Cancellation
     let mut held = store.subscribe();
     let mut policy = Target::new::<ValidatingAdmissionPolicy>(&client, "policy");
     let mut binding = Target::new::<ValidatingAdmissionPolicyBinding>(&client, "binding");
-    let records = Api::<ConfigMap>::namespaced(client.clone(), store.namespace());
     let mut record_read = false;
     let by_name = || watcher::Config::default().fields(&format!("metadata.name={NAME}"));
     let policies = watcher::watcher(policy.api.clone(), by_name()).backoff(crate::watch_backoff());
     let bindings = watcher::watcher(binding.api.clone(), by_name()).backoff(crate::watch_backoff());
     let mut policies = std::pin::pin!(policies);
     let mut bindings = std::pin::pin!(bindings);
-    let recorder = crate::recorder(&client);
-    let store_ref = crate::configmap_reference(store.namespace(), STORE_NAME);
+    let keeper = Keeper {
+        store: &store,
+        records: Api::<ConfigMap>::namespaced(client.clone(), store.namespace()),
+        recorder: crate::recorder(&client),
+        store_ref: crate::configmap_reference(store.namespace(), STORE_NAME),
+    };
     let mut rendered: Option<(Rendered, u64)> = None;
     let mut next_render = tokio::time::Instant::now();
     let mut retry_at: Option<tokio::time::Instant> = None;
@@ -321,94 +328,96 @@ pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: Cancellation
         };
         // Before the first write of this run: what the last run wrote.
         if !record_read && (policy.live.is_some() || binding.live.is_some()) {
-            match records.get_opt(RECORD_NAME).await {
-                Ok(map) => {
-                    // The record is written before the objects (below), so objects of the
-                    // agent's without a record mean the record was deleted, which hides what was
-                    // done to them meanwhile.
-                    let ours = |t: &Target| {
-                        t.live.as_ref().and_then(Option::as_ref).is_some_and(|o| {
-                            o.metadata
-                                .labels
-                                .as_ref()
-                                .and_then(|l| l.get(MANAGED_BY_LABEL))
-                                .is_some_and(|v| v == FIELD_MANAGER)
-                        })
-                    };
-                    if map.is_none() && (ours(&policy) || ours(&binding)) {
-                        let problem = format!(
-                            "ConfigMap {}/{RECORD_NAME} (what the agent last wrote of the admission objects) was deleted by someone other than the agent while it was not running, so a change to them meanwhile cannot be told; the agent rewrote both from policy generation {generation}",
-                            store.namespace()
-                        );
-                        let record = crate::configmap_reference(store.namespace(), RECORD_NAME);
-                        report_tamper(&store, &recorder, &store_ref, problem, record).await;
-                    }
-                    if map.is_none() {
-                        // The intent first: a kill between it and the objects is no tamper.
-                        let intent = [("generation".to_owned(), generation.to_string())].into();
-                        if let Err(err) = crate::apply_record(&records, RECORD_NAME, intent).await {
-                            tracing::warn!(error = %err, "writing ConfigMap {RECORD_NAME}; retrying");
-                            retry_at = Some(tokio::time::Instant::now() + RETRY);
-                            continue;
-                        }
-                    }
-                    let data = map.and_then(|m| m.data).unwrap_or_default();
-                    policy.remember(&data);
-                    binding.remember(&data);
-                    record_read = true;
-                }
-                Err(err) => {
-                    tracing::warn!(error = %err, "reading ConfigMap {RECORD_NAME}; retrying");
-                    retry_at = Some(tokio::time::Instant::now() + RETRY);
-                    continue;
-                }
+            if !keeper
+                .read_record(&mut policy, &mut binding, *generation)
+                .await
+            {
+                retry_at = Some(tokio::time::Instant::now() + RETRY);
+                continue;
+            }
+            record_read = true;
+        }
+        let writes = keeper
+            .write(&mut policy, &mut binding, want, *generation)
+            .await;
+        if writes.failed {
+            retry_at = Some(tokio::time::Instant::now() + RETRY);
+        }
+        keeper.after_writes(&policy, &binding, &writes).await;
+    }
+}
+
+impl Keeper<'_> {
+    /// Takes what the last run wrote from the record into both targets. A record missing while
+    /// objects of the agent's exist is reported as a tamper, and the intent is written first.
+    /// `false`: reading the record or writing the intent failed (logged); try again later.
+    async fn read_record(
+        &self,
+        policy: &mut Target,
+        binding: &mut Target,
+        generation: u64,
+    ) -> bool {
+        let map = match self.records.get_opt(RECORD_NAME).await {
+            Ok(map) => map,
+            Err(err) => {
+                tracing::warn!(error = %err, "reading ConfigMap {RECORD_NAME}; retrying");
+                return false;
+            }
+        };
+        // The record is written before the objects, so objects of the agent's without a
+        // record mean the record was deleted, which hides what was done to them meanwhile.
+        if map.is_none() && (policy.ours() || binding.ours()) {
+            let problem = format!(
+                "ConfigMap {}/{RECORD_NAME} (what the agent last wrote of the admission objects) was deleted by someone other than the agent while it was not running, so a change to them meanwhile cannot be told; the agent rewrote both from policy generation {generation}",
+                self.store.namespace()
+            );
+            let record = crate::configmap_reference(self.store.namespace(), RECORD_NAME);
+            self.report_tamper(problem, record).await;
+        }
+        if map.is_none() {
+            // The intent first: a kill between it and the objects is no tamper.
+            let intent = [("generation".to_owned(), generation.to_string())].into();
+            if let Err(err) = crate::apply_record(&self.records, RECORD_NAME, intent).await {
+                tracing::warn!(error = %err, "writing ConfigMap {RECORD_NAME}; retrying");
+                return false;
             }
         }
-        // The policy first: a binding to a policy the server does not have yet enforces nothing.
-        let mut wrote = false;
-        let mut failed = false;
-        for (target, want) in [(&mut policy, &want.policy), (&mut binding, &want.binding)] {
+        let data = map.and_then(|m| m.data).unwrap_or_default();
+        policy.remember(&data);
+        binding.remember(&data);
+        true
+    }
+
+    /// Writes each object that needs it, the policy first: a binding to a policy the server
+    /// does not have yet enforces nothing. A tamper undone is reported; a write that fails
+    /// stops the round and becomes the store's write condition.
+    async fn write(
+        &self,
+        policy: &mut Target,
+        binding: &mut Target,
+        want: &Rendered,
+        generation: u64,
+    ) -> Writes {
+        let mut writes = Writes {
+            wrote: false,
+            failed: false,
+        };
+        for (target, want) in [(policy, &want.policy), (binding, &want.binding)] {
             if !target.needs_write(want) {
                 continue;
             }
             let tamper = target.tamper(want);
             // A tamper seen against the record happened while the agent was not running.
-            let while_stopped = if target.from_record {
-                " while it was not running"
-            } else {
-                ""
-            };
-            match target.write(want, *generation).await {
+            let while_stopped = target.from_record;
+            match target.write(want, generation).await {
                 Ok(false) => {}
                 Ok(true) => {
-                    wrote = true;
-                    match tamper {
-                        None => {
-                            tracing::info!(
-                                generation,
-                                "{} {NAME} applied: the API server enforces the policy",
-                                target.kind
-                            );
-                            crate::failpoint("admission-applied").await;
-                        }
-                        Some(what) => {
-                            let problem = format!(
-                                "{} {NAME} {what} by someone other than the agent{while_stopped}; the agent restored it from policy generation {generation}",
-                                target.kind
-                            );
-                            report_tamper(
-                                &store,
-                                &recorder,
-                                &store_ref,
-                                problem,
-                                target.reference(),
-                            )
-                            .await;
-                        }
-                    }
+                    writes.wrote = true;
+                    self.written(target, tamper, while_stopped, generation)
+                        .await;
                 }
                 Err(err) => {
-                    store.set_condition(
+                    self.store.set_condition(
                         WRITE_CONDITION,
                         Some(format!(
                             "the agent cannot put the policy into the API server ({}); it retries every {}s",
@@ -416,26 +425,131 @@ pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: Cancellation
                             RETRY.as_secs()
                         )),
                     );
-                    retry_at = Some(tokio::time::Instant::now() + RETRY);
-                    failed = true;
+                    writes.failed = true;
                     break;
                 }
             }
         }
-        if !failed {
-            store.set_condition(WRITE_CONDITION, None);
+        writes
+    }
+
+    /// After a write of `target`: logged as enforced, or the tamper it undid reported.
+    async fn written(
+        &self,
+        target: &Target,
+        tamper: Option<String>,
+        while_stopped: bool,
+        generation: u64,
+    ) {
+        match tamper {
+            None => {
+                tracing::info!(
+                    generation,
+                    "{} {NAME} applied: the API server enforces the policy",
+                    target.kind
+                );
+                crate::failpoint("admission-applied").await;
+            }
+            Some(what) => {
+                let problem = tamper_problem(target.kind, &what, while_stopped, generation);
+                self.report_tamper(problem, target.reference()).await;
+            }
         }
-        if wrote {
-            // Written is not yet enforced: the canary proves it.
-            store.recheck_enforcement();
+    }
+
+    /// The write condition cleared unless a write failed; after a write, enforcement proven
+    /// again (written is not yet enforced: the canary proves it) and the record updated.
+    async fn after_writes(&self, policy: &Target, binding: &Target, writes: &Writes) {
+        if !writes.failed {
+            self.store.set_condition(WRITE_CONDITION, None);
+        }
+        if writes.wrote {
+            self.store.recheck_enforcement();
             let data = policy
                 .record_entries()
                 .into_iter()
                 .chain(binding.record_entries())
                 .collect();
-            if let Err(err) = crate::apply_record(&records, RECORD_NAME, data).await {
+            if let Err(err) = crate::apply_record(&self.records, RECORD_NAME, data).await {
                 tracing::warn!(error = %err, "writing ConfigMap {RECORD_NAME}: a change made while the agent is stopped will be undone but not reported");
             }
         }
+    }
+
+    /// A tamper the agent undid: a policy problem until the next push, and a Warning Event
+    /// `AdmissionPolicyTampered` on the policy's ConfigMap, related to what was tampered with.
+    async fn report_tamper(&self, problem: String, tampered: ObjectReference) {
+        self.store.report(problem.clone());
+        let event = KubeEvent {
+            type_: EventType::Warning,
+            reason: "AdmissionPolicyTampered".into(),
+            note: Some(problem),
+            action: "Restore".into(),
+            secondary: Some(tampered),
+        };
+        if let Err(err) = self.recorder.publish(&event, &self.store_ref).await {
+            tracing::warn!(error = %err, "recording an Event on ConfigMap {STORE_NAME} failed");
+        }
+    }
+}
+
+/// The problem a tamper undone is reported as: what was done to which object, when the agent
+/// was not running if it was seen against the record, and the generation it was restored from.
+fn tamper_problem(kind: &str, what: &str, while_stopped: bool, generation: u64) -> String {
+    let while_stopped = if while_stopped {
+        " while it was not running"
+    } else {
+        ""
+    };
+    format!(
+        "{kind} {NAME} {what} by someone other than the agent{while_stopped}; the agent restored it from policy generation {generation}"
+    )
+}
+
+/// Whether `object` carries the agent's managed-by label.
+fn managed_by_agent(object: &DynamicObject) -> bool {
+    object
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .is_some_and(|v| v == FIELD_MANAGER)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tamper_says_what_was_done_and_when() {
+        assert_eq!(
+            tamper_problem("ValidatingAdmissionPolicy", "was deleted", false, 3),
+            format!(
+                "ValidatingAdmissionPolicy {NAME} was deleted by someone other than the agent; the agent restored it from policy generation 3"
+            )
+        );
+        assert_eq!(
+            tamper_problem(
+                "ValidatingAdmissionPolicyBinding",
+                "was changed (spec.x)",
+                true,
+                4
+            ),
+            format!(
+                "ValidatingAdmissionPolicyBinding {NAME} was changed (spec.x) by someone other than the agent while it was not running; the agent restored it from policy generation 4"
+            )
+        );
+    }
+
+    #[test]
+    fn the_agents_objects_carry_its_label() {
+        let mut object =
+            DynamicObject::new(NAME, &ApiResource::erase::<ValidatingAdmissionPolicy>(&()));
+        assert!(!managed_by_agent(&object));
+        object.metadata.labels = Some([(MANAGED_BY_LABEL.to_owned(), "someone".to_owned())].into());
+        assert!(!managed_by_agent(&object));
+        object.metadata.labels =
+            Some([(MANAGED_BY_LABEL.to_owned(), FIELD_MANAGER.to_owned())].into());
+        assert!(managed_by_agent(&object));
     }
 }
