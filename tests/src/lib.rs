@@ -227,6 +227,31 @@ pub fn ensure_packaging_tools() -> Result<()> {
     Ok(())
 }
 
+/// Waits for what `tests/run` builds in the background while the first tests run (the flux CLI
+/// and the controllers of `FLUX_CONTROLLERS_LATER` in tests/env/versions.env), building what is
+/// missing when a test runs alone; once per process. Every test that runs the flux CLI
+/// ([`flux_cli`]) or installs Flux 2.7 calls this first, and `tests/run` runs the modules that
+/// name it last in their lane.
+pub fn await_later_builds() -> Result<()> {
+    static BUILT: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut built = BUILT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !*built {
+        // Each binary's build lock makes these wait for the background build of the same one.
+        run_cluster_script(&["build-flux-cli"])?;
+        run_cluster_script(&["build"])?;
+        *built = true;
+    }
+    Ok(())
+}
+
+/// The flux CLI tests/env/cluster builds (FLUX_CLI_VERSION), once it is built.
+pub fn flux_cli() -> PathBuf {
+    await_later_builds().expect("tests/env/cluster build-flux-cli and build");
+    tool_path("FLUX_CLI")
+}
+
 #[derive(Debug)]
 pub struct TestCluster {
     name: String,

@@ -1124,7 +1124,7 @@ async fn a_flux_install_cluster_is_adopted_with_a_flux_instance_that_matches_it(
 
     // `flux install` (the CLI embeds Flux v2.9.5's release manifests) and the controllers'
     // processes, as a kubelet would run them.
-    let output = Command::new(tool_path("FLUX_CLI"))
+    let output = Command::new(tenantflux_tests::flux_cli())
         .args(["install", "--kubeconfig"])
         .arg(cluster.kubeconfig())
         .args(["--namespace", FLUX_NS, "--timeout", "3m"])
@@ -1149,7 +1149,7 @@ async fn a_flux_install_cluster_is_adopted_with_a_flux_instance_that_matches_it(
     );
     // As `flux bootstrap` leaves it: the same install in Git (gotk-components.yaml), applied by
     // Kustomization flux-system/flux-system.
-    let export = Command::new(tool_path("FLUX_CLI"))
+    let export = Command::new(tenantflux_tests::flux_cli())
         .args(["install", "--export", "--namespace", FLUX_NS])
         .output()
         .unwrap();

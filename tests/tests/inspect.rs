@@ -22,7 +22,7 @@ use serde_json::Value;
 use tenantflux_tests::{
     TestCluster,
     flux::{GIT_REPOSITORIES, GitRepo, KUSTOMIZATIONS, ready_now, revision},
-    stderr, stdout, tool_path, wait_for,
+    stderr, stdout, wait_for,
 };
 
 const NS: &str = "insp";
@@ -55,7 +55,7 @@ fn plugin_json(cluster: &TestCluster, kubeconfig: &Path, args: &[&str]) -> Value
 
 /// The flux CLI v2.9.5 against the cluster, as its admin.
 fn flux(cluster: &TestCluster, args: &[&str]) -> String {
-    let output = std::process::Command::new(tool_path("FLUX_CLI"))
+    let output = std::process::Command::new(tenantflux_tests::flux_cli())
         .args(args)
         .arg("--kubeconfig")
         .arg(cluster.kubeconfig())

@@ -138,6 +138,8 @@ fn codes(plan: &Value, list: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
+    // It installs Flux 2.7, whose controllers tests/run builds in the background.
+    tenantflux_tests::await_later_builds().expect("the Flux 2.7 controllers");
     let cluster = TestCluster::start(&format!("tfu-up-{}", std::process::id()))
         .expect("starting the cluster");
     cluster.ensure_flux_operator().expect("flux-operator");

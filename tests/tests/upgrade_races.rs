@@ -182,6 +182,8 @@ webhooks:
 
 #[tokio::test]
 async fn a_transient_failure_of_the_version_bump_is_retried_not_a_failed_upgrade() {
+    // It installs Flux 2.7, whose controllers tests/run builds in the background.
+    tenantflux_tests::await_later_builds().expect("the Flux 2.7 controllers");
     let cluster = TestCluster::start(&format!("tfu-race-{}", std::process::id()))
         .expect("starting the cluster");
     cluster.ensure_flux_operator().expect("flux-operator");
