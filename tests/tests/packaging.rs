@@ -12,7 +12,9 @@ use std::{
 };
 
 use serde_json::Value;
-use tenantflux_tests::{TestCluster, bin_dir, ensure_packaging_tools, repo_root, tool_path};
+use tenantflux_tests::{
+    TestCluster, bin_dir, ensure_packaging_tools, installed, repo_root, tool_path,
+};
 
 fn chart_dir() -> PathBuf {
     repo_root().join("deploy/helm/tenantflux-agent")
@@ -1473,50 +1475,6 @@ fn is_system_dll(name: &str) -> bool {
         .contains(&name.as_str())
 }
 
-/// Where a program this machine may lack is on PATH, installing `packages` with apt-get
-/// (as root, or through `sudo -n`) when it is missing, as deploy/image/build installs buildah:
-/// the suite runs on a fresh machine. Failing, what to install.
-fn installed(program: &str, packages: &str) -> PathBuf {
-    let find = || {
-        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-            .map(|dir| dir.join(program))
-            .find(|candidate| candidate.is_file())
-    };
-    if let Some(found) = find() {
-        return found;
-    }
-    static APT: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = APT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(found) = find() {
-        return found;
-    }
-    let apt = |args: &[&str]| {
-        let mut command = if rustix::process::geteuid().is_root() {
-            Command::new("apt-get")
-        } else {
-            let mut sudo = Command::new("sudo");
-            sudo.args(["-n", "apt-get"]);
-            sudo
-        };
-        command
-            .args(["-o", "DPkg::Lock::Timeout=300", "-y", "-q"])
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let install: Vec<&str> = std::iter::once("install")
-        .chain(packages.split(' '))
-        .collect();
-    eprintln!("{program} is missing: apt-get install {packages}");
-    let _ = apt(&install) || (apt(&["update"]) && apt(&install));
-    find().unwrap_or_else(|| {
-        panic!("{program} is not installed and apt-get could not install it: apt-get install {packages}")
-    })
-}
-
 /// Wine 8 (Debian 12's) has no bcryptprimitives.dll, from which Rust's std on Windows 10 and
 /// later takes its randomness (`ProcessPrng`): a DLL next to the .exe gives it, by the
 /// `BCryptGenRandom` Wine has, compiled by the zig deploy/krew/release installed.
@@ -1650,7 +1608,7 @@ fn linux_arm64_is_static_and_runs_under_qemu(binaries: &[PathBuf; 2], version: &
         assert!(!types.contains(&PT_INTERP), "no dynamic loader: {types:?}");
         assert!(!needs_libraries, "no shared library needed");
     }
-    let qemu = installed("qemu-aarch64", "qemu-user");
+    let qemu = installed("qemu-aarch64", "qemu-user", false);
     let out = run(
         Command::new(&qemu)
             .arg(&binaries[0])
@@ -1727,7 +1685,7 @@ fn windows_imports_only_windows(arch: &str, binaries: &[PathBuf; 2]) {
 }
 
 fn windows_amd64_runs_under_wine(binaries: &[PathBuf; 2], dir: &Path, version: &str) {
-    let wine = installed("wine", "wine wine64");
+    let wine = installed("wine", "wine wine64", false);
     wine_process_prng_dll(dir);
     let prefix = dir.join("wine");
     let wine_run = |binary: &Path, args: &[&str]| {
@@ -1759,7 +1717,7 @@ fn windows_amd64_runs_under_wine(binaries: &[PathBuf; 2], dir: &Path, version: &
     );
     // wine's server outlives the programs a few seconds: wait for it, then the prefix goes.
     run(
-        Command::new(installed("wineserver", "wine"))
+        Command::new(installed("wineserver", "wine", false))
             .arg("-w")
             .env("WINEPREFIX", &prefix),
         None,
