@@ -684,31 +684,35 @@ fn chart_values_reach_the_objects() {
         .iter()
         .map(|e| (e["name"].as_str().expect("env name"), &e["value"]))
         .collect();
-    assert_eq!(env["TENANTFLUX_OPERATOR_NAMESPACE"], "flux-operator-system");
-    assert_eq!(env["TENANTFLUX_LOG_FORMAT"], "text");
-    assert_eq!(env["RUST_LOG"], "info,tenantflux_agent=debug");
-    assert_eq!(
-        env["TENANTFLUX_OPERATOR_BUNDLE"],
-        "oci://registry.example/flux-operator-manifests:v0.58.1"
-    );
-    assert_eq!(env["TENANTFLUX_OPERATOR_VERSION"], ">=0.58.0 <0.60.0");
-    assert_eq!(
-        env["TENANTFLUX_OPERATOR_BUNDLE_PULL_SECRET"],
-        "registry-credentials"
-    );
-    assert_eq!(env["TENANTFLUX_CLUSTER_NAME"], "kubernetes-acme");
-    assert_eq!(env["TENANTFLUX_OPERATOR_REQUIRE_IMAGE_DIGEST"], "true");
-    assert_eq!(
-        env["TENANTFLUX_OPERATOR_ALLOW_POD_FIELDS"],
-        "hostNetwork,tolerations"
-    );
-    assert_eq!(
-        env["TENANTFLUX_OPERATOR_IMAGE_REGISTRIES"],
-        "registry.example/mirror/*,ghcr.io/controlplaneio-fluxcd/*"
-    );
-    assert_eq!(env["TENANTFLUX_OPERATOR_RESYNC_INTERVAL"], "10m");
-    assert_eq!(env["TENANTFLUX_STREAM_RECHECK_INTERVAL"], "30s");
-    assert_eq!(env["TENANTFLUX_TOKEN_AUDIENCE"], "tenantflux-acme");
+    for (name, value) in [
+        ("TENANTFLUX_OPERATOR_NAMESPACE", "flux-operator-system"),
+        ("TENANTFLUX_LOG_FORMAT", "text"),
+        ("RUST_LOG", "info,tenantflux_agent=debug"),
+        (
+            "TENANTFLUX_OPERATOR_BUNDLE",
+            "oci://registry.example/flux-operator-manifests:v0.58.1",
+        ),
+        ("TENANTFLUX_OPERATOR_VERSION", ">=0.58.0 <0.60.0"),
+        (
+            "TENANTFLUX_OPERATOR_BUNDLE_PULL_SECRET",
+            "registry-credentials",
+        ),
+        ("TENANTFLUX_CLUSTER_NAME", "kubernetes-acme"),
+        ("TENANTFLUX_OPERATOR_REQUIRE_IMAGE_DIGEST", "true"),
+        (
+            "TENANTFLUX_OPERATOR_ALLOW_POD_FIELDS",
+            "hostNetwork,tolerations",
+        ),
+        (
+            "TENANTFLUX_OPERATOR_IMAGE_REGISTRIES",
+            "registry.example/mirror/*,ghcr.io/controlplaneio-fluxcd/*",
+        ),
+        ("TENANTFLUX_OPERATOR_RESYNC_INTERVAL", "10m"),
+        ("TENANTFLUX_STREAM_RECHECK_INTERVAL", "30s"),
+        ("TENANTFLUX_TOKEN_AUDIENCE", "tenantflux-acme"),
+    ] {
+        assert_eq!(env[name], value, "{name}");
+    }
     assert!(!env.contains_key("TENANTFLUX_ADOPT"));
     // adopt: true (rendered apart: its Role lives in the operator namespace, which exists only
     // where Flux runs already) turns adoption on and lets the agent list Helm's release
@@ -736,22 +740,26 @@ fn chart_values_reach_the_objects() {
         "flux-operator-system",
         "tenantflux-agent-adopt"
     )));
-    assert_eq!(
-        env["TENANTFLUX_POLICY_ROOT_KEYS"],
-        "/etc/tenantflux/policy/root-0.pub,/etc/tenantflux/policy/root-1.pub"
-    );
-    assert_eq!(env["TENANTFLUX_POLICY_ROOT_THRESHOLD"], "2");
-    assert_eq!(
-        env["TENANTFLUX_POLICY_SOURCE"],
-        "oci://registry.example/platform/policy:stable"
-    );
-    assert_eq!(env["TENANTFLUX_POLICY_SOURCE_INTERVAL"], "2m");
-    assert_eq!(
-        env["TENANTFLUX_POLICY_SOURCE_PULL_SECRET"],
-        "registry-credentials"
-    );
-    assert_eq!(env["TENANTFLUX_POLICY_SOURCE_PLAIN_HTTP"], "true");
-    assert_eq!(env["TENANTFLUX_EXAMPLE"], "1");
+    for (name, value) in [
+        (
+            "TENANTFLUX_POLICY_ROOT_KEYS",
+            "/etc/tenantflux/policy/root-0.pub,/etc/tenantflux/policy/root-1.pub",
+        ),
+        ("TENANTFLUX_POLICY_ROOT_THRESHOLD", "2"),
+        (
+            "TENANTFLUX_POLICY_SOURCE",
+            "oci://registry.example/platform/policy:stable",
+        ),
+        ("TENANTFLUX_POLICY_SOURCE_INTERVAL", "2m"),
+        (
+            "TENANTFLUX_POLICY_SOURCE_PULL_SECRET",
+            "registry-credentials",
+        ),
+        ("TENANTFLUX_POLICY_SOURCE_PLAIN_HTTP", "true"),
+        ("TENANTFLUX_EXAMPLE", "1"),
+    ] {
+        assert_eq!(env[name], value, "{name}");
+    }
     assert_eq!(
         container["resources"],
         serde_json::json!({"requests": {"cpu": "20m", "memory": "64Mi"}})
