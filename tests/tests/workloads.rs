@@ -35,42 +35,44 @@ const RECONCILE: Duration = Duration::from_secs(120);
 /// The API versions a Flux minor serves each kind at (what the agent must find by discovery).
 struct Minor {
     instance_version: &'static str,
-    versions: &'static [(&'static str, &'static str)],
+    /// What it serves besides [`SOURCE_TO_NOTIFICATION`] (which both minors serve alike).
+    more_versions: &'static [(&'static str, &'static str)],
     /// Whether tests/env/cluster runs this minor's source- and kustomize-controller.
     reconciled: bool,
 }
 
+impl Minor {
+    /// Each kind it serves with its API version: [`SOURCE_TO_NOTIFICATION`], then the rest.
+    fn versions(&self) -> impl Iterator<Item = &'static (&'static str, &'static str)> {
+        SOURCE_TO_NOTIFICATION.iter().chain(self.more_versions)
+    }
+}
+
+/// The source, kustomize, helm and notification kinds, served at these versions by Flux 2.6
+/// and 2.9 alike.
+const SOURCE_TO_NOTIFICATION: &[(&str, &str)] = &[
+    ("GitRepository", "source.toolkit.fluxcd.io/v1"),
+    ("OCIRepository", "source.toolkit.fluxcd.io/v1"),
+    ("HelmRepository", "source.toolkit.fluxcd.io/v1"),
+    ("HelmChart", "source.toolkit.fluxcd.io/v1"),
+    ("Bucket", "source.toolkit.fluxcd.io/v1"),
+    ("Kustomization", "kustomize.toolkit.fluxcd.io/v1"),
+    ("HelmRelease", "helm.toolkit.fluxcd.io/v2"),
+    ("Receiver", "notification.toolkit.fluxcd.io/v1"),
+    ("Alert", "notification.toolkit.fluxcd.io/v1beta3"),
+    ("Provider", "notification.toolkit.fluxcd.io/v1beta3"),
+];
+
 const FLUX_2_9: Minor = Minor {
     instance_version: "2.9.x",
     reconciled: true,
-    versions: &[
-        ("GitRepository", "source.toolkit.fluxcd.io/v1"),
-        ("OCIRepository", "source.toolkit.fluxcd.io/v1"),
-        ("HelmRepository", "source.toolkit.fluxcd.io/v1"),
-        ("HelmChart", "source.toolkit.fluxcd.io/v1"),
-        ("Bucket", "source.toolkit.fluxcd.io/v1"),
-        ("Kustomization", "kustomize.toolkit.fluxcd.io/v1"),
-        ("HelmRelease", "helm.toolkit.fluxcd.io/v2"),
-        ("Receiver", "notification.toolkit.fluxcd.io/v1"),
-        ("Alert", "notification.toolkit.fluxcd.io/v1beta3"),
-        ("Provider", "notification.toolkit.fluxcd.io/v1beta3"),
-    ],
+    more_versions: &[],
 };
 
 const FLUX_2_6: Minor = Minor {
     instance_version: "2.6.x",
     reconciled: false,
-    versions: &[
-        ("GitRepository", "source.toolkit.fluxcd.io/v1"),
-        ("OCIRepository", "source.toolkit.fluxcd.io/v1"),
-        ("HelmRepository", "source.toolkit.fluxcd.io/v1"),
-        ("HelmChart", "source.toolkit.fluxcd.io/v1"),
-        ("Bucket", "source.toolkit.fluxcd.io/v1"),
-        ("Kustomization", "kustomize.toolkit.fluxcd.io/v1"),
-        ("HelmRelease", "helm.toolkit.fluxcd.io/v2"),
-        ("Receiver", "notification.toolkit.fluxcd.io/v1"),
-        ("Alert", "notification.toolkit.fluxcd.io/v1beta3"),
-        ("Provider", "notification.toolkit.fluxcd.io/v1beta3"),
+    more_versions: &[
         // Image automation at v1beta2: v1 came with Flux 2.7.
         ("ImageRepository", "image.toolkit.fluxcd.io/v1beta2"),
         ("ImagePolicy", "image.toolkit.fluxcd.io/v1beta2"),
@@ -147,7 +149,7 @@ async fn prepare(cluster: &TestCluster, minor: &Minor, image_components: bool) -
             .expect("FluxInstance");
     }
     // The operator applies that release's CRDs.
-    for (kind, api_version) in minor.versions {
+    for (kind, api_version) in minor.versions() {
         let crd = format!(
             "crd/{}.{}",
             plural(kind),
@@ -169,7 +171,7 @@ async fn prepare(cluster: &TestCluster, minor: &Minor, image_components: bool) -
             "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {namespace}}}\n---\n"
         ));
     }
-    for (kind, api_version) in minor.versions {
+    for (kind, api_version) in minor.versions() {
         let labels = if *kind == "Kustomization" {
             "{team: a}"
         } else {
@@ -186,8 +188,7 @@ async fn prepare(cluster: &TestCluster, minor: &Minor, image_components: bool) -
     ));
     // A reused cluster starts over: objects left by an earlier run are gone first.
     let resources = minor
-        .versions
-        .iter()
+        .versions()
         .map(|(kind, api_version)| {
             format!(
                 "{}.{}",
@@ -254,12 +255,13 @@ async fn lists_suspends_and_reconciles(
         Duration::from_secs(60),
         || async {
             let list = plugin_json(cluster, &admin, &["get", "all", "-n", NS]);
-            (list["items"].as_array().map_or(0, Vec::len) == minor.versions.len()).then_some(list)
+            (list["items"].as_array().map_or(0, Vec::len) == minor.versions().count())
+                .then_some(list)
         },
     )
     .await
     .expect("every kind listed");
-    for (kind, api_version) in minor.versions {
+    for (kind, api_version) in minor.versions() {
         let item = listed["items"]
             .as_array()
             .unwrap()
