@@ -851,12 +851,18 @@ impl TestCluster {
 }
 
 /// RBAC for the token user `namespace/account` of [`TestCluster::token_kubeconfig`]: RoleBinding
-/// `account` in tenantflux-system to the agent's Role tenantflux-user, and Role `role` in
+/// `user_binding` in tenantflux-system to the agent's Role tenantflux-user, and Role `role` in
 /// `namespace` with `rules` (a YAML flow sequence) bound to the account.
-pub fn agent_user_with_role(namespace: &str, account: &str, role: &str, rules: &str) -> String {
+pub fn agent_user_with_role(
+    namespace: &str,
+    account: &str,
+    user_binding: &str,
+    role: &str,
+    rules: &str,
+) -> String {
     format!(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-         metadata: {{name: {account}, namespace: tenantflux-system}}\n\
+         metadata: {{name: {user_binding}, namespace: tenantflux-system}}\n\
          roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
          subjects: [{{kind: ServiceAccount, name: {account}, namespace: {namespace}}}]\n---\n\
          apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\

@@ -1332,6 +1332,7 @@ async fn a_flux_install_cluster_is_adopted_with_a_flux_instance_that_matches_it(
             FLUX_NS,
             "adopt-patcher",
             "adopt-patcher",
+            "adopt-patcher",
             "[{apiGroups: [fluxcd.controlplane.io], resources: [fluxinstances], verbs: [get, patch]}]",
         ))
         .expect("the patcher's RBAC");

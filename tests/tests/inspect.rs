@@ -479,6 +479,7 @@ async fn events(cluster: &TestCluster, admin: &Path) {
             NS,
             "insp-tenant",
             "insp-tenant",
+            "insp-tenant",
             READ_KUSTOMIZATIONS,
         ))
         .expect("tenant RBAC");
@@ -761,6 +762,7 @@ async fn tree_hides_what_the_caller_may_not_get(cluster: &TestCluster, admin: &P
     cluster
         .apply_yaml(&agent_user_with_role(
             NS,
+            "insp-prober",
             "insp-prober",
             "insp-prober",
             READ_KUSTOMIZATIONS,

@@ -204,6 +204,7 @@ async fn a_viewer_of_one_namespace_sees_no_line_about_another() {
         .apply_yaml(&agent_user_with_role(
             A,
             "logs-viewer",
+            "logs-viewer",
             "flux-viewer",
             "[{apiGroups: [kustomize.toolkit.fluxcd.io, source.toolkit.fluxcd.io], resources: ['*'], verbs: [get, list, watch]}]",
         ))

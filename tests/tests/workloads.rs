@@ -18,7 +18,7 @@ use std::{
 
 use serde_json::Value;
 use tenantflux_tests::{
-    TestCluster, apply_flux_instance, cluster_admin_binding, columns,
+    TestCluster, agent_user_with_role, apply_flux_instance, cluster_admin_binding, columns,
     flux::{
         GIT_REPOSITORIES, GitRepo, KUSTOMIZATIONS, minimal_spec, ready_message, ready_now, revision,
     },
@@ -1348,18 +1348,12 @@ async fn tenant_acts_in_its_namespace_only(cluster: &TestCluster) {
         .token_kubeconfig(NS, "tenant")
         .expect("tenant kubeconfig");
     cluster
-        .apply_yaml(&format!(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: wl-tenant, namespace: tenantflux-system}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
-             subjects: [{{kind: ServiceAccount, name: tenant, namespace: {NS}}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
-             metadata: {{name: flux-kustomizations, namespace: {NS}}}\n\
-             rules: [{{apiGroups: [kustomize.toolkit.fluxcd.io], resources: [kustomizations], verbs: [get, list, watch, patch]}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: flux-kustomizations, namespace: {NS}}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: flux-kustomizations}}\n\
-             subjects: [{{kind: ServiceAccount, name: tenant, namespace: {NS}}}]\n"
+        .apply_yaml(&agent_user_with_role(
+            NS,
+            "tenant",
+            "wl-tenant",
+            "flux-kustomizations",
+            "[{apiGroups: [kustomize.toolkit.fluxcd.io], resources: [kustomizations], verbs: [get, list, watch, patch]}]",
         ))
         .expect("tenant RBAC");
 
@@ -1505,20 +1499,13 @@ async fn suspend_and_resume_all(cluster: &TestCluster) {
         .token_kubeconfig(NS, "bulk")
         .expect("bulk kubeconfig");
     cluster
-        .apply_yaml(&format!(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: wl-bulk, namespace: tenantflux-system}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
-             subjects: [{{kind: ServiceAccount, name: bulk, namespace: {NS}}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
-             metadata: {{name: bulk-kustomizations, namespace: {NS}}}\n\
-             rules:\n\
-             - {{apiGroups: [kustomize.toolkit.fluxcd.io], resources: [kustomizations], verbs: [get, list, watch]}}\n\
-             - {{apiGroups: [kustomize.toolkit.fluxcd.io], resources: [kustomizations], verbs: [patch], resourceNames: [bulk-a, bulk-b]}}\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: bulk-kustomizations, namespace: {NS}}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: bulk-kustomizations}}\n\
-             subjects: [{{kind: ServiceAccount, name: bulk, namespace: {NS}}}]\n"
+        .apply_yaml(&agent_user_with_role(
+            NS,
+            "bulk",
+            "wl-bulk",
+            "bulk-kustomizations",
+            "[{apiGroups: [kustomize.toolkit.fluxcd.io], resources: [kustomizations], verbs: [get, list, watch]}, \
+             {apiGroups: [kustomize.toolkit.fluxcd.io], resources: [kustomizations], verbs: [patch], resourceNames: [bulk-a, bulk-b]}]",
         ))
         .expect("bulk RBAC");
     // The agent lists from its cache: wait until it holds all three.
