@@ -12,7 +12,8 @@ use kube::{
 use serde_json::{Value, json};
 use tenantflux_agent::upgrade::migrate::migrate_object;
 use tenantflux_tests::{
-    TestCluster, apply_flux_instance, flux_instances, tenant::AGENT_NAMESPACE, wait_for,
+    TestCluster, apply_flux_instance, cluster_admin_binding, flux_instances,
+    tenant::AGENT_NAMESPACE, wait_for,
 };
 
 const GROUP: &str = "races.tenantflux.io";
@@ -209,12 +210,11 @@ async fn a_transient_failure_of_the_version_bump_is_retried_not_a_failed_upgrade
         .token_kubeconfig(AGENT_NAMESPACE, "tenant")
         .expect("tenant");
     cluster
-        .apply_yaml(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
-             metadata: {name: tenant-admin}\n\
-             roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\n\
-             subjects: [{kind: ServiceAccount, name: tenant, namespace: tenantflux-system}]\n",
-        )
+        .apply_yaml(&cluster_admin_binding(
+            "tenant-admin",
+            "tenantflux-system",
+            "tenant",
+        ))
         .unwrap();
 
     cluster.apply_yaml(UNANSWERED_WEBHOOK).expect("webhook");
