@@ -8,9 +8,9 @@
 
 use std::{
     fs::File,
+    io::{BufRead as _, BufReader, Read as _},
     path::PathBuf,
-    process::{Child, Command, Stdio},
-    sync::Mutex,
+    process::{Child, ChildStdout, Command, Stdio},
     time::Duration,
 };
 
@@ -27,7 +27,7 @@ use tokio::{
     time::Instant,
 };
 
-use crate::repo_root;
+use crate::{installed, repo_root};
 
 /// Both programs come from one Debian package set, so chromedriver matches the browser.
 /// fonts-liberation gives pages the metrics of the fonts they name; chromium only recommends it,
@@ -132,8 +132,8 @@ impl Browser {
     /// a headless chromium session with a fresh profile and a 1280x900 window (the page's
     /// viewport, and so a screenshot, is shorter by the headless window's frame).
     pub async fn start() -> Result<Browser> {
-        let chromedriver = installed("chromedriver");
-        let chromium = installed("chromium");
+        let chromedriver = installed("chromedriver", PACKAGES, true);
+        let chromium = installed("chromium", PACKAGES, true);
         let dir = tempfile::tempdir().map_err(|source| Error::Write {
             path: std::env::temp_dir(),
             source,
@@ -418,58 +418,28 @@ async fn answers_status(port: u16) -> bool {
         .is_some_and(|status| status["value"]["ready"] == true)
 }
 
-/// Where `program` (from [`PACKAGES`]) is on PATH, installing the packages with apt-get (as
-/// root, or through `sudo -n`) when it is missing. Failing, what to install.
-fn installed(program: &str) -> PathBuf {
-    let find = || {
-        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-            .map(|dir| dir.join(program))
-            .find(|candidate| candidate.is_file())
-    };
-    if let Some(found) = find() {
-        return found;
+/// The address a dashboard `child` (stdout and stderr piped), called `what`, prints first (see
+/// [`printed_address`]), and its stdout for what it prints next. Panics with its stderr when it
+/// exits before printing it.
+pub fn read_printed_address(
+    child: &mut Child,
+    what: &str,
+) -> ((String, String, u16), BufReader<ChildStdout>) {
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    let read = stdout
+        .read_line(&mut line)
+        .unwrap_or_else(|err| panic!("read {what}'s address: {err:?}"));
+    if read == 0 {
+        let mut err = String::new();
+        let _ = child
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut err);
+        panic!("{what} exited before printing its address: {err}");
     }
-    // Parallel tests would otherwise run apt-get at once, and all but one wait for its lock.
-    static APT: Mutex<()> = Mutex::new(());
-    let _one = APT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(found) = find() {
-        return found;
-    }
-    let apt = |args: &[&str]| {
-        let mut command = if rustix::process::geteuid().is_root() {
-            Command::new("apt-get")
-        } else {
-            let mut sudo = Command::new("sudo");
-            sudo.args(["-n", "apt-get"]);
-            sudo
-        };
-        command
-            .args([
-                "-o",
-                "DPkg::Lock::Timeout=300",
-                "-y",
-                "-q",
-                "--no-install-recommends",
-            ])
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success())
-    };
-    let install: Vec<&str> = std::iter::once("install")
-        .chain(PACKAGES.split(' '))
-        .collect();
-    eprintln!("{program} is missing: apt-get install --no-install-recommends {PACKAGES}");
-    let _ = apt(&install) || (apt(&["update"]) && apt(&install));
-    find().unwrap_or_else(|| {
-        panic!(
-            "{program} is not installed and apt-get could not install it: \
-             apt-get install --no-install-recommends {PACKAGES}"
-        )
-    })
+    (printed_address(&line), stdout)
 }
 
 /// The address in a line a dashboard printed: the address, its host (`NAME.localhost:PORT`)

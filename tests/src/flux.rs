@@ -3,15 +3,11 @@
 //! kustomize-controller applies (both run by `tests/env/cluster flux-operator` as flux-operator
 //! rolls them out at the versions built here).
 
-use std::{
-    path::PathBuf,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{path::PathBuf, process::Command, time::Duration};
 
 use serde_json::Value;
 
-use crate::{Error, Result, TestCluster, run_cluster_script, wait_for};
+use crate::{Error, Result, TestCluster, run_cluster_script, run_ok, wait_for};
 
 /// A git repository on disk, with a `main` branch the tests commit to.
 #[derive(Debug)]
@@ -50,32 +46,22 @@ impl GitRepo {
 
     fn git(&self, args: &[&str]) -> Result<String> {
         let command = format!("git {}", args.join(" "));
-        let output = Command::new("git")
-            .arg("-C")
-            .arg(self.path())
-            .args([
-                "-c",
-                "user.name=tenantflux tests",
-                "-c",
-                "user.email=tests@tenantflux.invalid",
-                "-c",
-                "commit.gpgsign=false",
-            ])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|source| Error::Spawn {
-                command: command.clone(),
-                source,
-            })?;
-        if !output.status.success() {
-            return Err(Error::Failed {
-                command,
-                status: output.status,
-                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-            });
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+        let stdout = run_ok(
+            Command::new("git")
+                .arg("-C")
+                .arg(self.path())
+                .args([
+                    "-c",
+                    "user.name=tenantflux tests",
+                    "-c",
+                    "user.email=tests@tenantflux.invalid",
+                    "-c",
+                    "commit.gpgsign=false",
+                ])
+                .args(args),
+            command,
+        )?;
+        Ok(stdout.trim().to_owned())
     }
 
     /// Writes `files` (path relative to the repository, content), removes `removed`, commits
@@ -182,6 +168,20 @@ impl TestCluster {
         serde_json::from_str(&text).ok()
     }
 
+    /// Deletes every Kustomization and GitRepository in `namespace` and waits until they are
+    /// gone, so that a reused cluster starts over; a failure (no such namespace yet) is ignored.
+    pub fn delete_kustomizations_and_git_repositories(&self, namespace: &str) {
+        let _ = self.kubectl(&[
+            "-n",
+            namespace,
+            "delete",
+            &format!("{KUSTOMIZATIONS},{GIT_REPOSITORIES}"),
+            "--all",
+            "--ignore-not-found",
+            "--wait",
+        ]);
+    }
+
     /// Waits until Kustomization `namespace/name` is Ready for its current generation with
     /// `revision` applied, as kustomize-controller reports it; returns the object.
     pub async fn kustomization_applied(
@@ -191,14 +191,13 @@ impl TestCluster {
         revision: &str,
         timeout: Duration,
     ) -> Result<Value> {
-        wait_for(
+        self.object_until(
             &format!("Kustomization {namespace}/{name} Ready with {revision} applied"),
+            KUSTOMIZATIONS,
+            namespace,
+            name,
             timeout,
-            || async {
-                let ks = self.object(KUSTOMIZATIONS, namespace, name)?;
-                (ready_now(&ks) == Some("True") && ks["status"]["lastAppliedRevision"] == revision)
-                    .then_some(ks)
-            },
+            |ks| ready_now(ks) == Some("True") && ks["status"]["lastAppliedRevision"] == revision,
         )
         .await
     }
@@ -212,14 +211,32 @@ impl TestCluster {
         name: &str,
         timeout: Duration,
     ) -> Result<Value> {
-        wait_for(
+        self.object_until(
             &format!("{resource} {namespace}/{name} to settle (Ready True or False)"),
+            resource,
+            namespace,
+            name,
             timeout,
-            || async {
-                let object = self.object(resource, namespace, name)?;
-                matches!(ready_now(&object), Some("True" | "False")).then_some(object)
-            },
+            |object| matches!(ready_now(object), Some("True" | "False")),
         )
+        .await
+    }
+
+    /// Polls `resource` `namespace/name` (as [`wait_for`], which names `what` on timeout) until
+    /// it exists and `done` holds for it; returns the object.
+    async fn object_until(
+        &self,
+        what: &str,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+        timeout: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Result<Value> {
+        wait_for(what, timeout, || async {
+            let object = self.object(resource, namespace, name)?;
+            done(&object).then_some(object)
+        })
         .await
     }
 }
@@ -227,6 +244,59 @@ impl TestCluster {
 /// The resource names of the kinds the real controllers serve (any served version).
 pub const GIT_REPOSITORIES: &str = "gitrepositories.source.toolkit.fluxcd.io";
 pub const KUSTOMIZATIONS: &str = "kustomizations.kustomize.toolkit.fluxcd.io";
+
+/// GitRepository `flux-system/fleet` (the branch main of the git server at `url`) and
+/// Kustomization `flux-system/apps` applying its `./apps` (pruning), both every hour.
+pub fn fleet_apps(url: &str) -> String {
+    format!(
+        "apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\n\
+         metadata: {{name: fleet, namespace: flux-system}}\n\
+         spec: {{interval: 1h, url: \"{url}\", ref: {{branch: main}}}}\n---\n\
+         apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\n\
+         metadata: {{name: apps, namespace: flux-system}}\n\
+         spec: {{interval: 1h, path: ./apps, prune: true, sourceRef: {{kind: GitRepository, name: fleet}}}}\n"
+    )
+}
+
+/// A minimal valid spec of each Flux kind the tests create (inline YAML, one object named
+/// podinfo; a test may add `suspend: true` after its opening brace). Panics on another kind.
+pub fn minimal_spec(kind: &str) -> &'static str {
+    match kind {
+        "GitRepository" => "{url: https://github.com/stefanprodan/podinfo, interval: 5m}",
+        "OCIRepository" => {
+            "{url: oci://ghcr.io/stefanprodan/manifests/podinfo, interval: 5m, ref: {tag: latest}}"
+        }
+        "HelmRepository" => "{url: https://stefanprodan.github.io/podinfo, interval: 5m}",
+        "HelmChart" => {
+            "{chart: podinfo, interval: 5m, sourceRef: {kind: HelmRepository, name: podinfo}}"
+        }
+        "Bucket" => "{bucketName: podinfo, endpoint: minio.example.com, interval: 5m}",
+        "ExternalArtifact" => {
+            "{sourceRef: {apiVersion: example.com/v1, kind: Generator, name: podinfo}}"
+        }
+        "Kustomization" => {
+            "{interval: 10m, path: ./kustomize, prune: true, sourceRef: {kind: GitRepository, name: podinfo}}"
+        }
+        "HelmRelease" => {
+            "{interval: 5m, chart: {spec: {chart: podinfo, sourceRef: {kind: HelmRepository, name: podinfo}}}}"
+        }
+        "Receiver" => {
+            "{type: generic, resources: [{kind: GitRepository, name: podinfo}], secretRef: {name: token}}"
+        }
+        "Provider" => "{type: generic, address: https://example.com/hook}",
+        "Alert" => {
+            "{providerRef: {name: podinfo}, eventSources: [{kind: GitRepository, name: '*'}]}"
+        }
+        "ImageRepository" => "{image: ghcr.io/stefanprodan/podinfo, interval: 5m}",
+        "ImagePolicy" => {
+            "{imageRepositoryRef: {name: podinfo}, policy: {semver: {range: '>=1.0.0'}}}"
+        }
+        "ImageUpdateAutomation" => {
+            "{interval: 5m, sourceRef: {kind: GitRepository, name: podinfo}, git: {commit: {author: {email: flux@example.com, name: flux}}}, update: {path: ./, strategy: Setters}}"
+        }
+        other => panic!("no spec for {other}"),
+    }
+}
 
 /// The Ready condition's status, if the controller set it for the object's current generation.
 pub fn ready_now(object: &Value) -> Option<&str> {

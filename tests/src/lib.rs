@@ -157,6 +157,26 @@ fn binaries_fresh(bin_dir: &Path, root: &Path) -> std::result::Result<(), String
     Ok(())
 }
 
+/// Runs `command` with its stdin closed, failing unless it exits 0 (the error names it
+/// `shown` and holds its stderr); returns its stdout.
+fn run_ok(command: &mut Command, shown: String) -> Result<String> {
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|source| Error::Spawn {
+            command: shown.clone(),
+            source,
+        })?;
+    if !output.status.success() {
+        return Err(Error::Failed {
+            command: shown,
+            status: output.status,
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
 /// Runs `tests/env/cluster ARGS`; progress goes to the test's stderr, stdout is returned.
 fn run_cluster_script(args: &[&str]) -> Result<String> {
     run_cluster_script_with(args, &[])
@@ -225,6 +245,85 @@ pub fn ensure_packaging_tools() -> Result<()> {
         *built = true;
     }
     Ok(())
+}
+
+/// Where `program` is on PATH, installing `packages` (space-separated) with apt-get (as root,
+/// or through `sudo -n`) when it is missing: the suite runs on a fresh machine. `lean` installs
+/// with `--no-install-recommends` and apt-get's stdin closed (the browser's packages recommend
+/// desktop services). One install at a time: parallel tests would otherwise run apt-get at
+/// once, and all but one wait for its lock. Failing, panics naming what to install.
+pub fn installed(program: &str, packages: &str, lean: bool) -> PathBuf {
+    let find = || {
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|dir| dir.join(program))
+            .find(|candidate| candidate.is_file())
+    };
+    if let Some(found) = find() {
+        return found;
+    }
+    static APT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = APT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(found) = find() {
+        return found;
+    }
+    let apt = |args: &[&str]| {
+        let mut command = if rustix::process::geteuid().is_root() {
+            Command::new("apt-get")
+        } else {
+            let mut sudo = Command::new("sudo");
+            sudo.args(["-n", "apt-get"]);
+            sudo
+        };
+        command.args(["-o", "DPkg::Lock::Timeout=300", "-y", "-q"]);
+        if lean {
+            command.arg("--no-install-recommends").stdin(Stdio::null());
+        }
+        command
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    let install: Vec<&str> = std::iter::once("install")
+        .chain(packages.split(' '))
+        .collect();
+    let what = if lean {
+        format!("apt-get install --no-install-recommends {packages}")
+    } else {
+        format!("apt-get install {packages}")
+    };
+    eprintln!("{program} is missing: {what}");
+    let _ = apt(&install) || (apt(&["update"]) && apt(&install));
+    find().unwrap_or_else(|| {
+        panic!("{program} is not installed and apt-get could not install it: {what}")
+    })
+}
+
+/// Waits for what `tests/run` builds in the background while the first tests run (the flux CLI
+/// and the controllers of `FLUX_CONTROLLERS_LATER` in tests/env/versions.env), building what is
+/// missing when a test runs alone; once per process. Every test that runs the flux CLI
+/// ([`flux_cli`]) or installs Flux 2.7 calls this first, and `tests/run` runs the modules that
+/// name it last in their lane.
+pub fn await_later_builds() -> Result<()> {
+    static BUILT: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut built = BUILT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !*built {
+        // Each binary's build lock makes these wait for the background build of the same one.
+        run_cluster_script(&["build-flux-cli"])?;
+        run_cluster_script(&["build"])?;
+        *built = true;
+    }
+    Ok(())
+}
+
+/// The flux CLI tests/env/cluster builds (FLUX_CLI_VERSION), once it is built.
+pub fn flux_cli() -> PathBuf {
+    await_later_builds().expect("tests/env/cluster build-flux-cli and build");
+    tool_path("FLUX_CLI")
 }
 
 #[derive(Debug)]
@@ -304,24 +403,13 @@ impl TestCluster {
         let path = kubeconfig.unwrap_or(&self.kubeconfig);
         let args = ["config", "view", "--raw", "--minify", "--flatten"];
         let command = format!("kubectl --kubeconfig {} {}", path.display(), args.join(" "));
-        let output = Command::new(tool_path("KUBECTL"))
-            .arg("--kubeconfig")
-            .arg(path)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|source| Error::Spawn {
-                command: command.clone(),
-                source,
-            })?;
-        if !output.status.success() {
-            return Err(Error::Failed {
-                command,
-                status: output.status,
-                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-            });
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        run_ok(
+            Command::new(tool_path("KUBECTL"))
+                .arg("--kubeconfig")
+                .arg(path)
+                .args(args),
+            command,
+        )
     }
 
     pub fn kubeconfig(&self) -> &Path {
@@ -762,6 +850,42 @@ impl TestCluster {
     }
 }
 
+/// RBAC for the token user `namespace/account` of [`TestCluster::token_kubeconfig`]: RoleBinding
+/// `user_binding` in tenantflux-system to the agent's Role tenantflux-user, and Role `role` in
+/// `namespace` with `rules` (a YAML flow sequence) bound to the account.
+pub fn agent_user_with_role(
+    namespace: &str,
+    account: &str,
+    user_binding: &str,
+    role: &str,
+    rules: &str,
+) -> String {
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+         metadata: {{name: {user_binding}, namespace: tenantflux-system}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
+         subjects: [{{kind: ServiceAccount, name: {account}, namespace: {namespace}}}]\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
+         metadata: {{name: {role}, namespace: {namespace}}}\n\
+         rules: {rules}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+         metadata: {{name: {role}, namespace: {namespace}}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {role}}}\n\
+         subjects: [{{kind: ServiceAccount, name: {account}, namespace: {namespace}}}]\n"
+    )
+}
+
+/// ClusterRoleBinding `binding` of ServiceAccount `namespace/account` to ClusterRole
+/// cluster-admin (a token user with rights on everything, see [`TestCluster::token_kubeconfig`]).
+pub fn cluster_admin_binding(binding: &str, namespace: &str, account: &str) -> String {
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+         metadata: {{name: {binding}}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}\n\
+         subjects: [{{kind: ServiceAccount, name: {account}, namespace: {namespace}}}]\n"
+    )
+}
+
 impl Drop for TestCluster {
     fn drop(&mut self) {
         if self.stop_on_drop
@@ -873,6 +997,56 @@ pub fn json(output: &Output) -> serde_json::Value {
             stderr(output)
         )
     })
+}
+
+/// `kubectl tenantflux ARGS` as the user of `kubeconfig`; its output, whatever its exit.
+#[track_caller]
+pub fn plugin(cluster: &TestCluster, kubeconfig: &Path, args: &[&str]) -> Output {
+    cluster
+        .kubectl_tenantflux(Some(kubeconfig), args)
+        .expect("run kubectl tenantflux")
+}
+
+/// Like [`plugin`], failing the test unless it exits 0; returns its stdout.
+#[track_caller]
+pub fn plugin_ok(cluster: &TestCluster, kubeconfig: &Path, args: &[&str]) -> String {
+    let output = plugin(cluster, kubeconfig, args);
+    assert!(
+        output.status.success(),
+        "kubectl tenantflux {} failed: {}",
+        args.join(" "),
+        stderr(&output)
+    );
+    stdout(&output)
+}
+
+/// `kubectl tenantflux ARGS -o json` (see [`plugin_ok`]), parsed.
+#[track_caller]
+pub fn plugin_json(cluster: &TestCluster, kubeconfig: &Path, args: &[&str]) -> serde_json::Value {
+    let mut args = args.to_vec();
+    args.extend(["-o", "json"]);
+    let text = plugin_ok(cluster, kubeconfig, &args);
+    serde_json::from_str(&text).unwrap_or_else(|err| panic!("not JSON ({err}): {text}"))
+}
+
+/// A line of a table the plugin printed, cut into its columns at `starts` (where the header's
+/// columns start, in order), each trimmed; a column the line is too short for is empty.
+pub fn columns(line: &str, starts: &[usize]) -> Vec<String> {
+    starts
+        .iter()
+        .enumerate()
+        .map(|(n, &start)| {
+            let end = starts
+                .get(n + 1)
+                .copied()
+                .unwrap_or(line.len())
+                .min(line.len());
+            line.get(start.min(end)..end)
+                .unwrap_or_default()
+                .trim()
+                .to_owned()
+        })
+        .collect()
 }
 
 /// The status of condition `type_` in a JSON object's `status.conditions`, if present.

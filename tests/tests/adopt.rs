@@ -41,7 +41,7 @@ use std::{
 
 use serde_json::{Value, json};
 use tenantflux_tests::{
-    TestCluster, cozystack, ensure_packaging_tools,
+    TestCluster, agent_user_with_role, cozystack, ensure_packaging_tools,
     flux::{GitRepo, revision},
     json, operator_bundle, path, repo_root, stderr, stdout,
     tenant::{AGENT_NAMESPACE, defaults_record, wait_enforced},
@@ -1124,7 +1124,7 @@ async fn a_flux_install_cluster_is_adopted_with_a_flux_instance_that_matches_it(
 
     // `flux install` (the CLI embeds Flux v2.9.5's release manifests) and the controllers'
     // processes, as a kubelet would run them.
-    let output = Command::new(tool_path("FLUX_CLI"))
+    let output = Command::new(tenantflux_tests::flux_cli())
         .args(["install", "--kubeconfig"])
         .arg(cluster.kubeconfig())
         .args(["--namespace", FLUX_NS, "--timeout", "3m"])
@@ -1149,7 +1149,7 @@ async fn a_flux_install_cluster_is_adopted_with_a_flux_instance_that_matches_it(
     );
     // As `flux bootstrap` leaves it: the same install in Git (gotk-components.yaml), applied by
     // Kustomization flux-system/flux-system.
-    let export = Command::new(tool_path("FLUX_CLI"))
+    let export = Command::new(tenantflux_tests::flux_cli())
         .args(["install", "--export", "--namespace", FLUX_NS])
         .output()
         .unwrap();
@@ -1328,18 +1328,12 @@ async fn a_flux_install_cluster_is_adopted_with_a_flux_instance_that_matches_it(
         .token_kubeconfig(FLUX_NS, "adopt-patcher")
         .expect("kubeconfig");
     cluster
-        .apply_yaml(&format!(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: adopt-patcher, namespace: tenantflux-system}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
-             subjects: [{{kind: ServiceAccount, name: adopt-patcher, namespace: {FLUX_NS}}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
-             metadata: {{name: adopt-patcher, namespace: {FLUX_NS}}}\n\
-             rules: [{{apiGroups: [fluxcd.controlplane.io], resources: [fluxinstances], verbs: [get, patch]}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: adopt-patcher, namespace: {FLUX_NS}}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: adopt-patcher}}\n\
-             subjects: [{{kind: ServiceAccount, name: adopt-patcher, namespace: {FLUX_NS}}}]\n"
+        .apply_yaml(&agent_user_with_role(
+            FLUX_NS,
+            "adopt-patcher",
+            "adopt-patcher",
+            "adopt-patcher",
+            "[{apiGroups: [fluxcd.controlplane.io], resources: [fluxinstances], verbs: [get, patch]}]",
         ))
         .expect("the patcher's RBAC");
     // Their plan shows only what they may read: no controller Deployment (they may not get

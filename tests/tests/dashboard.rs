@@ -23,7 +23,7 @@ use std::{
 use fantoccini::Locator;
 use tenantflux_tests::{
     TestCluster,
-    browser::{Browser, http, http_get, printed_address},
+    browser::{Browser, http, http_get, printed_address, read_printed_address},
     flux::{GitRepo, KUSTOMIZATIONS, revision},
     wait_for,
 };
@@ -72,21 +72,7 @@ impl Dashboard {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start the dashboard");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        let read = stdout
-            .read_line(&mut line)
-            .expect("read the dashboard's address");
-        if read == 0 {
-            let mut err = String::new();
-            let _ = child
-                .stderr
-                .take()
-                .expect("stderr")
-                .read_to_string(&mut err);
-            panic!("the dashboard exited before printing its address: {err}");
-        }
-        let (url, host, port) = printed_address(&line);
+        let ((url, host, port), stdout) = read_printed_address(&mut child, "the dashboard");
         Dashboard {
             child,
             url,

@@ -6,10 +6,10 @@
 //! while they exist. Every command goes the real path: plugin → port-forward → agent →
 //! SubjectAccessReview → API server, with the agent running as its ServiceAccount.
 
-use std::{path::Path, process::Output, time::Duration};
+use std::{path::Path, time::Duration};
 
 use serde_json::Value;
-use tenantflux_tests::{TestCluster, stderr, stdout, wait_for};
+use tenantflux_tests::{TestCluster, plugin, plugin_ok, stderr, wait_for};
 
 const NS: &str = "dk";
 const GROUP: &str = "probe.toolkit.fluxcd.io";
@@ -53,23 +53,6 @@ spec:
 "#,
         singular = kind.to_ascii_lowercase()
     )
-}
-
-fn plugin(cluster: &TestCluster, kubeconfig: &Path, args: &[&str]) -> Output {
-    cluster
-        .kubectl_tenantflux(Some(kubeconfig), args)
-        .expect("run kubectl tenantflux")
-}
-
-fn plugin_ok(cluster: &TestCluster, kubeconfig: &Path, args: &[&str]) -> String {
-    let output = plugin(cluster, kubeconfig, args);
-    assert!(
-        output.status.success(),
-        "kubectl tenantflux {} failed: {}",
-        args.join(" "),
-        stderr(&output)
-    );
-    stdout(&output)
 }
 
 /// `kubectl tenantflux ARGS -o json`, if it succeeds.

@@ -27,10 +27,10 @@ use std::{
     time::Duration,
 };
 
-use fantoccini::Locator;
+use fantoccini::{Client, Locator, elements::Element};
 use tenantflux_tests::{
     TestCluster, bin_dir,
-    browser::{Browser, http_get, printed_address},
+    browser::{Browser, http_get, read_printed_address},
     json, path, stderr, wait_for,
 };
 
@@ -65,7 +65,6 @@ struct Dashboard {
 
 impl Dashboard {
     fn start(plane: &TestCluster, args: &[&str]) -> Dashboard {
-        use std::io::BufRead as _;
         let mut all = vec!["fleet", "dashboard", "--no-open"];
         all.extend_from_slice(args);
         let mut child = plane
@@ -74,18 +73,7 @@ impl Dashboard {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start the fleet dashboard");
-        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        if stdout.read_line(&mut line).expect("read its address") == 0 {
-            let mut err = String::new();
-            let _ = child
-                .stderr
-                .take()
-                .expect("stderr")
-                .read_to_string(&mut err);
-            panic!("the fleet dashboard exited before printing its address: {err}");
-        }
-        let (url, host, port) = printed_address(&line);
+        let ((url, host, port), _stdout) = read_printed_address(&mut child, "the fleet dashboard");
         Dashboard {
             child,
             url,
@@ -298,6 +286,31 @@ fn sign(
     signed
 }
 
+/// Waits until the tile of `cluster` on the fleet page carries the badge `text`.
+async fn wait_for_badge(
+    browser: &Browser,
+    cluster: &str,
+    text: &str,
+    timeout: Duration,
+) -> tenantflux_tests::browser::Result<Element> {
+    browser
+        .wait_for_text(
+            &format!("[data-cluster=\"{cluster}\"] .badge"),
+            text,
+            timeout,
+        )
+        .await
+}
+
+/// How many elements of the page `css` selects.
+async fn count(client: &Client, css: &str) -> usize {
+    client
+        .find_all(Locator::Css(css))
+        .await
+        .expect("tiles")
+        .len()
+}
+
 #[tokio::test]
 async fn the_fleet_page_over_10_real_agents_judges_behind_only_against_the_platform() {
     let started = std::time::Instant::now();
@@ -498,32 +511,17 @@ async fn the_fleet_page_over_10_real_agents_judges_behind_only_against_the_platf
         .wait_for_text("#live-state", "live", Duration::from_secs(30))
         .await
         .expect("the live stream");
-    browser
-        .wait_for_text(
-            &format!("[data-cluster=\"{STALE}\"] .badge"),
-            "stale",
-            Duration::from_secs(60),
-        )
+    wait_for_badge(&browser, STALE, "stale", Duration::from_secs(60))
         .await
         .expect("the stale one marked");
-    browser
-        .wait_for_text(
-            &format!("[data-cluster=\"{BEHIND}\"] .badge"),
-            "behind",
-            Duration::from_secs(10),
-        )
+    wait_for_badge(&browser, BEHIND, "behind", Duration::from_secs(10))
         .await
         .expect("the behind one marked");
-    let cards = client
-        .find_all(Locator::Css("div.card[data-cluster]"))
-        .await
-        .expect("tiles");
-    assert_eq!(cards.len(), AGENTS);
-    let current = client
-        .find_all(Locator::Css("div.card.good[data-state=\"current\"]"))
-        .await
-        .expect("tiles");
-    assert_eq!(current.len(), AGENTS - 2);
+    assert_eq!(count(client, "div.card[data-cluster]").await, AGENTS);
+    assert_eq!(
+        count(client, "div.card.good[data-state=\"current\"]").await,
+        AGENTS - 2
+    );
     // A round later the live stream has replaced the tiles' section: its cost line is new.
     let cost = client
         .find(Locator::Css("#cost"))
@@ -577,19 +575,14 @@ async fn the_fleet_page_over_10_real_agents_judges_behind_only_against_the_platf
     // Against what the platform pushed, that cluster holds another policy; the others stay
     // current.
     browser.click("header a.brand").await.expect("follow it");
-    browser
-        .wait_for_text(
-            &format!("[data-cluster=\"{BEHIND}\"] .badge"),
-            "other policy",
-            Duration::from_secs(60),
-        )
+    wait_for_badge(&browser, BEHIND, "other policy", Duration::from_secs(60))
         .await
         .expect("the one ahead marked");
-    let current = client
-        .find_all(Locator::Css("div.card.good[data-state=\"current\"]"))
-        .await
-        .expect("tiles");
-    assert_eq!(current.len(), AGENTS - 2, "the others are still current");
+    assert_eq!(
+        count(client, "div.card.good[data-state=\"current\"]").await,
+        AGENTS - 2,
+        "the others are still current"
+    );
     browser
         .screenshot("fleet-dashboard-other-policy")
         .await

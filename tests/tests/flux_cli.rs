@@ -19,7 +19,7 @@ use sha2::{Digest as _, Sha256};
 use tenantflux_tests::{
     TestCluster,
     flux::{GIT_REPOSITORIES, GitRepo, ready_now, revision},
-    path, repo_root, stderr, stdout, tool_path, wait_for,
+    path, repo_root, stderr, stdout, wait_for,
 };
 
 const NS: &str = "flux-cli";
@@ -96,7 +96,7 @@ fn publish(dir: &Path, version: &str, archive: &[u8], listed: Option<String>) {
 fn genuine() -> &'static (PathBuf, Vec<u8>) {
     static GENUINE: OnceLock<(PathBuf, Vec<u8>)> = OnceLock::new();
     GENUINE.get_or_init(|| {
-        let binary = tool_path("FLUX_CLI");
+        let binary = tenantflux_tests::flux_cli();
         let bytes = fs::read(&binary).unwrap_or_else(|err| {
             panic!(
                 "{}: {err} (tests/env/cluster build-flux-cli builds it)",

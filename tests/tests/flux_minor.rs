@@ -26,8 +26,8 @@ use std::{
 
 use serde_json::{Value, json};
 use tenantflux_tests::{
-    TestCluster, bin_dir, cluster_script,
-    flux::{GitRepo, revision},
+    TestCluster, bin_dir, cluster_admin_binding, cluster_script,
+    flux::{GitRepo, fleet_apps, minimal_spec, revision},
     operator_bundle, path,
     tenant::AGENT_NAMESPACE,
     tool_path, wait_for,
@@ -135,45 +135,6 @@ fn codes(plan: &Value, list: &str) -> Vec<String> {
         .collect()
 }
 
-/// A minimal spec for a suspended object of `kind`.
-fn spec(kind: &str) -> &'static str {
-    match kind {
-        "GitRepository" => "{url: https://github.com/stefanprodan/podinfo, interval: 5m}",
-        "OCIRepository" => {
-            "{url: oci://ghcr.io/stefanprodan/manifests/podinfo, interval: 5m, ref: {tag: latest}}"
-        }
-        "HelmRepository" => "{url: https://stefanprodan.github.io/podinfo, interval: 5m}",
-        "HelmChart" => {
-            "{chart: podinfo, interval: 5m, sourceRef: {kind: HelmRepository, name: podinfo}}"
-        }
-        "Bucket" => "{bucketName: podinfo, endpoint: minio.example.com, interval: 5m}",
-        "ExternalArtifact" => {
-            "{sourceRef: {apiVersion: example.com/v1, kind: Generator, name: podinfo}}"
-        }
-        "Kustomization" => {
-            "{interval: 10m, path: ./kustomize, prune: true, sourceRef: {kind: GitRepository, name: podinfo}}"
-        }
-        "HelmRelease" => {
-            "{interval: 5m, chart: {spec: {chart: podinfo, sourceRef: {kind: HelmRepository, name: podinfo}}}}"
-        }
-        "Receiver" => {
-            "{type: generic, resources: [{kind: GitRepository, name: podinfo}], secretRef: {name: token}}"
-        }
-        "Provider" => "{type: generic, address: https://example.com/hook}",
-        "Alert" => {
-            "{providerRef: {name: podinfo}, eventSources: [{kind: GitRepository, name: '*'}]}"
-        }
-        "ImageRepository" => "{image: ghcr.io/stefanprodan/podinfo, interval: 5m}",
-        "ImagePolicy" => {
-            "{imageRepositoryRef: {name: podinfo}, policy: {semver: {range: '>=1.0.0'}}}"
-        }
-        "ImageUpdateAutomation" => {
-            "{interval: 5m, sourceRef: {kind: GitRepository, name: podinfo}, git: {commit: {author: {email: flux@example.com, name: flux}}}, update: {path: ./, strategy: Setters}}"
-        }
-        other => panic!("no spec for {other}"),
-    }
-}
-
 #[tokio::test]
 async fn a_flux_minor_the_build_does_not_know_is_planned_from_the_artifact_and_applied() {
     let cluster =
@@ -272,16 +233,7 @@ async fn a_flux_minor_the_build_does_not_know_is_planned_from_the_artifact_and_a
         .commit(&[("apps/settings.yaml", &settings("one"))], &[], "one")
         .unwrap();
     let url = cluster.git_server(&repo).expect("git server");
-    cluster
-        .apply_yaml(&format!(
-            "apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\n\
-             metadata: {{name: fleet, namespace: flux-system}}\n\
-             spec: {{interval: 1h, url: \"{url}\", ref: {{branch: main}}}}\n---\n\
-             apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\n\
-             metadata: {{name: apps, namespace: flux-system}}\n\
-             spec: {{interval: 1h, path: ./apps, prune: true, sourceRef: {{kind: GitRepository, name: fleet}}}}\n"
-        ))
-        .unwrap();
+    cluster.apply_yaml(&fleet_apps(&url)).unwrap();
     cluster
         .kustomization_applied("flux-system", "apps", &revision(&rev1), TIMEOUT)
         .await
@@ -292,12 +244,11 @@ async fn a_flux_minor_the_build_does_not_know_is_planned_from_the_artifact_and_a
         .token_kubeconfig(AGENT_NAMESPACE, "tenant")
         .expect("tenant");
     cluster
-        .apply_yaml(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
-             metadata: {name: tenant-admin}\n\
-             roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\n\
-             subjects: [{kind: ServiceAccount, name: tenant, namespace: tenantflux-system}]\n",
-        )
+        .apply_yaml(&cluster_admin_binding(
+            "tenant-admin",
+            "tenantflux-system",
+            "tenant",
+        ))
         .unwrap();
     let as_tenant = |args: &[&str]| cluster.kubectl_tenantflux(Some(&tenant), args).unwrap();
 
@@ -428,9 +379,9 @@ async fn a_flux_minor_the_build_does_not_know_is_planned_from_the_artifact_and_a
             .any(|g| api_version.starts_with(g))
             && *kind != "ExternalArtifact";
         let spec = if suspended {
-            spec(kind).replacen('{', "{suspend: true, ", 1)
+            minimal_spec(kind).replacen('{', "{suspend: true, ", 1)
         } else {
-            spec(kind).to_owned()
+            minimal_spec(kind).to_owned()
         };
         objects.push_str(&format!(
             "---\napiVersion: {api_version}\nkind: {kind}\n\

@@ -31,7 +31,7 @@ use std::{
 use serde_json::Value;
 use sha2::Digest as _;
 use tenantflux_tests::{
-    TestCluster, ensure_packaging_tools, path, repo_root,
+    TestCluster, ensure_packaging_tools, installed, path, repo_root,
     tenant::{AGENT_NAMESPACE, example_without_defaults},
     tool_path, wait_for,
 };
@@ -116,45 +116,6 @@ impl Drop for Container<'_> {
     }
 }
 
-/// Where a program this machine may lack is on PATH, installing `packages` with apt-get (as
-/// root, or through `sudo -n`) when it is missing: the suite runs on a fresh machine. Failing,
-/// what to install. (packaging.rs has the same function.)
-fn installed(program: &str, packages: &str) -> PathBuf {
-    let find = || {
-        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-            .map(|dir| dir.join(program))
-            .find(|candidate| candidate.is_file())
-    };
-    if let Some(found) = find() {
-        return found;
-    }
-    let apt = |args: &[&str]| {
-        let mut command = if rustix::process::geteuid().is_root() {
-            Command::new("apt-get")
-        } else {
-            let mut sudo = Command::new("sudo");
-            sudo.args(["-n", "apt-get"]);
-            sudo
-        };
-        command
-            .args(["-o", "DPkg::Lock::Timeout=300", "-y", "-q"])
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let install: Vec<&str> = std::iter::once("install")
-        .chain(packages.split(' '))
-        .collect();
-    eprintln!("{program} is missing: apt-get install {packages}");
-    let _ = apt(&install) || (apt(&["update"]) && apt(&install));
-    find().unwrap_or_else(|| {
-        panic!("{program} is not installed and apt-get could not install it: apt-get install {packages}")
-    })
-}
-
 /// The index `image` names holds linux/amd64 and linux/arm64, nothing else; the arm64 image is
 /// the chart's pod's (user, entrypoint) and its agent, taken out of the image, is an aarch64
 /// program that runs under qemu-user. Returns what it printed for `--version`.
@@ -221,7 +182,7 @@ fn arm64_image_runs_under_qemu(podman: &Podman, image: &str, dir: &Path) -> Stri
         EM_AARCH64,
         "{reference}: e_machine"
     );
-    let qemu = installed("qemu-aarch64", "qemu-user");
+    let qemu = installed("qemu-aarch64", "qemu-user", false);
     let version = run(Command::new(qemu).arg(&agent).arg("--version"));
     let version = version.trim();
     assert_eq!(
@@ -1007,7 +968,7 @@ async fn enforced_generation(cluster: &TestCluster, generation: &str, agent: &Ag
 #[test]
 fn the_images_ca_bundle_is_the_pinned_one_whatever_the_build_host_trusts() {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let openssl = installed("openssl", "openssl");
+    let openssl = installed("openssl", "openssl", false);
     let key = dir.path().join("test-ca.key");
     let ca = dir.path().join("test-ca.pem");
     run(Command::new(openssl).args([

@@ -13,49 +13,27 @@ use std::{
     collections::BTreeSet,
     io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
-    process::{Output, Stdio},
+    process::Stdio,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
 use serde_json::Value;
 use tenantflux_tests::{
-    TestCluster,
+    TestCluster, agent_user_with_role, cluster_admin_binding, columns,
     flux::{GIT_REPOSITORIES, GitRepo, KUSTOMIZATIONS, ready_now, revision},
-    stderr, stdout, tool_path, wait_for,
+    plugin, plugin_json, plugin_ok, stderr, stdout, wait_for,
 };
 
 const NS: &str = "insp";
+/// The rules of a tenant who may read Kustomizations in their namespace.
+const READ_KUSTOMIZATIONS: &str = "[{apiGroups: [kustomize.toolkit.fluxcd.io], resources: [kustomizations], verbs: [get, list, watch]}]";
 /// How long a real reconciliation may take on a loaded 2-core machine.
 const RECONCILE: Duration = Duration::from_secs(120);
 
-fn plugin(cluster: &TestCluster, kubeconfig: &Path, args: &[&str]) -> Output {
-    cluster
-        .kubectl_tenantflux(Some(kubeconfig), args)
-        .expect("run kubectl tenantflux")
-}
-
-fn plugin_ok(cluster: &TestCluster, kubeconfig: &Path, args: &[&str]) -> String {
-    let output = plugin(cluster, kubeconfig, args);
-    assert!(
-        output.status.success(),
-        "kubectl tenantflux {} failed: {}",
-        args.join(" "),
-        stderr(&output)
-    );
-    stdout(&output)
-}
-
-fn plugin_json(cluster: &TestCluster, kubeconfig: &Path, args: &[&str]) -> Value {
-    let mut args = args.to_vec();
-    args.extend(["-o", "json"]);
-    let text = plugin_ok(cluster, kubeconfig, &args);
-    serde_json::from_str(&text).unwrap_or_else(|err| panic!("not JSON ({err}): {text}"))
-}
-
 /// The flux CLI v2.9.5 against the cluster, as its admin.
 fn flux(cluster: &TestCluster, args: &[&str]) -> String {
-    let output = std::process::Command::new(tool_path("FLUX_CLI"))
+    let output = std::process::Command::new(tenantflux_tests::flux_cli())
         .args(args)
         .arg("--kubeconfig")
         .arg(cluster.kubeconfig())
@@ -83,25 +61,7 @@ fn table(text: &str) -> Vec<Vec<String>> {
         .filter(|&(i, c)| c != ' ' && (i == 0 || header[..i].ends_with("  ")))
         .map(|(i, _)| i)
         .collect();
-    lines
-        .map(|line| {
-            starts
-                .iter()
-                .enumerate()
-                .map(|(n, &start)| {
-                    let end = starts
-                        .get(n + 1)
-                        .copied()
-                        .unwrap_or(line.len())
-                        .min(line.len());
-                    line.get(start.min(end)..end)
-                        .unwrap_or_default()
-                        .trim()
-                        .to_owned()
-                })
-                .collect()
-        })
-        .collect()
+    lines.map(|line| columns(line, &starts)).collect()
 }
 
 fn kustomization(name: &str, path: &str, suspend: bool) -> String {
@@ -237,15 +197,7 @@ async fn prepare(cluster: &TestCluster) -> Prepared {
         .await
         .expect("Flux 2.9 and the agent");
     // A reused cluster starts over.
-    let _ = cluster.kubectl(&[
-        "-n",
-        NS,
-        "delete",
-        &format!("{KUSTOMIZATIONS},{GIT_REPOSITORIES}"),
-        "--all",
-        "--ignore-not-found",
-        "--wait",
-    ]);
+    cluster.delete_kustomizations_and_git_repositories(NS);
 
     let repo = GitRepo::new("inspect").expect("git repository");
     let rev1 = commit(&repo, "1");
@@ -265,12 +217,11 @@ async fn prepare(cluster: &TestCluster) -> Prepared {
         .token_kubeconfig("tenantflux-system", "insp-admin")
         .expect("kubeconfig");
     cluster
-        .apply_yaml(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
-             metadata: {name: insp-admin}\n\
-             roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\n\
-             subjects: [{kind: ServiceAccount, name: insp-admin, namespace: tenantflux-system}]\n",
-        )
+        .apply_yaml(&cluster_admin_binding(
+            "insp-admin",
+            "tenantflux-system",
+            "insp-admin",
+        ))
         .expect("binding");
 
     for name in ["insp-root", "insp-child"] {
@@ -524,18 +475,12 @@ async fn events(cluster: &TestCluster, admin: &Path) {
     // A caller without `list events` in the namespace: refused, naming the permission.
     let tenant = cluster.token_kubeconfig(NS, "insp-tenant").expect("tenant");
     cluster
-        .apply_yaml(&format!(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: insp-tenant, namespace: tenantflux-system}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
-             subjects: [{{kind: ServiceAccount, name: insp-tenant, namespace: {NS}}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
-             metadata: {{name: insp-tenant, namespace: {NS}}}\n\
-             rules: [{{apiGroups: [kustomize.toolkit.fluxcd.io], resources: [kustomizations], verbs: [get, list, watch]}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: insp-tenant, namespace: {NS}}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: insp-tenant}}\n\
-             subjects: [{{kind: ServiceAccount, name: insp-tenant, namespace: {NS}}}]\n"
+        .apply_yaml(&agent_user_with_role(
+            NS,
+            "insp-tenant",
+            "insp-tenant",
+            "insp-tenant",
+            READ_KUSTOMIZATIONS,
         ))
         .expect("tenant RBAC");
     for args in [
@@ -815,18 +760,12 @@ async fn tree_hides_what_the_caller_may_not_get(cluster: &TestCluster, admin: &P
     // Step 4: a tenant who may get Kustomizations in their own namespace only.
     let tenant = cluster.token_kubeconfig(NS, "insp-prober").expect("tenant");
     cluster
-        .apply_yaml(&format!(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: insp-prober, namespace: tenantflux-system}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
-             subjects: [{{kind: ServiceAccount, name: insp-prober, namespace: {NS}}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
-             metadata: {{name: insp-prober, namespace: {NS}}}\n\
-             rules: [{{apiGroups: [kustomize.toolkit.fluxcd.io], resources: [kustomizations], verbs: [get, list, watch]}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: insp-prober, namespace: {NS}}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: insp-prober}}\n\
-             subjects: [{{kind: ServiceAccount, name: insp-prober, namespace: {NS}}}]\n"
+        .apply_yaml(&agent_user_with_role(
+            NS,
+            "insp-prober",
+            "insp-prober",
+            "insp-prober",
+            READ_KUSTOMIZATIONS,
         ))
         .expect("tenant RBAC");
     let tree = plugin_json(cluster, &tenant, &["tree", "ks", "insp-probe", "-n", NS]);

@@ -14,8 +14,8 @@ use std::{
 
 use serde_json::Value;
 use tenantflux_tests::{
-    TestCluster,
-    flux::{GIT_REPOSITORIES, GitRepo, KUSTOMIZATIONS, revision},
+    TestCluster, agent_user_with_role, cluster_admin_binding,
+    flux::{GitRepo, revision},
     stderr, stdout, wait_for,
 };
 use tokio::sync::OnceCell;
@@ -92,15 +92,7 @@ async fn prepare() -> &'static Prepared {
                 .await
                 .expect("Flux 2.9 and the agent");
             for namespace in [A, B] {
-                let _ = cluster.kubectl(&[
-                    "-n",
-                    namespace,
-                    "delete",
-                    &format!("{KUSTOMIZATIONS},{GIT_REPOSITORIES}"),
-                    "--all",
-                    "--ignore-not-found",
-                    "--wait",
-                ]);
+                cluster.delete_kustomizations_and_git_repositories(namespace);
             }
             let repo = GitRepo::new("logs").expect("git repository");
             let first = commit(&repo, "1");
@@ -114,12 +106,11 @@ async fn prepare() -> &'static Prepared {
                 .token_kubeconfig("tenantflux-system", "logs-admin")
                 .expect("kubeconfig");
             cluster
-                .apply_yaml(
-                    "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
-                     metadata: {name: logs-admin}\n\
-                     roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\n\
-                     subjects: [{kind: ServiceAccount, name: logs-admin, namespace: tenantflux-system}]\n",
-                )
+                .apply_yaml(&cluster_admin_binding(
+                    "logs-admin",
+                    "tenantflux-system",
+                    "logs-admin",
+                ))
                 .expect("binding");
             for namespace in [A, B] {
                 cluster
@@ -210,19 +201,12 @@ async fn a_viewer_of_one_namespace_sees_no_line_about_another() {
         .token_kubeconfig(A, "logs-viewer")
         .expect("viewer kubeconfig");
     cluster
-        .apply_yaml(&format!(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: logs-viewer, namespace: tenantflux-system}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
-             subjects: [{{kind: ServiceAccount, name: logs-viewer, namespace: {A}}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
-             metadata: {{name: flux-viewer, namespace: {A}}}\n\
-             rules: [{{apiGroups: [kustomize.toolkit.fluxcd.io, source.toolkit.fluxcd.io], \
-             resources: ['*'], verbs: [get, list, watch]}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: flux-viewer, namespace: {A}}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: flux-viewer}}\n\
-             subjects: [{{kind: ServiceAccount, name: logs-viewer, namespace: {A}}}]\n"
+        .apply_yaml(&agent_user_with_role(
+            A,
+            "logs-viewer",
+            "logs-viewer",
+            "flux-viewer",
+            "[{apiGroups: [kustomize.toolkit.fluxcd.io, source.toolkit.fluxcd.io], resources: ['*'], verbs: [get, list, watch]}]",
         ))
         .expect("viewer RBAC");
     // The viewer may not read pods in Flux's namespace: the agent reads them.

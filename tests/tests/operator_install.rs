@@ -11,7 +11,9 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use tenantflux_tests::{TestCluster, bin_dir, operator_bundle, tool_path, wait_for};
+use tenantflux_tests::{
+    TestCluster, bin_dir, cluster_admin_binding, operator_bundle, tool_path, wait_for,
+};
 
 const AGENT_NAMESPACE: &str = "tenantflux-system";
 const BUNDLE_CONFIGMAP: &str = "flux-operator-bundle";
@@ -813,12 +815,11 @@ async fn oci_bundle_installs_and_wrong_digest_or_registry_fail_without_touching_
         .token_kubeconfig(AGENT_NAMESPACE, "op-planner")
         .expect("kubeconfig");
     cluster
-        .apply_yaml(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
-             metadata: {name: op-planner}\n\
-             roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\n\
-             subjects: [{kind: ServiceAccount, name: op-planner, namespace: tenantflux-system}]\n",
-        )
+        .apply_yaml(&cluster_admin_binding(
+            "op-planner",
+            "tenantflux-system",
+            "op-planner",
+        ))
         .expect("binding");
     let known = wait_for(
         "the plan's releases from the artifact",

@@ -12,7 +12,9 @@ use std::{
 };
 
 use serde_json::Value;
-use tenantflux_tests::{TestCluster, bin_dir, ensure_packaging_tools, repo_root, tool_path};
+use tenantflux_tests::{
+    TestCluster, bin_dir, ensure_packaging_tools, installed, repo_root, tool_path,
+};
 
 fn chart_dir() -> PathBuf {
     repo_root().join("deploy/helm/tenantflux-agent")
@@ -682,31 +684,35 @@ fn chart_values_reach_the_objects() {
         .iter()
         .map(|e| (e["name"].as_str().expect("env name"), &e["value"]))
         .collect();
-    assert_eq!(env["TENANTFLUX_OPERATOR_NAMESPACE"], "flux-operator-system");
-    assert_eq!(env["TENANTFLUX_LOG_FORMAT"], "text");
-    assert_eq!(env["RUST_LOG"], "info,tenantflux_agent=debug");
-    assert_eq!(
-        env["TENANTFLUX_OPERATOR_BUNDLE"],
-        "oci://registry.example/flux-operator-manifests:v0.58.1"
-    );
-    assert_eq!(env["TENANTFLUX_OPERATOR_VERSION"], ">=0.58.0 <0.60.0");
-    assert_eq!(
-        env["TENANTFLUX_OPERATOR_BUNDLE_PULL_SECRET"],
-        "registry-credentials"
-    );
-    assert_eq!(env["TENANTFLUX_CLUSTER_NAME"], "kubernetes-acme");
-    assert_eq!(env["TENANTFLUX_OPERATOR_REQUIRE_IMAGE_DIGEST"], "true");
-    assert_eq!(
-        env["TENANTFLUX_OPERATOR_ALLOW_POD_FIELDS"],
-        "hostNetwork,tolerations"
-    );
-    assert_eq!(
-        env["TENANTFLUX_OPERATOR_IMAGE_REGISTRIES"],
-        "registry.example/mirror/*,ghcr.io/controlplaneio-fluxcd/*"
-    );
-    assert_eq!(env["TENANTFLUX_OPERATOR_RESYNC_INTERVAL"], "10m");
-    assert_eq!(env["TENANTFLUX_STREAM_RECHECK_INTERVAL"], "30s");
-    assert_eq!(env["TENANTFLUX_TOKEN_AUDIENCE"], "tenantflux-acme");
+    for (name, value) in [
+        ("TENANTFLUX_OPERATOR_NAMESPACE", "flux-operator-system"),
+        ("TENANTFLUX_LOG_FORMAT", "text"),
+        ("RUST_LOG", "info,tenantflux_agent=debug"),
+        (
+            "TENANTFLUX_OPERATOR_BUNDLE",
+            "oci://registry.example/flux-operator-manifests:v0.58.1",
+        ),
+        ("TENANTFLUX_OPERATOR_VERSION", ">=0.58.0 <0.60.0"),
+        (
+            "TENANTFLUX_OPERATOR_BUNDLE_PULL_SECRET",
+            "registry-credentials",
+        ),
+        ("TENANTFLUX_CLUSTER_NAME", "kubernetes-acme"),
+        ("TENANTFLUX_OPERATOR_REQUIRE_IMAGE_DIGEST", "true"),
+        (
+            "TENANTFLUX_OPERATOR_ALLOW_POD_FIELDS",
+            "hostNetwork,tolerations",
+        ),
+        (
+            "TENANTFLUX_OPERATOR_IMAGE_REGISTRIES",
+            "registry.example/mirror/*,ghcr.io/controlplaneio-fluxcd/*",
+        ),
+        ("TENANTFLUX_OPERATOR_RESYNC_INTERVAL", "10m"),
+        ("TENANTFLUX_STREAM_RECHECK_INTERVAL", "30s"),
+        ("TENANTFLUX_TOKEN_AUDIENCE", "tenantflux-acme"),
+    ] {
+        assert_eq!(env[name], value, "{name}");
+    }
     assert!(!env.contains_key("TENANTFLUX_ADOPT"));
     // adopt: true (rendered apart: its Role lives in the operator namespace, which exists only
     // where Flux runs already) turns adoption on and lets the agent list Helm's release
@@ -734,22 +740,26 @@ fn chart_values_reach_the_objects() {
         "flux-operator-system",
         "tenantflux-agent-adopt"
     )));
-    assert_eq!(
-        env["TENANTFLUX_POLICY_ROOT_KEYS"],
-        "/etc/tenantflux/policy/root-0.pub,/etc/tenantflux/policy/root-1.pub"
-    );
-    assert_eq!(env["TENANTFLUX_POLICY_ROOT_THRESHOLD"], "2");
-    assert_eq!(
-        env["TENANTFLUX_POLICY_SOURCE"],
-        "oci://registry.example/platform/policy:stable"
-    );
-    assert_eq!(env["TENANTFLUX_POLICY_SOURCE_INTERVAL"], "2m");
-    assert_eq!(
-        env["TENANTFLUX_POLICY_SOURCE_PULL_SECRET"],
-        "registry-credentials"
-    );
-    assert_eq!(env["TENANTFLUX_POLICY_SOURCE_PLAIN_HTTP"], "true");
-    assert_eq!(env["TENANTFLUX_EXAMPLE"], "1");
+    for (name, value) in [
+        (
+            "TENANTFLUX_POLICY_ROOT_KEYS",
+            "/etc/tenantflux/policy/root-0.pub,/etc/tenantflux/policy/root-1.pub",
+        ),
+        ("TENANTFLUX_POLICY_ROOT_THRESHOLD", "2"),
+        (
+            "TENANTFLUX_POLICY_SOURCE",
+            "oci://registry.example/platform/policy:stable",
+        ),
+        ("TENANTFLUX_POLICY_SOURCE_INTERVAL", "2m"),
+        (
+            "TENANTFLUX_POLICY_SOURCE_PULL_SECRET",
+            "registry-credentials",
+        ),
+        ("TENANTFLUX_POLICY_SOURCE_PLAIN_HTTP", "true"),
+        ("TENANTFLUX_EXAMPLE", "1"),
+    ] {
+        assert_eq!(env[name], value, "{name}");
+    }
     assert_eq!(
         container["resources"],
         serde_json::json!({"requests": {"cpu": "20m", "memory": "64Mi"}})
@@ -1473,50 +1483,6 @@ fn is_system_dll(name: &str) -> bool {
         .contains(&name.as_str())
 }
 
-/// Where a program this machine may lack is on PATH, installing `packages` with apt-get
-/// (as root, or through `sudo -n`) when it is missing, as deploy/image/build installs buildah:
-/// the suite runs on a fresh machine. Failing, what to install.
-fn installed(program: &str, packages: &str) -> PathBuf {
-    let find = || {
-        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-            .map(|dir| dir.join(program))
-            .find(|candidate| candidate.is_file())
-    };
-    if let Some(found) = find() {
-        return found;
-    }
-    static APT: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = APT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(found) = find() {
-        return found;
-    }
-    let apt = |args: &[&str]| {
-        let mut command = if rustix::process::geteuid().is_root() {
-            Command::new("apt-get")
-        } else {
-            let mut sudo = Command::new("sudo");
-            sudo.args(["-n", "apt-get"]);
-            sudo
-        };
-        command
-            .args(["-o", "DPkg::Lock::Timeout=300", "-y", "-q"])
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let install: Vec<&str> = std::iter::once("install")
-        .chain(packages.split(' '))
-        .collect();
-    eprintln!("{program} is missing: apt-get install {packages}");
-    let _ = apt(&install) || (apt(&["update"]) && apt(&install));
-    find().unwrap_or_else(|| {
-        panic!("{program} is not installed and apt-get could not install it: apt-get install {packages}")
-    })
-}
-
 /// Wine 8 (Debian 12's) has no bcryptprimitives.dll, from which Rust's std on Windows 10 and
 /// later takes its randomness (`ProcessPrng`): a DLL next to the .exe gives it, by the
 /// `BCryptGenRandom` Wine has, compiled by the zig deploy/krew/release installed.
@@ -1650,7 +1616,7 @@ fn linux_arm64_is_static_and_runs_under_qemu(binaries: &[PathBuf; 2], version: &
         assert!(!types.contains(&PT_INTERP), "no dynamic loader: {types:?}");
         assert!(!needs_libraries, "no shared library needed");
     }
-    let qemu = installed("qemu-aarch64", "qemu-user");
+    let qemu = installed("qemu-aarch64", "qemu-user", false);
     let out = run(
         Command::new(&qemu)
             .arg(&binaries[0])
@@ -1727,7 +1693,7 @@ fn windows_imports_only_windows(arch: &str, binaries: &[PathBuf; 2]) {
 }
 
 fn windows_amd64_runs_under_wine(binaries: &[PathBuf; 2], dir: &Path, version: &str) {
-    let wine = installed("wine", "wine wine64");
+    let wine = installed("wine", "wine wine64", false);
     wine_process_prng_dll(dir);
     let prefix = dir.join("wine");
     let wine_run = |binary: &Path, args: &[&str]| {
@@ -1759,7 +1725,7 @@ fn windows_amd64_runs_under_wine(binaries: &[PathBuf; 2], dir: &Path, version: &
     );
     // wine's server outlives the programs a few seconds: wait for it, then the prefix goes.
     run(
-        Command::new(installed("wineserver", "wine"))
+        Command::new(installed("wineserver", "wine", false))
             .arg("-w")
             .env("WINEPREFIX", &prefix),
         None,

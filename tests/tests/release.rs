@@ -684,7 +684,7 @@ impl FileServer {
 /// The real flux CLI with `home` as its user's home (its plugins in `home/.fluxcd/plugins`) and
 /// `catalog` as the plugin catalog's base URL (`FLUXCD_PLUGIN_CATALOG`).
 fn flux(home: &Path, catalog: &str, args: &[&str]) -> Output {
-    Command::new(tool_path("FLUX_CLI"))
+    Command::new(tenantflux_tests::flux_cli())
         .args(args)
         .env("HOME", home)
         .env_remove("FLUXCD_PLUGINS")
@@ -704,10 +704,10 @@ fn flux(home: &Path, catalog: &str, args: &[&str]) -> Output {
 /// same URL (a working plugin of the attacker's) is refused by its sum and nothing is installed.
 #[test]
 fn flux_plugin_install_runs_the_released_plugin_and_refuses_a_tampered_archive() {
-    let flux_cli = tool_path("FLUX_CLI");
+    let flux_cli = tenantflux_tests::flux_cli();
     assert!(
         flux_cli.exists(),
-        "no flux CLI at {}: tests/env/cluster build-flux-cli builds it (tests/run does)",
+        "no flux CLI at {}: tests/env/cluster build-flux-cli builds it",
         flux_cli.display()
     );
     let version = env!("CARGO_PKG_VERSION");

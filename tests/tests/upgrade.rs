@@ -26,8 +26,8 @@ use k8s_openapi::{
 use kube::Api;
 use serde_json::{Value, json};
 use tenantflux_tests::{
-    TestCluster,
-    flux::{GitRepo, revision},
+    TestCluster, cluster_admin_binding,
+    flux::{GitRepo, fleet_apps, revision},
     flux_instances, path,
     tenant::AGENT_NAMESPACE,
     wait_for,
@@ -138,6 +138,8 @@ fn codes(plan: &Value, list: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
+    // It installs Flux 2.7, whose controllers tests/run builds in the background.
+    tenantflux_tests::await_later_builds().expect("the Flux 2.7 controllers");
     let cluster = TestCluster::start(&format!("tfu-up-{}", std::process::id()))
         .expect("starting the cluster");
     cluster.ensure_flux_operator().expect("flux-operator");
@@ -202,12 +204,11 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
         .token_kubeconfig(AGENT_NAMESPACE, "tenant")
         .expect("tenant");
     cluster
-        .apply_yaml(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
-             metadata: {name: tenant-admin}\n\
-             roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\n\
-             subjects: [{kind: ServiceAccount, name: tenant, namespace: tenantflux-system}]\n",
-        )
+        .apply_yaml(&cluster_admin_binding(
+            "tenant-admin",
+            "tenantflux-system",
+            "tenant",
+        ))
         .unwrap();
     let as_tenant = |args: &[&str]| cluster.kubectl_tenantflux(Some(&tenant), args).unwrap();
     let plan = |to: &str| {
@@ -284,16 +285,7 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
         )
         .unwrap();
     let url = cluster.git_server(&repo).expect("git server");
-    cluster
-        .apply_yaml(&format!(
-            "apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\n\
-             metadata: {{name: fleet, namespace: flux-system}}\n\
-             spec: {{interval: 1h, url: \"{url}\", ref: {{branch: main}}}}\n---\n\
-             apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\n\
-             metadata: {{name: apps, namespace: flux-system}}\n\
-             spec: {{interval: 1h, path: ./apps, prune: true, sourceRef: {{kind: GitRepository, name: fleet}}}}\n"
-        ))
-        .unwrap();
+    cluster.apply_yaml(&fleet_apps(&url)).unwrap();
     let applied = cluster
         .kustomization_applied(
             "flux-system",

@@ -12,7 +12,8 @@ use kube::{
 use serde_json::{Value, json};
 use tenantflux_agent::upgrade::migrate::migrate_object;
 use tenantflux_tests::{
-    TestCluster, apply_flux_instance, flux_instances, tenant::AGENT_NAMESPACE, wait_for,
+    TestCluster, apply_flux_instance, cluster_admin_binding, flux_instances,
+    tenant::AGENT_NAMESPACE, wait_for,
 };
 
 const GROUP: &str = "races.tenantflux.io";
@@ -182,6 +183,8 @@ webhooks:
 
 #[tokio::test]
 async fn a_transient_failure_of_the_version_bump_is_retried_not_a_failed_upgrade() {
+    // It installs Flux 2.7, whose controllers tests/run builds in the background.
+    tenantflux_tests::await_later_builds().expect("the Flux 2.7 controllers");
     let cluster = TestCluster::start(&format!("tfu-race-{}", std::process::id()))
         .expect("starting the cluster");
     cluster.ensure_flux_operator().expect("flux-operator");
@@ -207,12 +210,11 @@ async fn a_transient_failure_of_the_version_bump_is_retried_not_a_failed_upgrade
         .token_kubeconfig(AGENT_NAMESPACE, "tenant")
         .expect("tenant");
     cluster
-        .apply_yaml(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
-             metadata: {name: tenant-admin}\n\
-             roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\n\
-             subjects: [{kind: ServiceAccount, name: tenant, namespace: tenantflux-system}]\n",
-        )
+        .apply_yaml(&cluster_admin_binding(
+            "tenant-admin",
+            "tenantflux-system",
+            "tenant",
+        ))
         .unwrap();
 
     cluster.apply_yaml(UNANSWERED_WEBHOOK).expect("webhook");

@@ -13,15 +13,16 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::Output,
     time::Duration,
 };
 
 use serde_json::Value;
 use tenantflux_tests::{
-    TestCluster, apply_flux_instance,
-    flux::{GIT_REPOSITORIES, GitRepo, KUSTOMIZATIONS, ready_message, ready_now, revision},
-    stderr, stdout, wait_for,
+    TestCluster, agent_user_with_role, apply_flux_instance, cluster_admin_binding, columns,
+    flux::{
+        GIT_REPOSITORIES, GitRepo, KUSTOMIZATIONS, minimal_spec, ready_message, ready_now, revision,
+    },
+    plugin, plugin_json, plugin_ok, stderr, stdout, wait_for,
 };
 
 const NS: &str = "wl-a";
@@ -34,42 +35,44 @@ const RECONCILE: Duration = Duration::from_secs(120);
 /// The API versions a Flux minor serves each kind at (what the agent must find by discovery).
 struct Minor {
     instance_version: &'static str,
-    versions: &'static [(&'static str, &'static str)],
+    /// What it serves besides [`SOURCE_TO_NOTIFICATION`] (which both minors serve alike).
+    more_versions: &'static [(&'static str, &'static str)],
     /// Whether tests/env/cluster runs this minor's source- and kustomize-controller.
     reconciled: bool,
 }
 
+impl Minor {
+    /// Each kind it serves with its API version: [`SOURCE_TO_NOTIFICATION`], then the rest.
+    fn versions(&self) -> impl Iterator<Item = &'static (&'static str, &'static str)> {
+        SOURCE_TO_NOTIFICATION.iter().chain(self.more_versions)
+    }
+}
+
+/// The source, kustomize, helm and notification kinds, served at these versions by Flux 2.6
+/// and 2.9 alike.
+const SOURCE_TO_NOTIFICATION: &[(&str, &str)] = &[
+    ("GitRepository", "source.toolkit.fluxcd.io/v1"),
+    ("OCIRepository", "source.toolkit.fluxcd.io/v1"),
+    ("HelmRepository", "source.toolkit.fluxcd.io/v1"),
+    ("HelmChart", "source.toolkit.fluxcd.io/v1"),
+    ("Bucket", "source.toolkit.fluxcd.io/v1"),
+    ("Kustomization", "kustomize.toolkit.fluxcd.io/v1"),
+    ("HelmRelease", "helm.toolkit.fluxcd.io/v2"),
+    ("Receiver", "notification.toolkit.fluxcd.io/v1"),
+    ("Alert", "notification.toolkit.fluxcd.io/v1beta3"),
+    ("Provider", "notification.toolkit.fluxcd.io/v1beta3"),
+];
+
 const FLUX_2_9: Minor = Minor {
     instance_version: "2.9.x",
     reconciled: true,
-    versions: &[
-        ("GitRepository", "source.toolkit.fluxcd.io/v1"),
-        ("OCIRepository", "source.toolkit.fluxcd.io/v1"),
-        ("HelmRepository", "source.toolkit.fluxcd.io/v1"),
-        ("HelmChart", "source.toolkit.fluxcd.io/v1"),
-        ("Bucket", "source.toolkit.fluxcd.io/v1"),
-        ("Kustomization", "kustomize.toolkit.fluxcd.io/v1"),
-        ("HelmRelease", "helm.toolkit.fluxcd.io/v2"),
-        ("Receiver", "notification.toolkit.fluxcd.io/v1"),
-        ("Alert", "notification.toolkit.fluxcd.io/v1beta3"),
-        ("Provider", "notification.toolkit.fluxcd.io/v1beta3"),
-    ],
+    more_versions: &[],
 };
 
 const FLUX_2_6: Minor = Minor {
     instance_version: "2.6.x",
     reconciled: false,
-    versions: &[
-        ("GitRepository", "source.toolkit.fluxcd.io/v1"),
-        ("OCIRepository", "source.toolkit.fluxcd.io/v1"),
-        ("HelmRepository", "source.toolkit.fluxcd.io/v1"),
-        ("HelmChart", "source.toolkit.fluxcd.io/v1"),
-        ("Bucket", "source.toolkit.fluxcd.io/v1"),
-        ("Kustomization", "kustomize.toolkit.fluxcd.io/v1"),
-        ("HelmRelease", "helm.toolkit.fluxcd.io/v2"),
-        ("Receiver", "notification.toolkit.fluxcd.io/v1"),
-        ("Alert", "notification.toolkit.fluxcd.io/v1beta3"),
-        ("Provider", "notification.toolkit.fluxcd.io/v1beta3"),
+    more_versions: &[
         // Image automation at v1beta2: v1 came with Flux 2.7.
         ("ImageRepository", "image.toolkit.fluxcd.io/v1beta2"),
         ("ImagePolicy", "image.toolkit.fluxcd.io/v1beta2"),
@@ -83,66 +86,6 @@ fn plural(kind: &str) -> String {
         Some(stem) => format!("{stem}ies"),
         None => format!("{lower}s"),
     }
-}
-
-/// A minimal valid spec of each kind.
-fn spec(kind: &str) -> &'static str {
-    match kind {
-        "GitRepository" => "{url: https://github.com/stefanprodan/podinfo, interval: 5m}",
-        "OCIRepository" => {
-            "{url: oci://ghcr.io/stefanprodan/manifests/podinfo, interval: 5m, ref: {tag: latest}}"
-        }
-        "HelmRepository" => "{url: https://stefanprodan.github.io/podinfo, interval: 5m}",
-        "HelmChart" => {
-            "{chart: podinfo, interval: 5m, sourceRef: {kind: HelmRepository, name: podinfo}}"
-        }
-        "Bucket" => "{bucketName: podinfo, endpoint: minio.example.com, interval: 5m}",
-        "Kustomization" => {
-            "{interval: 10m, path: ./kustomize, prune: true, sourceRef: {kind: GitRepository, name: podinfo}}"
-        }
-        "HelmRelease" => {
-            "{interval: 5m, chart: {spec: {chart: podinfo, sourceRef: {kind: HelmRepository, name: podinfo}}}}"
-        }
-        "Receiver" => {
-            "{type: generic, resources: [{kind: GitRepository, name: podinfo}], secretRef: {name: token}}"
-        }
-        "Provider" => "{type: generic, address: https://example.com/hook}",
-        "Alert" => {
-            "{providerRef: {name: podinfo}, eventSources: [{kind: GitRepository, name: '*'}]}"
-        }
-        "ImageRepository" => "{image: ghcr.io/stefanprodan/podinfo, interval: 5m}",
-        "ImagePolicy" => {
-            "{imageRepositoryRef: {name: podinfo}, policy: {semver: {range: '>=1.0.0'}}}"
-        }
-        "ImageUpdateAutomation" => {
-            "{interval: 5m, sourceRef: {kind: GitRepository, name: podinfo}, git: {commit: {author: {email: flux@example.com, name: flux}}}, update: {path: ./, strategy: Setters}}"
-        }
-        other => panic!("no spec for {other}"),
-    }
-}
-
-fn plugin(cluster: &TestCluster, kubeconfig: &Path, args: &[&str]) -> Output {
-    cluster
-        .kubectl_tenantflux(Some(kubeconfig), args)
-        .expect("run kubectl tenantflux")
-}
-
-fn plugin_ok(cluster: &TestCluster, kubeconfig: &Path, args: &[&str]) -> String {
-    let output = plugin(cluster, kubeconfig, args);
-    assert!(
-        output.status.success(),
-        "kubectl tenantflux {} failed: {}",
-        args.join(" "),
-        stderr(&output)
-    );
-    stdout(&output)
-}
-
-fn plugin_json(cluster: &TestCluster, kubeconfig: &Path, args: &[&str]) -> Value {
-    let mut args = args.to_vec();
-    args.extend(["-o", "json"]);
-    let text = plugin_ok(cluster, kubeconfig, &args);
-    serde_json::from_str(&text).unwrap_or_else(|err| panic!("not JSON ({err}): {text}"))
 }
 
 fn get_json(cluster: &TestCluster, resource: &str, namespace: &str, name: &str) -> Value {
@@ -167,6 +110,23 @@ fn annotation(object: &Value, key: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// Runs `kubectl tenantflux ARGS` as `admin` (it must succeed), then gets object `[resource,
+/// namespace, name]` and checks that its annotation `key` is `value`; returns the object.
+#[track_caller]
+fn annotated_after(
+    cluster: &TestCluster,
+    admin: &Path,
+    args: &[&str],
+    [resource, namespace, name]: [&str; 3],
+    key: &str,
+    value: &str,
+) -> Value {
+    plugin_ok(cluster, admin, args);
+    let object = get_json(cluster, resource, namespace, name);
+    assert_eq!(annotation(&object, key).as_deref(), Some(value));
+    object
+}
+
 /// Installs Flux `minor` with the operator, the agent, and one object of each kind in NS
 /// (plus a Kustomization in OTHER_NS); returns a kubeconfig with rights on everything.
 async fn prepare(cluster: &TestCluster, minor: &Minor, image_components: bool) -> PathBuf {
@@ -189,7 +149,7 @@ async fn prepare(cluster: &TestCluster, minor: &Minor, image_components: bool) -
             .expect("FluxInstance");
     }
     // The operator applies that release's CRDs.
-    for (kind, api_version) in minor.versions {
+    for (kind, api_version) in minor.versions() {
         let crd = format!(
             "crd/{}.{}",
             plural(kind),
@@ -211,7 +171,7 @@ async fn prepare(cluster: &TestCluster, minor: &Minor, image_components: bool) -
             "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {namespace}}}\n---\n"
         ));
     }
-    for (kind, api_version) in minor.versions {
+    for (kind, api_version) in minor.versions() {
         let labels = if *kind == "Kustomization" {
             "{team: a}"
         } else {
@@ -219,17 +179,16 @@ async fn prepare(cluster: &TestCluster, minor: &Minor, image_components: bool) -
         };
         objects.push_str(&format!(
             "apiVersion: {api_version}\nkind: {kind}\nmetadata: {{name: podinfo, namespace: {NS}, labels: {labels}}}\nspec: {}\n---\n",
-            spec(kind)
+            minimal_spec(kind)
         ));
     }
     objects.push_str(&format!(
         "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {{name: other, namespace: {OTHER_NS}}}\nspec: {}\n",
-        spec("Kustomization")
+        minimal_spec("Kustomization")
     ));
     // A reused cluster starts over: objects left by an earlier run are gone first.
     let resources = minor
-        .versions
-        .iter()
+        .versions()
         .map(|(kind, api_version)| {
             format!(
                 "{}.{}",
@@ -259,12 +218,11 @@ async fn prepare(cluster: &TestCluster, minor: &Minor, image_components: bool) -
         .token_kubeconfig("tenantflux-system", "wl-operator")
         .expect("kubeconfig");
     cluster
-        .apply_yaml(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
-             metadata: {name: wl-operator}\n\
-             roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\n\
-             subjects: [{kind: ServiceAccount, name: wl-operator, namespace: tenantflux-system}]\n",
-        )
+        .apply_yaml(&cluster_admin_binding(
+            "wl-operator",
+            "tenantflux-system",
+            "wl-operator",
+        ))
         .expect("binding");
     kubeconfig
 }
@@ -297,12 +255,13 @@ async fn lists_suspends_and_reconciles(
         Duration::from_secs(60),
         || async {
             let list = plugin_json(cluster, &admin, &["get", "all", "-n", NS]);
-            (list["items"].as_array().map_or(0, Vec::len) == minor.versions.len()).then_some(list)
+            (list["items"].as_array().map_or(0, Vec::len) == minor.versions().count())
+                .then_some(list)
         },
     )
     .await
     .expect("every kind listed");
-    for (kind, api_version) in minor.versions {
+    for (kind, api_version) in minor.versions() {
         let item = listed["items"]
             .as_array()
             .unwrap()
@@ -504,35 +463,26 @@ async fn lists_suspends_and_reconciles(
     );
 
     // The FluxInstance: suspend/resume by flux-operator's annotation.
-    plugin_ok(
+    let instance = [
+        "fluxinstances.fluxcd.controlplane.io",
+        "flux-system",
+        "flux",
+    ];
+    annotated_after(
         cluster,
         &admin,
         &["suspend", "instance", "flux", "-n", "flux-system"],
+        instance,
+        "fluxcd.controlplane.io/reconcile",
+        "disabled",
     );
-    let instance = get_json(
-        cluster,
-        "fluxinstances.fluxcd.controlplane.io",
-        "flux-system",
-        "flux",
-    );
-    assert_eq!(
-        annotation(&instance, "fluxcd.controlplane.io/reconcile").as_deref(),
-        Some("disabled")
-    );
-    plugin_ok(
+    let instance = annotated_after(
         cluster,
         &admin,
         &["resume", "instance", "flux", "-n", "flux-system"],
-    );
-    let instance = get_json(
-        cluster,
-        "fluxinstances.fluxcd.controlplane.io",
-        "flux-system",
-        "flux",
-    );
-    assert_eq!(
-        annotation(&instance, "fluxcd.controlplane.io/reconcile").as_deref(),
-        Some("enabled")
+        instance,
+        "fluxcd.controlplane.io/reconcile",
+        "enabled",
     );
     assert!(annotation(&instance, "reconcile.fluxcd.io/requestedAt").is_some());
 
@@ -815,33 +765,23 @@ async fn flux_words_and_operator_kinds(cluster: &TestCluster, admin: &Path) {
         "{report}"
     );
 
-    plugin_ok(cluster, admin, &["suspend", "rset", "apps", "-n", NEW_NS]);
-    let rset = get_json(
+    annotated_after(
         cluster,
-        "resourcesets.fluxcd.controlplane.io",
-        NEW_NS,
-        "apps",
-    );
-    assert_eq!(
-        annotation(&rset, "fluxcd.controlplane.io/reconcile").as_deref(),
-        Some("disabled")
+        admin,
+        &["suspend", "rset", "apps", "-n", NEW_NS],
+        ["resourcesets.fluxcd.controlplane.io", NEW_NS, "apps"],
+        "fluxcd.controlplane.io/reconcile",
+        "disabled",
     );
     let shown = plugin_json(cluster, admin, &["get", "rset", "apps", "-n", NEW_NS]);
     assert_eq!(shown["suspended"], true);
-    plugin_ok(
+    annotated_after(
         cluster,
         admin,
         &["resume", "resourceset", "apps", "-n", NEW_NS],
-    );
-    let rset = get_json(
-        cluster,
-        "resourcesets.fluxcd.controlplane.io",
-        NEW_NS,
-        "apps",
-    );
-    assert_eq!(
-        annotation(&rset, "fluxcd.controlplane.io/reconcile").as_deref(),
-        Some("enabled")
+        ["resourcesets.fluxcd.controlplane.io", NEW_NS, "apps"],
+        "fluxcd.controlplane.io/reconcile",
+        "enabled",
     );
     plugin_ok(
         cluster,
@@ -984,32 +924,30 @@ async fn artifact_generators(cluster: &TestCluster, admin: &Path) {
         listed["items"][0]["apiVersion"],
         "source.extensions.fluxcd.io/v1beta1"
     );
-    plugin_ok(cluster, admin, &["suspend", "ag", "gen", "-n", NEW_NS]);
-    let generator = get_json(
+    let generator = annotated_after(
         cluster,
-        "artifactgenerators.source.extensions.fluxcd.io",
-        NEW_NS,
-        "gen",
-    );
-    assert_eq!(
-        annotation(&generator, "source.extensions.fluxcd.io/reconcile").as_deref(),
-        Some("disabled")
+        admin,
+        &["suspend", "ag", "gen", "-n", NEW_NS],
+        [
+            "artifactgenerators.source.extensions.fluxcd.io",
+            NEW_NS,
+            "gen",
+        ],
+        "source.extensions.fluxcd.io/reconcile",
+        "disabled",
     );
     assert!(generator["spec"]["suspend"].is_null(), "{generator}");
-    plugin_ok(
+    annotated_after(
         cluster,
         admin,
         &["resume", "artifactgenerator", "gen", "-n", NEW_NS],
-    );
-    let generator = get_json(
-        cluster,
-        "artifactgenerators.source.extensions.fluxcd.io",
-        NEW_NS,
-        "gen",
-    );
-    assert_eq!(
-        annotation(&generator, "source.extensions.fluxcd.io/reconcile").as_deref(),
-        Some("enabled")
+        [
+            "artifactgenerators.source.extensions.fluxcd.io",
+            NEW_NS,
+            "gen",
+        ],
+        "source.extensions.fluxcd.io/reconcile",
+        "enabled",
     );
     let all = plugin_json(cluster, admin, &["get", "all", "-n", NEW_NS]);
     assert_eq!(
@@ -1086,21 +1024,7 @@ fn row(table: &str) -> Vec<String> {
         .filter(|&(i, c)| c != ' ' && (i == 0 || header.as_bytes()[i - 1] == b' '))
         .map(|(i, _)| i)
         .collect();
-    starts
-        .iter()
-        .enumerate()
-        .map(|(n, &start)| {
-            let end = starts
-                .get(n + 1)
-                .copied()
-                .unwrap_or(line.len())
-                .min(line.len());
-            line.get(start.min(end)..end)
-                .unwrap_or_default()
-                .trim()
-                .to_owned()
-        })
-        .collect()
+    columns(line, &starts)
 }
 
 /// The real source-controller and kustomize-controller at work, seen through the plugin.
@@ -1424,18 +1348,12 @@ async fn tenant_acts_in_its_namespace_only(cluster: &TestCluster) {
         .token_kubeconfig(NS, "tenant")
         .expect("tenant kubeconfig");
     cluster
-        .apply_yaml(&format!(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: wl-tenant, namespace: tenantflux-system}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
-             subjects: [{{kind: ServiceAccount, name: tenant, namespace: {NS}}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
-             metadata: {{name: flux-kustomizations, namespace: {NS}}}\n\
-             rules: [{{apiGroups: [kustomize.toolkit.fluxcd.io], resources: [kustomizations], verbs: [get, list, watch, patch]}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: flux-kustomizations, namespace: {NS}}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: flux-kustomizations}}\n\
-             subjects: [{{kind: ServiceAccount, name: tenant, namespace: {NS}}}]\n"
+        .apply_yaml(&agent_user_with_role(
+            NS,
+            "tenant",
+            "wl-tenant",
+            "flux-kustomizations",
+            "[{apiGroups: [kustomize.toolkit.fluxcd.io], resources: [kustomizations], verbs: [get, list, watch, patch]}]",
         ))
         .expect("tenant RBAC");
 
@@ -1510,7 +1428,7 @@ async fn control_characters_are_shown_escaped(cluster: &TestCluster, admin: &Pat
         .apply_yaml(&format!(
             "apiVersion: notification.toolkit.fluxcd.io/v1\nkind: Receiver\n\
              metadata: {{name: hostile, namespace: {NS}}}\nspec: {}\n",
-            spec("Receiver")
+            minimal_spec("Receiver")
         ))
         .expect("the Receiver");
     let hostile = "\u{1b}]0;pwned\u{7}\u{1b}[2Jgone\rspoofed";
@@ -1581,20 +1499,13 @@ async fn suspend_and_resume_all(cluster: &TestCluster) {
         .token_kubeconfig(NS, "bulk")
         .expect("bulk kubeconfig");
     cluster
-        .apply_yaml(&format!(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: wl-bulk, namespace: tenantflux-system}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenantflux-user}}\n\
-             subjects: [{{kind: ServiceAccount, name: bulk, namespace: {NS}}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
-             metadata: {{name: bulk-kustomizations, namespace: {NS}}}\n\
-             rules:\n\
-             - {{apiGroups: [kustomize.toolkit.fluxcd.io], resources: [kustomizations], verbs: [get, list, watch]}}\n\
-             - {{apiGroups: [kustomize.toolkit.fluxcd.io], resources: [kustomizations], verbs: [patch], resourceNames: [bulk-a, bulk-b]}}\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-             metadata: {{name: bulk-kustomizations, namespace: {NS}}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: bulk-kustomizations}}\n\
-             subjects: [{{kind: ServiceAccount, name: bulk, namespace: {NS}}}]\n"
+        .apply_yaml(&agent_user_with_role(
+            NS,
+            "bulk",
+            "wl-bulk",
+            "bulk-kustomizations",
+            "[{apiGroups: [kustomize.toolkit.fluxcd.io], resources: [kustomizations], verbs: [get, list, watch]}, \
+             {apiGroups: [kustomize.toolkit.fluxcd.io], resources: [kustomizations], verbs: [patch], resourceNames: [bulk-a, bulk-b]}]",
         ))
         .expect("bulk RBAC");
     // The agent lists from its cache: wait until it holds all three.

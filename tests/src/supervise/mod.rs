@@ -317,7 +317,8 @@ impl Supervisor {
                         let name = deployment.metadata.name.as_deref().unwrap_or_default();
                         log(format_args!(
                             "Deployment {name} runs {image}: no local build of it \
-                             (FLUX_CONTROLLERS in versions.env), so it stays a pod without a process"
+                             (FLUX_CONTROLLERS in versions.env), so it stays a pod without a \
+                             process until one is built (then it starts)"
                         ));
                     }
                 }
