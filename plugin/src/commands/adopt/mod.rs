@@ -15,6 +15,9 @@ use crate::{
     output::{Cell, Printer, Style, Tone, table},
 };
 
+#[cfg(test)]
+mod tests;
+
 #[derive(Debug, Subcommand)]
 pub enum AdoptCommand {
     /// Show what runs and what adopting it would take over, change and keep; writes nothing
