@@ -41,7 +41,6 @@ const NOT_YET_SPLIT: &[(&str, &str)] = &[
     ("plugin/src/commands/adopt/mod.rs", "render_plan"),
     ("plugin/src/commands/fleet/mod.rs", "run"),
     ("plugin/src/commands/fleet/render.rs", "render_status"),
-    ("plugin/src/commands/policy/remote.rs", "run_remote"),
     ("plugin/src/commands/status/render.rs", "render_table"),
     ("plugin/src/commands/upgrade/render.rs", "render_plan_body"),
     ("plugin/src/commands/upgrade/render.rs", "render_state"),

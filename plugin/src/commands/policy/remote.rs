@@ -16,7 +16,7 @@ use crate::{
     connect::{Agent, ConnectOptions},
     context::FileArg,
     exit::Exit,
-    output::Printer,
+    output::{Printer, Style},
 };
 
 #[derive(Serialize)]
@@ -56,19 +56,7 @@ pub async fn run_remote(
                 previous_generation: response.previous_generation,
                 unchanged: response.unchanged,
             };
-            printer.print(&view, |v, _| {
-                if v.unchanged {
-                    format!(
-                        "policy {:?} generation {} unchanged (the agent already holds it)\n",
-                        v.name, v.generation
-                    )
-                } else {
-                    format!(
-                        "policy {:?} generation {} accepted (was {})\n",
-                        v.name, v.generation, v.previous_generation
-                    )
-                }
-            })
+            printer.print(&view, render_push)
         }
         PolicyCommand::Show => {
             let agent = Agent::connect(options).await?;
@@ -99,51 +87,7 @@ pub async fn run_remote(
                 enforcement: EnforcementView::from_wire(state.enforcement),
                 policy: state.policy,
             };
-            printer.print(&view, |v, _| {
-                let mut out = if v.present {
-                    let expiry = match &v.expires_at {
-                        Some(at) if v.stale => format!(", STALE: expired at {at}"),
-                        Some(at) => format!(", expires at {at}"),
-                        None => String::new(),
-                    };
-                    format!(
-                        "policy {:?} generation {} (key {}{expiry})\n",
-                        v.name, v.generation, v.key_id
-                    )
-                } else {
-                    "no policy: the agent holds none\n".to_owned()
-                };
-                if v.keyring_version > 0 {
-                    out.push_str(&format!(
-                        "keyring: version {} (active keys: {})\n",
-                        v.keyring_version,
-                        v.keyring_key_ids.join(", ")
-                    ));
-                }
-                if v.present {
-                    let enforced = v
-                        .enforcement
-                        .as_ref()
-                        .map_or_else(|| "not proven yet".to_owned(), EnforcementView::line);
-                    out.push_str(&format!("enforced: {enforced}\n"));
-                }
-                if let Some(source) = &v.source {
-                    let how = match (&source.unanswered_since, &source.digest) {
-                        (Some(since), _) => format!("not answering since {since}"),
-                        (None, Some(digest)) => format!("at {digest}"),
-                        (None, None) => "not checked yet".to_owned(),
-                    };
-                    out.push_str(&format!("source: {} ({how})\n", source.channel));
-                }
-                for problem in &v.problems {
-                    out.push_str(&format!("problem: {problem}\n"));
-                }
-                if v.present {
-                    out.push_str("---\n");
-                    out.push_str(&v.policy);
-                }
-                out
-            })
+            printer.print(&view, render_show)
         }
         PolicyCommand::Publish {
             file,
@@ -171,6 +115,69 @@ pub async fn run_remote(
         }
         local => run_local(&local, printer).unwrap_or(Ok(())),
     }
+}
+
+/// `policy push`'s answer: accepted over the generation held before, or unchanged.
+fn render_push(v: &PushView, _: Style) -> String {
+    if v.unchanged {
+        format!(
+            "policy {:?} generation {} unchanged (the agent already holds it)\n",
+            v.name, v.generation
+        )
+    } else {
+        format!(
+            "policy {:?} generation {} accepted (was {})\n",
+            v.name, v.generation, v.previous_generation
+        )
+    }
+}
+
+/// `policy show`: the policy the agent holds, its keyring, enforcement, source and problems,
+/// then the document.
+fn render_show(v: &ShowView, _: Style) -> String {
+    let mut out = if v.present {
+        let expiry = match &v.expires_at {
+            Some(at) if v.stale => format!(", STALE: expired at {at}"),
+            Some(at) => format!(", expires at {at}"),
+            None => String::new(),
+        };
+        format!(
+            "policy {:?} generation {} (key {}{expiry})\n",
+            v.name, v.generation, v.key_id
+        )
+    } else {
+        "no policy: the agent holds none\n".to_owned()
+    };
+    if v.keyring_version > 0 {
+        out.push_str(&format!(
+            "keyring: version {} (active keys: {})\n",
+            v.keyring_version,
+            v.keyring_key_ids.join(", ")
+        ));
+    }
+    if v.present {
+        let enforced = v
+            .enforcement
+            .as_ref()
+            .map_or_else(|| "not proven yet".to_owned(), EnforcementView::line);
+        out.push_str(&format!("enforced: {enforced}\n"));
+    }
+    if let Some(source) = &v.source {
+        let how = match (&source.unanswered_since, &source.digest) {
+            (Some(since), _) => format!("not answering since {since}"),
+            (None, Some(digest)) => format!("at {digest}"),
+            (None, None) => "not checked yet".to_owned(),
+        };
+        out.push_str(&format!("source: {} ({how})\n", source.channel));
+    }
+    for problem in &v.problems {
+        out.push_str(&format!("problem: {problem}\n"));
+    }
+    if v.present {
+        out.push_str("---\n");
+        out.push_str(&v.policy);
+    }
+    out
 }
 
 #[derive(Serialize)]
@@ -259,4 +266,136 @@ struct SourceView {
     unanswered_since: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_push_says_whether_the_agent_took_it() {
+        let mut view = PushView {
+            name: "platform".into(),
+            generation: 4,
+            previous_generation: 3,
+            unchanged: false,
+        };
+        assert_eq!(
+            render_push(&view, Style::PLAIN),
+            "policy \"platform\" generation 4 accepted (was 3)\n"
+        );
+        view.unchanged = true;
+        assert_eq!(
+            render_push(&view, Style::PLAIN),
+            "policy \"platform\" generation 4 unchanged (the agent already holds it)\n"
+        );
+    }
+
+    fn held() -> ShowView {
+        ShowView {
+            present: true,
+            name: "platform".into(),
+            generation: 7,
+            key_id: "k1".into(),
+            expires_at: Some("2026-12-01T00:00:00Z".into()),
+            stale: false,
+            keyring_version: 2,
+            keyring_key_ids: vec!["k1".into(), "k2".into()],
+            source: Some(SourceView {
+                channel: "oci://r.example/policy:stable".into(),
+                digest: Some("sha256:00".into()),
+                checked_at: Some("2026-11-30T05:00:00Z".into()),
+                unanswered_since: None,
+                error: None,
+            }),
+            problems: vec!["the channel is behind".into(), "second".into()],
+            enforcement: Some(EnforcementView {
+                enforced: true,
+                since: Some("2026-11-30T05:00:00Z".into()),
+                checked_at: Some("2026-11-30T05:10:00Z".into()),
+                reason: String::new(),
+            }),
+            policy: "apiVersion: tenantflux.io/v1alpha1\nkind: Policy\n".into(),
+        }
+    }
+
+    #[test]
+    fn show_says_every_line_of_a_held_policy() {
+        assert_eq!(
+            render_show(&held(), Style::PLAIN),
+            "\
+policy \"platform\" generation 7 (key k1, expires at 2026-12-01T00:00:00Z)
+keyring: version 2 (active keys: k1, k2)
+enforced: yes (proven since 2026-11-30T05:00:00Z, last at 2026-11-30T05:10:00Z)
+source: oci://r.example/policy:stable (at sha256:00)
+problem: the channel is behind
+problem: second
+---
+apiVersion: tenantflux.io/v1alpha1
+kind: Policy
+"
+        );
+        let stale = ShowView {
+            stale: true,
+            keyring_version: 0,
+            enforcement: None,
+            source: Some(SourceView {
+                unanswered_since: Some("2026-11-29T00:00:00Z".into()),
+                ..held().source.unwrap()
+            }),
+            problems: Vec::new(),
+            ..held()
+        };
+        assert_eq!(
+            render_show(&stale, Style::PLAIN),
+            "\
+policy \"platform\" generation 7 (key k1, STALE: expired at 2026-12-01T00:00:00Z)
+enforced: not proven yet
+source: oci://r.example/policy:stable (not answering since 2026-11-29T00:00:00Z)
+---
+apiVersion: tenantflux.io/v1alpha1
+kind: Policy
+"
+        );
+        let unexpiring = ShowView {
+            expires_at: None,
+            source: Some(SourceView {
+                digest: None,
+                ..held().source.unwrap()
+            }),
+            ..held()
+        };
+        assert_eq!(
+            render_show(&unexpiring, Style::PLAIN),
+            "\
+policy \"platform\" generation 7 (key k1)
+keyring: version 2 (active keys: k1, k2)
+enforced: yes (proven since 2026-11-30T05:00:00Z, last at 2026-11-30T05:10:00Z)
+source: oci://r.example/policy:stable (not checked yet)
+problem: the channel is behind
+problem: second
+---
+apiVersion: tenantflux.io/v1alpha1
+kind: Policy
+"
+        );
+    }
+
+    #[test]
+    fn show_without_a_policy_says_so() {
+        let none = ShowView {
+            present: false,
+            source: None,
+            ..held()
+        };
+        assert_eq!(
+            render_show(&none, Style::PLAIN),
+            "\
+no policy: the agent holds none
+keyring: version 2 (active keys: k1, k2)
+problem: the channel is behind
+problem: second
+"
+        );
+    }
 }
