@@ -38,8 +38,6 @@ const NOT_YET_SPLIT: &[(&str, &str)] = &[
     ("agent/src/policy/enforcement.rs", "run"),
     ("agent/core/src/policy/evaluate.rs", "evaluate"),
     ("agent/core/src/policy/mod.rs", "from_document"),
-    ("plugin/src/commands/upgrade/render.rs", "render_plan_body"),
-    ("plugin/src/commands/upgrade/render.rs", "render_state"),
     ("plugin/src/connect/credentials.rs", "resolve_token"),
 ];
 
