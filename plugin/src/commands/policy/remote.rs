@@ -6,7 +6,7 @@ use std::{fs, path::Path};
 use anyhow::Context as _;
 use serde::Serialize;
 use tenantflux_core::policy::signing::{self, SignedPolicy};
-use tenantflux_proto::v1::{GetPolicyRequest, PushPolicyRequest};
+use tenantflux_proto::v1::{GetPolicyRequest, PolicyState, PushPolicyRequest};
 
 use super::{
     args::{KeyringCommand, PolicyCommand},
@@ -34,61 +34,8 @@ pub async fn run_remote(
     printer: &Printer,
 ) -> anyhow::Result<()> {
     match command {
-        PolicyCommand::Push { file } => {
-            let text = file.read()?;
-            // The agent verifies too; parsing here gives a local, earlier error for a file
-            // that is not a signed policy at all.
-            SignedPolicy::parse(&text)
-                .with_context(|| format!("{} is not a signed policy", file.path.display()))?;
-            let agent = Agent::connect(options).await?;
-            let response = agent
-                .call(agent.policy().push_policy(PushPolicyRequest {
-                    signed_policy: text,
-                }))
-                .await
-                // The agent does not take it: a stale, rolled-back or expired generation, one for
-                // another cluster, or an agent installed without a policy key.
-                .map_err(|err| Exit::Refused.on_refusal(err))
-                .context("the agent refused the policy")?;
-            let view = PushView {
-                name: response.name,
-                generation: response.generation,
-                previous_generation: response.previous_generation,
-                unchanged: response.unchanged,
-            };
-            printer.print(&view, render_push)
-        }
-        PolicyCommand::Show => {
-            let agent = Agent::connect(options).await?;
-            let state = agent
-                .call(agent.policy().get_policy(GetPolicyRequest {}))
-                .await?;
-            let view = ShowView {
-                present: state.present,
-                name: state.name,
-                generation: state.generation,
-                key_id: state.key_id,
-                expires_at: state
-                    .expires_at
-                    .map(|t| signing::format_timestamp(t.seconds)),
-                stale: state.stale,
-                keyring_version: state.keyring_version,
-                keyring_key_ids: state.keyring_key_ids,
-                source: state.source.map(|s| SourceView {
-                    channel: s.channel,
-                    digest: (!s.digest.is_empty()).then_some(s.digest),
-                    checked_at: s.checked_at.map(|t| signing::format_timestamp(t.seconds)),
-                    unanswered_since: s
-                        .unanswered_since
-                        .map(|t| signing::format_timestamp(t.seconds)),
-                    error: (!s.error.is_empty()).then_some(s.error),
-                }),
-                problems: state.problems,
-                enforcement: EnforcementView::from_wire(state.enforcement),
-                policy: state.policy,
-            };
-            printer.print(&view, render_show)
-        }
+        PolicyCommand::Push { file } => push(&file, options, printer).await,
+        PolicyCommand::Show => show(options, printer).await,
         PolicyCommand::Publish {
             file,
             channel,
@@ -99,22 +46,66 @@ pub async fn run_remote(
             file,
             channel,
             plain_http,
-        }) => {
-            let text = file.read()?;
-            let signed: tenantflux_core::policy::keyring::SignedKeyring =
-                tenantflux_core::yaml::from_str(&text)
-                    .with_context(|| format!("{} is not a signed keyring", file.path.display()))?;
-            let target = crate::channel::keyring_channel(&channel);
-            eprintln!("publishing the keyring to {target} ...");
-            drop(signed);
-            let digest = crate::channel::publish_keyring(&target, plain_http, &text).await?;
-            printer.print(
-                &serde_json::json!({"channel": target.to_string(), "digest": digest}),
-                |_, _| format!("published the keyring to {target} at {digest}\n"),
-            )
-        }
+        }) => publish_keyring(&file, &channel, plain_http, printer).await,
         local => run_local(&local, printer).unwrap_or(Ok(())),
     }
+}
+
+/// `policy push`: the signed policy sent to the agent, which takes it or refuses it (exit 4).
+async fn push(file: &FileArg, options: &ConnectOptions, printer: &Printer) -> anyhow::Result<()> {
+    let text = file.read()?;
+    // The agent verifies too; parsing here gives a local, earlier error for a file
+    // that is not a signed policy at all.
+    SignedPolicy::parse(&text)
+        .with_context(|| format!("{} is not a signed policy", file.path.display()))?;
+    let agent = Agent::connect(options).await?;
+    let response = agent
+        .call(agent.policy().push_policy(PushPolicyRequest {
+            signed_policy: text,
+        }))
+        .await
+        // The agent does not take it: a stale, rolled-back or expired generation, one for
+        // another cluster, or an agent installed without a policy key.
+        .map_err(|err| Exit::Refused.on_refusal(err))
+        .context("the agent refused the policy")?;
+    let view = PushView {
+        name: response.name,
+        generation: response.generation,
+        previous_generation: response.previous_generation,
+        unchanged: response.unchanged,
+    };
+    printer.print(&view, render_push)
+}
+
+/// `policy show`: what the agent holds, as it answers.
+async fn show(options: &ConnectOptions, printer: &Printer) -> anyhow::Result<()> {
+    let agent = Agent::connect(options).await?;
+    let state = agent
+        .call(agent.policy().get_policy(GetPolicyRequest {}))
+        .await?;
+    printer.print(&ShowView::from(state), render_show)
+}
+
+/// `policy keyring publish`: a signed keyring, checked to parse, pushed to the keyring
+/// channel beside `channel`.
+async fn publish_keyring(
+    file: &FileArg,
+    channel: &tenantflux_core::policy::channel::Channel,
+    plain_http: bool,
+    printer: &Printer,
+) -> anyhow::Result<()> {
+    let text = file.read()?;
+    let signed: tenantflux_core::policy::keyring::SignedKeyring =
+        tenantflux_core::yaml::from_str(&text)
+            .with_context(|| format!("{} is not a signed keyring", file.path.display()))?;
+    let target = crate::channel::keyring_channel(channel);
+    eprintln!("publishing the keyring to {target} ...");
+    drop(signed);
+    let digest = crate::channel::publish_keyring(&target, plain_http, &text).await?;
+    printer.print(
+        &serde_json::json!({"channel": target.to_string(), "digest": digest}),
+        |_, _| format!("published the keyring to {target} at {digest}\n"),
+    )
 }
 
 /// `policy push`'s answer: accepted over the generation held before, or unchanged.
@@ -251,6 +242,35 @@ struct ShowView {
     #[serde(skip_serializing_if = "Option::is_none")]
     enforcement: Option<EnforcementView>,
     policy: String,
+}
+
+impl From<PolicyState> for ShowView {
+    fn from(state: PolicyState) -> Self {
+        Self {
+            present: state.present,
+            name: state.name,
+            generation: state.generation,
+            key_id: state.key_id,
+            expires_at: state
+                .expires_at
+                .map(|t| signing::format_timestamp(t.seconds)),
+            stale: state.stale,
+            keyring_version: state.keyring_version,
+            keyring_key_ids: state.keyring_key_ids,
+            source: state.source.map(|s| SourceView {
+                channel: s.channel,
+                digest: (!s.digest.is_empty()).then_some(s.digest),
+                checked_at: s.checked_at.map(|t| signing::format_timestamp(t.seconds)),
+                unanswered_since: s
+                    .unanswered_since
+                    .map(|t| signing::format_timestamp(t.seconds)),
+                error: (!s.error.is_empty()).then_some(s.error),
+            }),
+            problems: state.problems,
+            enforcement: EnforcementView::from_wire(state.enforcement),
+            policy: state.policy,
+        }
+    }
 }
 
 /// The channel the agent pulls from, and how it last answered.
