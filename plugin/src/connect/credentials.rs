@@ -33,13 +33,8 @@ pub(super) async fn resolve_token(
 ) -> Result<(Credential, String, Option<Cached>), ConnectError> {
     let source = token_source(options.token.as_ref(), user, options.forward_token);
     let what = source.to_string();
-    if matches!(
-        source,
-        TokenSource::Kubeconfig(_) | TokenSource::KubeconfigFile(_)
-    ) {
-        eprintln!(
-            "warning: --forward-token sends your kubeconfig user's own bearer token to the agent's pod,              a process this cluster's admins control: whoever runs it can use the token against this API              server, and any other that accepts it, until it expires"
-        );
+    if let Some(warning) = forward_token_warning(&source) {
+        eprintln!("{warning}");
     }
     match source {
         TokenSource::Flag(token) => Ok((Credential::Bearer(token.clone()), what, None)),
@@ -200,6 +195,19 @@ pub(super) async fn resolve_token(
             Ok((Credential::Bearer(token), what, cached))
         }
     }
+}
+
+/// What is said before the kubeconfig user's own token leaves for the agent (`--forward-token`).
+fn forward_token_warning(source: &TokenSource) -> Option<&'static str> {
+    matches!(
+        source,
+        TokenSource::Kubeconfig(_) | TokenSource::KubeconfigFile(_)
+    )
+    .then_some(
+        "warning: --forward-token sends your kubeconfig user's own bearer token to the agent's \
+         pod, a process this cluster's admins control: whoever runs it can use the token against \
+         this API server, and any other that accepts it, until it expires",
+    )
 }
 
 /// The identity CSR cached for `key`, if it may still be used. One too old is forgotten.
@@ -364,4 +372,26 @@ async fn request_token(
             namespace: namespace.to_owned(),
             cause: "the API server returned no token".to_owned(),
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forwarding_the_kubeconfig_token_warns_in_one_plain_sentence() {
+        let token = Token::new("t");
+        assert_eq!(
+            forward_token_warning(&TokenSource::Kubeconfig(Token::new("t"))),
+            Some(
+                "warning: --forward-token sends your kubeconfig user's own bearer token to the \
+                 agent's pod, a process this cluster's admins control: whoever runs it can use the \
+                 token against this API server, and any other that accepts it, until it expires"
+            )
+        );
+        let warning = forward_token_warning(&TokenSource::KubeconfigFile("/t")).unwrap();
+        assert!(!warning.contains("  "), "{warning:?}");
+        assert_eq!(forward_token_warning(&TokenSource::Flag(&token)), None);
+        assert_eq!(forward_token_warning(&TokenSource::TokenRequest), None);
+    }
 }
