@@ -394,4 +394,138 @@ mod tests {
         assert_eq!(forward_token_warning(&TokenSource::Flag(&token)), None);
         assert_eq!(forward_token_warning(&TokenSource::TokenRequest), None);
     }
+
+    /// Options asking for `account`'s credential, cached in `cache`.
+    fn options(account: &str, cache: &std::path::Path) -> ConnectOptions {
+        ConnectOptions {
+            kubeconfig: None,
+            inline_kubeconfig: None,
+            context: None,
+            namespace: None,
+            agent_namespace: "tenantflux-system".to_owned(),
+            agent_address: None,
+            audience: "tenantflux-agent".to_owned(),
+            token: None,
+            forward_token: false,
+            token_account: account.to_owned(),
+            timeout: Some(Duration::from_secs(5)),
+            verbose: false,
+            credential_cache: Some(cache.to_owned()),
+        }
+    }
+
+    /// A client for a server that never answers: the cached paths must not need one.
+    fn unreachable_client() -> Client {
+        Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap()
+    }
+
+    #[tokio::test]
+    async fn cached_credentials_say_what_they_are() {
+        let root = tempfile::tempdir().unwrap();
+        // Created 0700 by the cache itself.
+        let dir = root.path().join("cache");
+        let cluster = ClusterIdentity::new("https://a:6443", None);
+        let user = AuthInfo::default();
+        let now = cache::now();
+        let store = |account: &str, kind, entry: &Entry| {
+            let options = options(account, &dir);
+            let cache = CredentialCache::open(&dir).unwrap();
+            let key = CacheKey::new(
+                kind,
+                &cluster,
+                &user,
+                &options.agent_namespace,
+                &options.token_account,
+                &options.audience,
+            );
+            cache.store(&key, entry);
+        };
+        let token = Entry::Token {
+            token: "minted".to_owned(),
+            issued_at: now,
+            expires_at: now + 600,
+        };
+        store("tenantflux-platform", CredentialKind::Token, &token);
+        let platform = options("tenantflux-platform", &dir);
+        let (credential, what, cached) =
+            resolve_token(&platform, unreachable_client(), &user, &cluster)
+                .await
+                .unwrap();
+        assert!(matches!(credential, Credential::Bearer(t) if t.expose() == "minted"));
+        assert_eq!(
+            what,
+            "a cached TokenRequest token of ServiceAccount tenantflux-platform in namespace \
+             tenantflux-system (audience tenantflux-agent)"
+        );
+        assert!(cached.is_some());
+
+        // The client account: the user's own identity first, a token cached when CSRs were
+        // refused next.
+        store(CLIENT_SERVICE_ACCOUNT, CredentialKind::Token, &token);
+        let client = options(CLIENT_SERVICE_ACCOUNT, &dir);
+        let (credential, what, _) = resolve_token(&client, unreachable_client(), &user, &cluster)
+            .await
+            .unwrap();
+        assert!(matches!(credential, Credential::Bearer(_)));
+        assert!(
+            what.starts_with("a cached TokenRequest token of ServiceAccount tenantflux-client")
+        );
+        let key = tenantflux_core::policy::signing::generate().unwrap();
+        let identity = Entry::Identity {
+            csr: "tenantflux-caller-00".to_owned(),
+            key_pem: tenantflux_core::policy::signing::private_pem(&key),
+            issued_at: now,
+            expires_at: now + 600,
+        };
+        store(CLIENT_SERVICE_ACCOUNT, CredentialKind::Identity, &identity);
+        let (credential, what, cached) =
+            resolve_token(&client, unreachable_client(), &user, &cluster)
+                .await
+                .unwrap();
+        assert!(
+            matches!(credential, Credential::Identity(csr) if csr.name == "tenantflux-caller-00")
+        );
+        assert_eq!(
+            what,
+            format!(
+                "a proof of your identity with the cached CertificateSigningRequest \
+                 tenantflux-caller-00 (signer {}, never approved)",
+                tenantflux_core::identity::SIGNER_NAME
+            )
+        );
+        assert!(cached.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_token_from_the_flag_or_a_missing_token_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = ClusterIdentity::new("https://a:6443", None);
+        let flag = ConnectOptions {
+            token: Some(Token::new("given")),
+            ..options(CLIENT_SERVICE_ACCOUNT, dir.path())
+        };
+        let (credential, what, cached) =
+            resolve_token(&flag, unreachable_client(), &AuthInfo::default(), &cluster)
+                .await
+                .unwrap();
+        assert!(matches!(credential, Credential::Bearer(t) if t.expose() == "given"));
+        assert_eq!(what, "the bearer token of --token (TENANTFLUX_TOKEN)");
+        assert!(cached.is_none());
+        let forwarded = ConnectOptions {
+            forward_token: true,
+            ..options(CLIENT_SERVICE_ACCOUNT, dir.path())
+        };
+        let user = AuthInfo {
+            token_file: Some("/nonexistent/token".to_owned()),
+            ..AuthInfo::default()
+        };
+        let err = resolve_token(&forwarded, unreachable_client(), &user, &cluster)
+            .await
+            .err()
+            .unwrap();
+        assert!(
+            matches!(&err, ConnectError::TokenFile { path, .. } if path == "/nonexistent/token"),
+            "{err}"
+        );
+    }
 }
