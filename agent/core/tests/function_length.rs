@@ -38,7 +38,6 @@ const NOT_YET_SPLIT: &[(&str, &str)] = &[
     ("agent/src/policy/enforcement.rs", "run"),
     ("agent/core/src/policy/evaluate.rs", "evaluate"),
     ("agent/core/src/policy/mod.rs", "from_document"),
-    ("plugin/src/connect/credentials.rs", "resolve_token"),
 ];
 
 /// A function longer than [`MAX_LINES`].

@@ -24,13 +24,16 @@ impl Cached {
     }
 }
 
+/// A credential, what it is (for `TENANTFLUX_VERBOSE`), and where it is cached.
+type Resolved = (Credential, String, Option<Cached>);
+
 /// The credential calls carry, what it is (for `TENANTFLUX_VERBOSE`), and where it is cached.
 pub(super) async fn resolve_token(
     options: &ConnectOptions,
     client: Client,
     user: &AuthInfo,
     cluster: &ClusterIdentity,
-) -> Result<(Credential, String, Option<Cached>), ConnectError> {
+) -> Result<Resolved, ConnectError> {
     let source = token_source(options.token.as_ref(), user, options.forward_token);
     let what = source.to_string();
     if let Some(warning) = forward_token_warning(&source) {
@@ -46,154 +49,229 @@ pub(super) async fn resolve_token(
                 path: path.to_owned(),
                 cause: err.to_string(),
             }),
-        TokenSource::TokenRequest => {
-            let namespace = &options.agent_namespace;
-            let account = &options.token_account;
-            let audience = &options.audience;
-            let cache = options
-                .credential_cache
-                .as_deref()
-                .and_then(CredentialCache::open);
-            let key = |kind| CacheKey::new(kind, cluster, user, namespace, account, audience);
-            let now = cache::now();
-            let fallback_note = |forbidden: &str| {
-                eprintln!(
-                    "note: you may not create CertificateSigningRequests ({forbidden}), so the agent cannot \
-                     tell who you are: acting as ServiceAccount {namespace}/{account}, whose RBAC decides \
-                     what you may do; ask for `create certificatesigningrequests` (see the README) to act as yourself"
-                )
-            };
-            // A TokenRequest token cached by an earlier command, while it is still usable.
-            let cached_token = |cache: &CredentialCache| {
-                let token_key = key(CredentialKind::Token);
-                let Some(Entry::Token { token, .. }) =
-                    cache.load(&token_key).filter(|e| e.usable(now))
-                else {
-                    return None;
+        TokenSource::TokenRequest => Minting::start(options, user, cluster).resolve(client).await,
+    }
+}
+
+/// A credential this command gets for itself (no token was given): the user's own identity
+/// proof, or a TokenRequest token of the ServiceAccount the options name (the client
+/// account, or the fleet's own), each reused from the credential cache while it may be.
+struct Minting<'a> {
+    options: &'a ConnectOptions,
+    user: &'a AuthInfo,
+    cluster: &'a ClusterIdentity,
+    cache: Option<CredentialCache>,
+    now: i64,
+}
+
+impl<'a> Minting<'a> {
+    /// Opens the credential cache (a warning when it cannot be used), then reads the clock.
+    fn start(
+        options: &'a ConnectOptions,
+        user: &'a AuthInfo,
+        cluster: &'a ClusterIdentity,
+    ) -> Self {
+        let cache = options
+            .credential_cache
+            .as_deref()
+            .and_then(CredentialCache::open);
+        let now = cache::now();
+        Self {
+            options,
+            user,
+            cluster,
+            cache,
+            now,
+        }
+    }
+
+    /// The user's own identity first (for the client account only), then a cached token,
+    /// then a new one.
+    async fn resolve(self, client: Client) -> Result<Resolved, ConnectError> {
+        // A user without a token proves who they are, so the agent authorizes them and
+        // not a borrowed account; the fleet acts as its own account by design.
+        if self.options.token_account == CLIENT_SERVICE_ACCOUNT
+            && let Some(found) = self.own_identity(&client).await?
+        {
+            return Ok(found);
+        }
+        if let Some(found) = self
+            .cache
+            .as_ref()
+            .and_then(|cache| self.cached_token(cache))
+        {
+            return Ok(found);
+        }
+        self.new_token(client).await
+    }
+
+    /// Where a credential of `kind` is cached: this cluster, user, account and audience.
+    fn key(&self, kind: CredentialKind) -> CacheKey {
+        let options = self.options;
+        CacheKey::new(
+            kind,
+            self.cluster,
+            self.user,
+            &options.agent_namespace,
+            &options.token_account,
+            &options.audience,
+        )
+    }
+
+    /// Says that the user acts as the ServiceAccount because they may not create CSRs.
+    fn fallback_note(&self, forbidden: &str) {
+        let (namespace, account) = (&self.options.agent_namespace, &self.options.token_account);
+        eprintln!(
+            "note: you may not create CertificateSigningRequests ({forbidden}), so the agent cannot \
+             tell who you are: acting as ServiceAccount {namespace}/{account}, whose RBAC decides \
+             what you may do; ask for `create certificatesigningrequests` (see the README) to act as yourself"
+        )
+    }
+
+    /// A TokenRequest token cached by an earlier command, while it is still usable.
+    fn cached_token(&self, cache: &CredentialCache) -> Option<Resolved> {
+        let token_key = self.key(CredentialKind::Token);
+        let Some(Entry::Token { token, .. }) =
+            cache.load(&token_key).filter(|e| e.usable(self.now))
+        else {
+            return None;
+        };
+        let options = self.options;
+        let what = format!(
+            "a cached TokenRequest token of ServiceAccount {} in namespace {} (audience {})",
+            options.token_account, options.agent_namespace, options.audience
+        );
+        let cached = Cached {
+            key: token_key,
+            cache: cache.clone(),
+        };
+        Some((Credential::Bearer(Token::new(token)), what, Some(cached)))
+    }
+
+    /// The user's identity: a cached proof, else a token cached because CSRs were refused
+    /// (the refusal said again), else a new proof. None, after a note, when the user may
+    /// not create CSRs.
+    async fn own_identity(&self, client: &Client) -> Result<Option<Resolved>, ConnectError> {
+        if let Some(cache) = &self.cache {
+            if let Some(found) = cached_identity(
+                cache,
+                self.key(CredentialKind::Identity),
+                self.options,
+                self.now,
+            ) {
+                return Ok(Some(found));
+            }
+            // A token cached because CSRs were refused: the refusal is said again.
+            if let Some(found) = self.cached_token(cache) {
+                self.fallback_note("as when the cached token was requested");
+                return Ok(Some(found));
+            }
+        }
+        match self.create_csr(client.clone()).await? {
+            Ok(csr) => Ok(Some(self.new_identity(csr))),
+            Err(forbidden) => {
+                self.fallback_note(&forbidden);
+                Ok(None)
+            }
+        }
+    }
+
+    /// A new identity CSR, within the request timeout; `Ok(Err(message))` when forbidden.
+    async fn create_csr(
+        &self,
+        client: Client,
+    ) -> Result<Result<IdentityCsr, String>, ConnectError> {
+        bounded(
+            self.options.timeout,
+            || "creating the CertificateSigningRequest that proves who you are".to_owned(),
+            create_identity_csr(
+                client,
+                &self.options.audience,
+                &self.options.agent_namespace,
+            ),
+        )
+        .await?
+    }
+
+    /// A new proof of the user's identity, cached for later commands when there is a cache.
+    fn new_identity(&self, csr: IdentityCsr) -> Resolved {
+        let mut what = format!(
+            "a proof of your identity with CertificateSigningRequest {} (signer {}, never approved; ",
+            csr.name,
+            tenantflux_core::identity::SIGNER_NAME
+        );
+        let cached = self.cache.clone().map(|cache| {
+            let key = self.key(CredentialKind::Identity);
+            cache.store(
+                &key,
+                &Entry::Identity {
+                    csr: csr.name.clone(),
+                    key_pem: tenantflux_core::policy::signing::private_pem(&csr.key),
+                    issued_at: self.now,
+                    expires_at: self.now + tenantflux_core::identity::MAX_CSR_AGE_SECONDS,
+                },
+            );
+            Cached { cache, key }
+        });
+        what.push_str(if cached.is_some() {
+            "cached for later commands while the agent accepts it)"
+        } else {
+            "used by this command only)"
+        });
+        (Credential::Identity(Box::new(csr)), what, cached)
+    }
+
+    /// A new TokenRequest token, cached; a kubeconfig that may not request one proves its
+    /// user's identity instead.
+    async fn new_token(self, client: Client) -> Result<Resolved, ConnectError> {
+        let (namespace, account, audience) = (
+            &self.options.agent_namespace,
+            &self.options.token_account,
+            &self.options.audience,
+        );
+        let token_key = self.key(CredentialKind::Token);
+        let what = format!(
+            "a TokenRequest token of ServiceAccount {account} in namespace {namespace} \
+             (audience {audience}, valid {TOKEN_LIFETIME_SECONDS} s)"
+        );
+        let requested = bounded(
+            self.options.timeout,
+            || format!("requesting a token for ServiceAccount {account} in namespace {namespace}"),
+            request_token(client.clone(), namespace, account, audience),
+        )
+        .await?;
+        let (token, expires_at) = match requested {
+            Ok(found) => found,
+            // `fleet` with a kubeconfig that may not mint its account's tokens: the user
+            // proves who they are instead (their token stays with the API server).
+            Err(refused @ ConnectError::TokenRequestForbidden { .. }) => {
+                let Ok(csr) = self.create_csr(client).await? else {
+                    return Err(refused);
                 };
                 let what = format!(
-                    "a cached TokenRequest token of ServiceAccount {account} in namespace {namespace} (audience {audience})"
+                    "a proof of the kubeconfig user's identity with CertificateSigningRequest {} \
+                     (it may not request a token for ServiceAccount {namespace}/{account}; used by this command only)",
+                    csr.name
                 );
-                let cached = Cached {
-                    key: token_key,
-                    cache: cache.clone(),
-                };
-                Some((Credential::Bearer(Token::new(token)), what, Some(cached)))
-            };
-            // A user without a token proves who they are, so the agent authorizes them and
-            // not a borrowed account; the fleet acts as its own account by design.
-            if account == CLIENT_SERVICE_ACCOUNT {
-                if let Some(cache) = &cache {
-                    if let Some(found) =
-                        cached_identity(cache, key(CredentialKind::Identity), options, now)
-                    {
-                        return Ok(found);
-                    }
-                    // A token cached because CSRs were refused: the refusal is said again.
-                    if let Some(found) = cached_token(cache) {
-                        fallback_note("as when the cached token was requested");
-                        return Ok(found);
-                    }
-                }
-                let identity = bounded(
-                    options.timeout,
-                    || "creating the CertificateSigningRequest that proves who you are".to_owned(),
-                    create_identity_csr(client.clone(), audience, namespace),
-                )
-                .await??;
-                match identity {
-                    Ok(csr) => {
-                        let mut what = format!(
-                            "a proof of your identity with CertificateSigningRequest {} (signer {}, never approved; ",
-                            csr.name,
-                            tenantflux_core::identity::SIGNER_NAME
-                        );
-                        let cached = cache.map(|cache| {
-                            let key = key(CredentialKind::Identity);
-                            cache.store(
-                                &key,
-                                &Entry::Identity {
-                                    csr: csr.name.clone(),
-                                    key_pem: tenantflux_core::policy::signing::private_pem(
-                                        &csr.key,
-                                    ),
-                                    issued_at: now,
-                                    expires_at: now
-                                        + tenantflux_core::identity::MAX_CSR_AGE_SECONDS,
-                                },
-                            );
-                            Cached { cache, key }
-                        });
-                        what.push_str(if cached.is_some() {
-                            "cached for later commands while the agent accepts it)"
-                        } else {
-                            "used by this command only)"
-                        });
-                        return Ok((Credential::Identity(Box::new(csr)), what, cached));
-                    }
-                    Err(forbidden) => fallback_note(&forbidden),
-                }
+                return Ok((Credential::Identity(Box::new(csr)), what, None));
             }
-            if let Some(found) = cache.as_ref().and_then(cached_token) {
-                return Ok(found);
-            }
-            let token_key = key(CredentialKind::Token);
-            let what = format!(
-                "a TokenRequest token of ServiceAccount {account} in namespace {namespace} \
-                 (audience {audience}, valid {TOKEN_LIFETIME_SECONDS} s)"
-            );
-            let requested = bounded(
-                options.timeout,
-                || {
-                    format!(
-                        "requesting a token for ServiceAccount {account} in namespace {namespace}"
-                    )
+            Err(err) => return Err(err),
+        };
+        let cached = self.cache.map(|cache| {
+            cache.store(
+                &token_key,
+                &Entry::Token {
+                    token: token.expose().to_owned(),
+                    issued_at: self.now,
+                    expires_at,
                 },
-                request_token(client.clone(), namespace, account, audience),
-            )
-            .await?;
-            let (token, expires_at) = match requested {
-                Ok(found) => found,
-                // `fleet` with a kubeconfig that may not mint its account's tokens: the user
-                // proves who they are instead (their token stays with the API server).
-                Err(refused @ ConnectError::TokenRequestForbidden { .. }) => {
-                    let identity = bounded(
-                        options.timeout,
-                        || {
-                            "creating the CertificateSigningRequest that proves who you are"
-                                .to_owned()
-                        },
-                        create_identity_csr(client, audience, namespace),
-                    )
-                    .await??;
-                    let Ok(csr) = identity else {
-                        return Err(refused);
-                    };
-                    let what = format!(
-                        "a proof of the kubeconfig user's identity with CertificateSigningRequest {} \
-                         (it may not request a token for ServiceAccount {namespace}/{account}; used by this command only)",
-                        csr.name
-                    );
-                    return Ok((Credential::Identity(Box::new(csr)), what, None));
-                }
-                Err(err) => return Err(err),
-            };
-            let cached = cache.map(|cache| {
-                cache.store(
-                    &token_key,
-                    &Entry::Token {
-                        token: token.expose().to_owned(),
-                        issued_at: now,
-                        expires_at,
-                    },
-                );
-                Cached {
-                    cache,
-                    key: token_key,
-                }
-            });
-            Ok((Credential::Bearer(token), what, cached))
-        }
+            );
+            Cached {
+                cache,
+                key: token_key,
+            }
+        });
+        Ok((Credential::Bearer(token), what, cached))
     }
 }
 
@@ -216,7 +294,7 @@ fn cached_identity(
     key: CacheKey,
     options: &ConnectOptions,
     now: i64,
-) -> Option<(Credential, String, Option<Cached>)> {
+) -> Option<Resolved> {
     let Entry::Identity {
         csr,
         key_pem,
