@@ -46,33 +46,7 @@ pub async fn run(
         FleetCommand::Status {
             discovery,
             fan_out,
-            watch: false,
-            expect_policy,
-            channel,
-            public_key,
-            plain_http,
-            ..
-        } => {
-            let (expected, channel) = expectations(
-                expect_policy.as_deref(),
-                channel.as_ref(),
-                &public_key,
-                plain_http,
-            )
-            .await?;
-            let fleet = Fleet::new(&discovery, options).await?;
-            let view = fleet
-                .status(&fan_out, expected.as_ref(), channel.as_ref())
-                .await?;
-            printer.print(&view, |v, style| {
-                render::render_status(v, style, Timestamp::now())
-            })?;
-            status_verdict(&view)
-        }
-        FleetCommand::Status {
-            discovery,
-            fan_out,
-            watch: true,
+            watch,
             interval,
             expect_policy,
             channel,
@@ -87,9 +61,20 @@ pub async fn run(
             )
             .await?;
             let fleet = Fleet::new(&discovery, options).await?;
-            tokio::select! {
-                watched = fleet.watch(&fan_out, interval, expected.as_ref(), channel.as_ref(), printer) => watched,
-                interrupted = tokio::signal::ctrl_c() => interrupted.context("cannot listen for Ctrl-C"),
+            if watch {
+                tokio::select! {
+                    watched = fleet.watch(&fan_out, interval, expected.as_ref(), channel.as_ref(), printer) => watched,
+                    interrupted = tokio::signal::ctrl_c() => interrupted.context("cannot listen for Ctrl-C"),
+                }
+            } else {
+                status(
+                    &fleet,
+                    &fan_out,
+                    expected.as_ref(),
+                    channel.as_ref(),
+                    printer,
+                )
+                .await
             }
         }
         FleetCommand::Dashboard(args) => dashboard::run(*args, options).await,
@@ -127,6 +112,21 @@ async fn expectations(
         None => None,
     };
     Ok((expected, channel))
+}
+
+/// `fleet status`: every cluster asked once, the table printed, then its verdict.
+async fn status(
+    fleet: &Fleet,
+    fan_out: &FanOutArgs,
+    expected: Option<&ExpectedPolicy>,
+    channel: Option<&ChannelPolicy>,
+    printer: &Printer,
+) -> anyhow::Result<()> {
+    let view = fleet.status(fan_out, expected, channel).await?;
+    printer.print(&view, |v, style| {
+        render::render_status(v, style, Timestamp::now())
+    })?;
+    status_verdict(&view)
 }
 
 /// How `fleet status` ends once the table is printed: the first of not enforced, an
