@@ -47,6 +47,16 @@ impl Style {
     #[cfg(test)]
     pub const PLAIN: Self = Self { color: false };
 
+    /// Painted text with its colour codes written as `<green>`, `<red>` and `</>`, so a test
+    /// can pin a coloured rendering in a readable literal.
+    #[cfg(test)]
+    pub fn shown(painted: &str) -> String {
+        painted
+            .replace("\x1b[32m", "<green>")
+            .replace("\x1b[31m", "<red>")
+            .replace("\x1b[0m", "</>")
+    }
+
     pub fn paint(self, text: &str, tone: Tone) -> String {
         let code = match tone {
             Tone::Good => "32",

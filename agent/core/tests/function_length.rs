@@ -24,20 +24,6 @@ const MAX_LINES: usize = 100;
 /// function, says why it stays long: `// long-fn: one match over every RPC …`.
 const MARKER: &str = "// long-fn:";
 
-/// Functions that were over the limit when the rule came in, not yet split nor explained:
-/// (file, function). The list only shrinks: an entry that is no longer long fails the test
-/// until it is removed.
-const NOT_YET_SPLIT: &[(&str, &str)] = &[
-    ("plugin/src/commands/adopt/mod.rs", "render_plan"),
-    ("plugin/src/commands/fleet/mod.rs", "run"),
-    ("plugin/src/commands/fleet/render.rs", "render_status"),
-    ("plugin/src/commands/policy/remote.rs", "run_remote"),
-    ("plugin/src/commands/status/render.rs", "render_table"),
-    ("plugin/src/commands/upgrade/render.rs", "render_plan_body"),
-    ("plugin/src/commands/upgrade/render.rs", "render_state"),
-    ("plugin/src/connect/credentials.rs", "resolve_token"),
-];
-
 /// A function longer than [`MAX_LINES`].
 #[derive(Debug, PartialEq)]
 struct Long {
@@ -254,7 +240,6 @@ fn no_production_function_runs_long_without_a_reason() {
     }
     let mut unexplained = Vec::new();
     let mut explained = Vec::new();
-    let mut still_listed = Vec::new();
     for file in files {
         let text =
             fs::read_to_string(&file).unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
@@ -270,8 +255,6 @@ fn no_production_function_runs_long_without_a_reason() {
             );
             if let Some(reason) = long.reason {
                 explained.push(format!("{place}: {reason}"));
-            } else if NOT_YET_SPLIT.contains(&(relative.as_str(), long.name.as_str())) {
-                still_listed.push((relative.clone(), long.name));
             } else {
                 unexplained.push(place);
             }
@@ -284,14 +267,6 @@ fn no_production_function_runs_long_without_a_reason() {
         "functions over {MAX_LINES} lines: split them into named steps, or say why not in a \
          `{MARKER} …` comment right above (see docs/architecture.md):\n{}",
         unexplained.join("\n")
-    );
-    let done: Vec<_> = NOT_YET_SPLIT
-        .iter()
-        .filter(|(file, name)| !still_listed.iter().any(|(f, n)| f == file && n == name))
-        .collect();
-    assert!(
-        done.is_empty(),
-        "no longer long (or gone): remove them from NOT_YET_SPLIT: {done:?}"
     );
 }
 

@@ -15,6 +15,9 @@ use crate::{
     output::{Cell, Printer, Style, Tone, table},
 };
 
+#[cfg(test)]
+mod tests;
+
 #[derive(Debug, Subcommand)]
 pub enum AdoptCommand {
     /// Show what runs and what adopting it would take over, change and keep; writes nothing
@@ -179,61 +182,28 @@ fn dash(text: &str) -> &str {
     if text.is_empty() { "-" } else { text }
 }
 
+/// A titled list of lines, when there is any.
+fn section(out: &mut String, title: &str, lines: &[String]) {
+    if !lines.is_empty() {
+        let _ = writeln!(out, "\n{title}:");
+        for line in lines {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
+}
+
+/// The plan, section by section: what runs, what stops it, what changes and what stays,
+/// the verdicts, Helm's leftovers and how to clean them up, the FluxInstance to create.
 pub fn render_plan(view: &PlanView, style: Style) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", view.summary);
-    let objects: Vec<&ObjectView> = view
-        .operators
-        .iter()
-        .chain(&view.instances)
-        .chain(&view.controllers)
-        .collect();
-    if !objects.is_empty() {
-        out.push('\n');
-        let rows: Vec<Vec<Cell>> = objects
-            .iter()
-            .map(|o| {
-                vec![
-                    Cell::plain(&o.kind),
-                    Cell::plain(format!("{}/{}", o.namespace, o.name)),
-                    Cell::plain(dash(&o.version)),
-                    Cell::plain(dash(&o.helm_release)),
-                    Cell::plain(dash(&o.managers.join(","))),
-                ]
-            })
-            .collect();
-        out.push_str(&table(
-            "",
-            &[
-                "KIND",
-                "OBJECT",
-                "VERSION",
-                "HELM RELEASE",
-                "FIELD MANAGERS",
-            ],
-            &rows,
-            style,
-        ));
-    }
-    let section = |out: &mut String, title: &str, lines: &[String]| {
-        if !lines.is_empty() {
-            let _ = writeln!(out, "\n{title}:");
-            for line in lines {
-                let _ = writeln!(out, "  {line}");
-            }
-        }
-    };
+    render_objects(&mut out, view, style);
     section(&mut out, "Refused", &view.refusals);
     section(&mut out, "Not shown (you may not read them)", &view.hidden);
-    let ignored: Vec<String> = view
-        .ignored
-        .iter()
-        .map(|o| format!("{} {}/{}", o.kind, o.namespace, o.name))
-        .collect();
     section(
         &mut out,
         "Ignored (named like Flux's, outside the operator namespace; anyone who administers their namespace can create one)",
-        &ignored,
+        &ignored(view),
     );
     section(&mut out, "Changes", &view.changes);
     section(&mut out, "Keeps", &view.keeps);
@@ -242,29 +212,89 @@ pub fn render_plan(view: &PlanView, style: Style) -> String {
         "Kept from Helm (helm.sh/resource-policy: keep, so helm uninstall or upgrade of the old release leaves them)",
         &view.marks,
     );
+    if view.case != "none" {
+        render_rollout_and_policy(&mut out, view, style);
+    }
+    render_helm_records(&mut out, view);
+    section(&mut out, "Remove them with", &view.cleanup);
+    render_uninstall_advice(&mut out, view, style);
+    render_instance(&mut out, view);
+    out
+}
+
+/// The table of what runs: operators, FluxInstances, then controllers.
+fn render_objects(out: &mut String, view: &PlanView, style: Style) {
+    let objects: Vec<&ObjectView> = view
+        .operators
+        .iter()
+        .chain(&view.instances)
+        .chain(&view.controllers)
+        .collect();
+    if objects.is_empty() {
+        return;
+    }
+    out.push('\n');
+    let rows: Vec<Vec<Cell>> = objects
+        .iter()
+        .map(|o| {
+            vec![
+                Cell::plain(&o.kind),
+                Cell::plain(format!("{}/{}", o.namespace, o.name)),
+                Cell::plain(dash(&o.version)),
+                Cell::plain(dash(&o.helm_release)),
+                Cell::plain(dash(&o.managers.join(","))),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        "",
+        &[
+            "KIND",
+            "OBJECT",
+            "VERSION",
+            "HELM RELEASE",
+            "FIELD MANAGERS",
+        ],
+        &rows,
+        style,
+    ));
+}
+
+/// The Deployments named like Flux's that are not taken as a Flux, one line each.
+fn ignored(view: &PlanView) -> Vec<String> {
+    view.ignored
+        .iter()
+        .map(|o| format!("{} {}/{}", o.kind, o.namespace, o.name))
+        .collect()
+}
+
+/// Whether the controllers roll out, and how the FluxInstance stands against the policy.
+fn render_rollout_and_policy(out: &mut String, view: &PlanView, style: Style) {
     let rollout = if view.rollout {
         style.paint(&format!("yes: {}", view.rollout_reason), Tone::Bad)
     } else {
         "no: no Flux controller Deployment is re-rendered".to_owned()
     };
-    if view.case != "none" {
-        let _ = writeln!(out, "\nRollout: {rollout}");
-        let policy = if view.policy.is_empty() {
-            "none held".to_owned()
-        } else if view.violations.is_empty() {
-            format!("{}: the FluxInstance complies", view.policy)
-        } else {
-            format!(
-                "{}: {} field(s) outside it, left running as they are",
-                view.policy,
-                view.violations.len()
-            )
-        };
-        let _ = writeln!(out, "Policy: {policy}");
-        for v in &view.violations {
-            let _ = writeln!(out, "  {}", style.paint(&v.message, Tone::Bad));
-        }
+    let _ = writeln!(out, "\nRollout: {rollout}");
+    let policy = if view.policy.is_empty() {
+        "none held".to_owned()
+    } else if view.violations.is_empty() {
+        format!("{}: the FluxInstance complies", view.policy)
+    } else {
+        format!(
+            "{}: {} field(s) outside it, left running as they are",
+            view.policy,
+            view.violations.len()
+        )
+    };
+    let _ = writeln!(out, "Policy: {policy}");
+    for v in &view.violations {
+        let _ = writeln!(out, "  {}", style.paint(&v.message, Tone::Bad));
     }
+}
+
+/// Helm's release records, left in place, and what could not be listed of them.
+fn render_helm_records(out: &mut String, view: &PlanView) {
     if !view.helm_records.is_empty() {
         let _ = writeln!(
             out,
@@ -284,29 +314,36 @@ pub fn render_plan(view: &PlanView, style: Style) -> String {
     if !view.helm_records_note.is_empty() {
         let _ = writeln!(out, "\nHelm release records: {}", view.helm_records_note);
     }
-    section(&mut out, "Remove them with", &view.cleanup);
-    if !view.marks.is_empty() {
-        let pending = view.marks.iter().any(|m| m.ends_with(": to mark"));
-        let _ = writeln!(
-            out,
-            "\n{}",
-            if pending {
-                style.paint(
-                    "Do not `helm uninstall` these releases before `kubectl tenantflux adopt apply` marked their objects: Helm deletes what its release holds, flux-operator included.",
-                    Tone::Bad,
-                )
-            } else {
-                "Safe cleanups: delete the records (above), or `helm uninstall` the releases: Helm keeps every object marked above.".to_owned()
-            }
-        );
+}
+
+/// Whether `helm uninstall` is safe yet: only once every object of the releases is marked.
+fn render_uninstall_advice(out: &mut String, view: &PlanView, style: Style) {
+    if view.marks.is_empty() {
+        return;
     }
+    let pending = view.marks.iter().any(|m| m.ends_with(": to mark"));
+    let _ = writeln!(
+        out,
+        "\n{}",
+        if pending {
+            style.paint(
+                "Do not `helm uninstall` these releases before `kubectl tenantflux adopt apply` marked their objects: Helm deletes what its release holds, flux-operator included.",
+                Tone::Bad,
+            )
+        } else {
+            "Safe cleanups: delete the records (above), or `helm uninstall` the releases: Helm keeps every object marked above.".to_owned()
+        }
+    );
+}
+
+/// The FluxInstance adopting creates, indented.
+fn render_instance(out: &mut String, view: &PlanView) {
     if !view.instance.is_empty() {
         let _ = writeln!(out, "\nFluxInstance to create:");
         for line in view.instance.lines() {
             let _ = writeln!(out, "  {line}");
         }
     }
-    out
 }
 
 fn render_result(view: &ResultView, style: Style) -> String {

@@ -42,92 +42,39 @@ pub async fn run(
     printer: &Printer,
 ) -> anyhow::Result<()> {
     match command {
-        FleetCommand::List { discovery } => {
-            let fleet = Fleet::new(&discovery, options).await?;
-            let members = fleet.members().await?;
-            printer.print(&ListView { clusters: members }, render_list)
-        }
+        FleetCommand::List { discovery } => list(&discovery, options, printer).await,
         FleetCommand::Status {
             discovery,
             fan_out,
-            watch: false,
-            expect_policy,
-            channel,
-            public_key,
-            plain_http,
-            ..
-        } => {
-            let expected = expect_policy.as_deref().map(expected_policy).transpose()?;
-            let channel = match &channel {
-                Some(channel) => Some(channel_policy(channel, &public_key, plain_http).await?),
-                None => None,
-            };
-            let fleet = Fleet::new(&discovery, options).await?;
-            let view = fleet
-                .status(&fan_out, expected.as_ref(), channel.as_ref())
-                .await?;
-            printer.print(&view, |v, style| {
-                render::render_status(v, style, Timestamp::now())
-            })?;
-            let mismatched = view
-                .clusters
-                .iter()
-                .filter(|c| c.policy_mismatch.is_some())
-                .count();
-            let lagging = view.clusters.iter().filter(|c| c.lags()).count();
-            let impostors = view
-                .clusters
-                .iter()
-                .filter(|c| c.identity_mismatch.is_some())
-                .count();
-            let unenforced = view
-                .clusters
-                .iter()
-                .filter(|c| c.enforced == Some(false))
-                .count();
-            match (view.failed(), mismatched) {
-                (0, 0) if unenforced > 0 => bail!(
-                    "{unenforced} of {} tenant clusters do not enforce the policy they hold (ENFORCED NO in the table)",
-                    view.clusters.len()
-                ),
-                (0, 0) if impostors > 0 => bail!(
-                    "{impostors} of {} tenant clusters report an identity the platform does not know them by (see the table)",
-                    view.clusters.len()
-                ),
-                (0, 0) if lagging > 0 => bail!(
-                    "{lagging} of {} tenant clusters are behind the channel or hold an expired policy (see the table)",
-                    view.clusters.len()
-                ),
-                (0, 0) => Ok(()),
-                (0, n) => bail!(
-                    "{n} of {} tenant clusters hold another policy than --expect-policy (see the table)",
-                    view.clusters.len()
-                ),
-                (n, _) => bail!(
-                    "{n} of {} tenant clusters could not be asked (see the table)",
-                    view.clusters.len()
-                ),
-            }
-        }
-        FleetCommand::Status {
-            discovery,
-            fan_out,
-            watch: true,
+            watch,
             interval,
             expect_policy,
             channel,
             public_key,
             plain_http,
         } => {
-            let expected = expect_policy.as_deref().map(expected_policy).transpose()?;
-            let channel = match &channel {
-                Some(channel) => Some(channel_policy(channel, &public_key, plain_http).await?),
-                None => None,
-            };
+            let (expected, channel) = expectations(
+                expect_policy.as_deref(),
+                channel.as_ref(),
+                &public_key,
+                plain_http,
+            )
+            .await?;
             let fleet = Fleet::new(&discovery, options).await?;
-            tokio::select! {
-                watched = fleet.watch(&fan_out, interval, expected.as_ref(), channel.as_ref(), printer) => watched,
-                interrupted = tokio::signal::ctrl_c() => interrupted.context("cannot listen for Ctrl-C"),
+            if watch {
+                tokio::select! {
+                    watched = fleet.watch(&fan_out, interval, expected.as_ref(), channel.as_ref(), printer) => watched,
+                    interrupted = tokio::signal::ctrl_c() => interrupted.context("cannot listen for Ctrl-C"),
+                }
+            } else {
+                status(
+                    &fleet,
+                    &fan_out,
+                    expected.as_ref(),
+                    channel.as_ref(),
+                    printer,
+                )
+                .await
             }
         }
         FleetCommand::Dashboard(args) => dashboard::run(*args, options).await,
@@ -136,25 +83,122 @@ pub async fn run(
             all: _,
             discovery,
             fan_out,
-        }) => {
-            let text = file.read()?;
-            // The agents verify it too; a file that is not a signed policy at all is said once
-            // here instead of once per cluster.
-            let signed = SignedPolicy::parse(&text)
-                .with_context(|| format!("{} is not a signed policy", file.path.display()))?;
-            let policy = tenantflux_core::policy::Policy::parse(&signed.policy)
-                .with_context(|| format!("{} holds no valid policy", file.path.display()))?;
-            let fleet = Fleet::new(&discovery, options).await?;
-            let view = fleet.push(&fan_out, &text, &policy).await?;
-            printer.print(&view, render::render_push)?;
-            match view.failed() {
-                0 => Ok(()),
-                n => bail!(
-                    "{n} of {} tenant clusters did not take the policy (see the table)",
-                    view.clusters.len()
-                ),
-            }
-        }
+        }) => push(&file, &discovery, &fan_out, options, printer).await,
+    }
+}
+
+/// `fleet list`: the members discovery finds, nothing asked of them.
+async fn list(
+    discovery: &DiscoveryArgs,
+    options: &ConnectOptions,
+    printer: &Printer,
+) -> anyhow::Result<()> {
+    let fleet = Fleet::new(discovery, options).await?;
+    let members = fleet.members().await?;
+    printer.print(&ListView { clusters: members }, render_list)
+}
+
+/// What `fleet status` compares each cluster with: the policy `--expect-policy` names, then
+/// the one `--channel` holds (each read once, before any cluster is asked).
+async fn expectations(
+    expect_policy: Option<&std::path::Path>,
+    channel: Option<&tenantflux_core::policy::channel::Channel>,
+    public_key: &[std::path::PathBuf],
+    plain_http: bool,
+) -> anyhow::Result<(Option<ExpectedPolicy>, Option<ChannelPolicy>)> {
+    let expected = expect_policy.map(expected_policy).transpose()?;
+    let channel = match channel {
+        Some(channel) => Some(channel_policy(channel, public_key, plain_http).await?),
+        None => None,
+    };
+    Ok((expected, channel))
+}
+
+/// `fleet status`: every cluster asked once, the table printed, then its verdict.
+async fn status(
+    fleet: &Fleet,
+    fan_out: &FanOutArgs,
+    expected: Option<&ExpectedPolicy>,
+    channel: Option<&ChannelPolicy>,
+    printer: &Printer,
+) -> anyhow::Result<()> {
+    let view = fleet.status(fan_out, expected, channel).await?;
+    printer.print(&view, |v, style| {
+        render::render_status(v, style, Timestamp::now())
+    })?;
+    status_verdict(&view)
+}
+
+/// How `fleet status` ends once the table is printed: the first of not enforced, an
+/// unknown identity, behind the channel, another policy, or not asked that holds is the
+/// error (exit 1); else success.
+fn status_verdict(view: &view::FleetStatus) -> anyhow::Result<()> {
+    let mismatched = view
+        .clusters
+        .iter()
+        .filter(|c| c.policy_mismatch.is_some())
+        .count();
+    let lagging = view.clusters.iter().filter(|c| c.lags()).count();
+    let impostors = view
+        .clusters
+        .iter()
+        .filter(|c| c.identity_mismatch.is_some())
+        .count();
+    let unenforced = view
+        .clusters
+        .iter()
+        .filter(|c| c.enforced == Some(false))
+        .count();
+    match (view.failed(), mismatched) {
+        (0, 0) if unenforced > 0 => bail!(
+            "{unenforced} of {} tenant clusters do not enforce the policy they hold (ENFORCED NO in the table)",
+            view.clusters.len()
+        ),
+        (0, 0) if impostors > 0 => bail!(
+            "{impostors} of {} tenant clusters report an identity the platform does not know them by (see the table)",
+            view.clusters.len()
+        ),
+        (0, 0) if lagging > 0 => bail!(
+            "{lagging} of {} tenant clusters are behind the channel or hold an expired policy (see the table)",
+            view.clusters.len()
+        ),
+        (0, 0) => Ok(()),
+        (0, n) => bail!(
+            "{n} of {} tenant clusters hold another policy than --expect-policy (see the table)",
+            view.clusters.len()
+        ),
+        (n, _) => bail!(
+            "{n} of {} tenant clusters could not be asked (see the table)",
+            view.clusters.len()
+        ),
+    }
+}
+
+/// `fleet policy push`: the signed policy checked once here, then sent to every cluster;
+/// an error (exit 1) when any did not take it.
+async fn push(
+    file: &crate::context::FileArg,
+    discovery: &DiscoveryArgs,
+    fan_out: &FanOutArgs,
+    options: &ConnectOptions,
+    printer: &Printer,
+) -> anyhow::Result<()> {
+    let text = file.read()?;
+    // The agents verify it too; a file that is not a signed policy at all is said once
+    // here instead of once per cluster.
+    let signed = SignedPolicy::parse(&text)
+        .with_context(|| format!("{} is not a signed policy", file.path.display()))?;
+    let policy = tenantflux_core::policy::Policy::parse(&signed.policy)
+        .with_context(|| format!("{} holds no valid policy", file.path.display()))?;
+    let fleet = Fleet::new(discovery, options).await?;
+    let view = fleet.push(fan_out, &text, &policy).await?;
+    printer.print(&view, render::render_push)?;
+    match view.failed() {
+        0 => Ok(()),
+        n => bail!(
+            "{n} of {} tenant clusters did not take the policy (see the table)",
+            view.clusters.len()
+        ),
     }
 }
 

@@ -572,3 +572,111 @@ fn a_cluster_whose_agent_tells_another_identity_is_flagged() {
     unreachable.check_identity(&known(Some("u-1"), None));
     assert_eq!(unreachable.identity_mismatch, None);
 }
+
+/// A row with every column set, for the table's golden rendering.
+fn full_row(tenant: &str) -> StatusRow {
+    StatusRow {
+        tenant: tenant.into(),
+        cluster: format!("kubernetes-{tenant}"),
+        state: Reach::Ok,
+        reason: None,
+        agent_version: Some("0.1.0".into()),
+        operator_version: Some("v0.58.1".into()),
+        operator_vouched_by: None,
+        flux_version: Some("v2.9.4".into()),
+        ready: Some(pb::ConditionStatus::True),
+        policy_name: Some("platform".into()),
+        policy_generation: Some(7),
+        policy_key_id: Some("k1".into()),
+        policy_expires_at: None,
+        policy_stale: false,
+        channel: None,
+        cluster_uid: None,
+        cluster_name: None,
+        identity_mismatch: None,
+        policy_mismatch: None,
+        enforced: Some(true),
+        not_enforced: None,
+        compliant: Some(true),
+        violations: Vec::new(),
+        deadline: None,
+        last_change: Some("2026-11-30T05:00:00Z".into()),
+    }
+}
+
+#[test]
+fn the_status_table_paints_every_column_it_marks() {
+    let now: Timestamp = "2026-11-30T05:12:00Z".parse().unwrap();
+    let vouched_and_stale = StatusRow {
+        operator_vouched_by: Some(4),
+        policy_stale: true,
+        policy_expires_at: Some("2026-11-29T00:00:00Z".into()),
+        channel: Some("current".into()),
+        deadline: Some(DeadlineRow {
+            minimum_version: "2.8.0".into(),
+            date: "2027-01-01".into(),
+            passed: false,
+        }),
+        ..full_row("a")
+    };
+    let mismatched = StatusRow {
+        ready: Some(pb::ConditionStatus::False),
+        policy_mismatch: Some("generation 7, not 8 (--expect-policy)".into()),
+        identity_mismatch: Some("reports cluster other".into()),
+        not_enforced: Some("NOT ENFORCED since 2026-11-30T05:00:00Z: admitted".into()),
+        enforced: Some(false),
+        compliant: Some(false),
+        violations: vec!["version outside".into(), "registry outside".into()],
+        deadline: Some(DeadlineRow {
+            minimum_version: "2.8.0".into(),
+            date: "2026-09-01".into(),
+            passed: true,
+        }),
+        channel: Some("behind (3)".into()),
+        policy_stale: true,
+        ..full_row("b")
+    };
+    let ahead = StatusRow {
+        ready: None,
+        enforced: None,
+        compliant: None,
+        policy_generation: None,
+        policy_key_id: None,
+        last_change: None,
+        operator_version: None,
+        channel: Some("ahead (2)".into()),
+        ..full_row("c")
+    };
+    let unreachable = StatusRow::failed(
+        &member("d", "kubernetes-d"),
+        Failure {
+            reach: Reach::Unreachable,
+            reason: "connection refused".into(),
+        },
+    );
+    let view = FleetStatus {
+        clusters: vec![vouched_and_stale, mismatched, ahead, unreachable],
+    };
+    let text = render_status(&view, Style { color: true }, now);
+    assert_eq!(Style::shown(&text), "\
+TENANT   CLUSTER        AGENT   OPERATOR                   FLUX     READY         POLICY      KEY   ENFORCED   CHANNEL      COMPLIANT   DEADLINE                 LAST CHANGE   MESSAGE
+a        kubernetes-a   0.1.0   v0.58.1 (vouched, gen 4)   v2.9.4   <green>True</>          <red>7 (stale)</>   k1    <green>yes</>        <green>current</>      <green>yes</>         2.8.0 from 2027-01-01    12m           stale (expired 2026-11-29T00:00:00Z): still enforced, nothing newer verified
+b        kubernetes-b   0.1.0   v0.58.1                    v2.9.4   <red>False</>         <red>7 (stale)</>   <red>k1</>    <red>NO</>         <red>behind (3)</>   <red>no</>          2.8.0 since 2026-09-01   12m           stale (expired -): still enforced, nothing newer verified; NOT ENFORCED since 2026-11-30T05:00:00Z: admitted; reports cluster other; generation 7, not 8 (--expect-policy); version outside; registry outside
+c        kubernetes-c   0.1.0   -                          v2.9.4   -             -           -     -          ahead (2)    -           -                        -
+d        kubernetes-d   -       -                          -        <red>Unreachable</>   -           -     -          -            -           -                        -             connection refused
+");
+    let without_channel = FleetStatus {
+        clusters: vec![full_row("a")],
+    };
+    assert_eq!(
+        render_status(&without_channel, Style::PLAIN, now),
+        "\
+TENANT   CLUSTER        AGENT   OPERATOR   FLUX     READY   POLICY   KEY   ENFORCED   COMPLIANT   DEADLINE   LAST CHANGE   MESSAGE
+a        kubernetes-a   0.1.0   v0.58.1    v2.9.4   True    7        k1    yes        yes         -          12m
+"
+    );
+    assert_eq!(
+        render_status(&FleetStatus { clusters: vec![] }, Style::PLAIN, now),
+        "No tenant clusters found.\n"
+    );
+}

@@ -311,3 +311,145 @@ fn every_operator_phase_has_a_kebab_case_name() {
         ]
     );
 }
+
+/// Every field the table may show, coloured: the cluster's identity, an operator the agent
+/// installs (vouched release, notices), a stale policy with a key and warnings.
+#[test]
+fn table_shows_every_field_in_its_colour() {
+    let mut status = fixture();
+    let agent = status.agent.as_mut().unwrap();
+    agent.cluster_uid = "0b9c-uid".to_owned();
+    agent.cluster_name = "blue".to_owned();
+    status.operator = Some(pb::OperatorStatus {
+        phase: pb::OperatorPhase::Failed as i32,
+        reason: "the bundle was refused".to_owned(),
+        version: "v0.58.1".to_owned(),
+        namespace: String::new(),
+        ready_replicas: 0,
+        desired_replicas: 1,
+        bundle_digest: String::new(),
+        last_transition: Some(prost_types::Timestamp {
+            seconds: 1_767_225_600,
+            nanos: 0,
+        }),
+        source: "oci://r.example/bundle:v1".to_owned(),
+        notices: vec!["taken over from kubectl".to_owned(), "second".to_owned()],
+        trust: pb::ReleaseTrust::Vouched as i32,
+        vouched_generation: 4,
+    });
+    let policy = status.policy.as_mut().unwrap();
+    policy.key_id = "k1".to_owned();
+    policy.expires_at = Some(prost_types::Timestamp {
+        seconds: 1_767_225_600,
+        nanos: 0,
+    });
+    policy.stale = true;
+    policy.warnings = vec!["Flux 2.8.0 is due by 2026-09-01".to_owned()];
+    let text = render_table(&StatusView::from(status), Style { color: true });
+    assert_eq!(Style::shown(&text), "\
+Agent
+  Version:     v0.1.0
+  Namespace:   tenantflux-system
+  Health:      <red>degraded</>
+  Kubernetes:  v1.33.1
+  Cluster:     0b9c-uid (blue)
+  Problems:
+    - <red>FluxInstance flux-system/flux: helm-controller not ready</>
+
+flux-operator
+  Phase:       <red>failed</>
+  Version:     v0.58.1
+  Replicas:    0/1
+  Reason:      the bundle was refused
+  Source:      oci://r.example/bundle:v1
+  Bundle:      -
+  Release:     vouched for by policy generation 4
+  Since:       2026-01-01T00:00:00Z
+  Notices:
+    - <red>taken over from kubectl</>
+    - <red>second</>
+
+FluxInstance
+  Name:        flux-system/flux
+  Ready:       <green>True</> - ReconciliationSucceeded - Reconciliation finished
+  Requested:   2.x
+  Installed:   v2.9.4
+  Registry:    ghcr.io/fluxcd
+  Suspended:   false
+
+Components
+  NAME                READY   IMAGE
+  source-controller   <green>True</>    ghcr.io/fluxcd/source-controller:v1.9.0
+  helm-controller     <red>False</>   ghcr.io/fluxcd/helm-controller:v1.6.0
+
+Policy
+  Name:        platform
+  Generation:  3
+  Key:         k1
+  Expires:     <red>2026-01-01T00:00:00Z (stale: expired, still enforced)</>
+  Compliant:   <red>no</>
+  Enforced:    <red>NOT ENFORCED since 2026-01-01T00:00:00Z: a FluxInstance that the policy refuses was admitted in a dry run</>
+  Deadline:    Flux 2.8.0 from 2026-09-01
+  Violation:   spec.distribution.version \"2.x\" is outside \">=2.7.0 <2.10.0\" allowed by policy generation 3
+  Warning:     Flux 2.8.0 is due by 2026-09-01
+");
+}
+
+/// A compliant, enforced policy that does not expire yet, and an instance without
+/// components: the other side of each choice.
+#[test]
+fn table_shows_a_compliant_policy_and_no_components() {
+    let mut status = fixture();
+    let instance = status.instance.as_mut().unwrap();
+    instance.components.clear();
+    instance.ready = None;
+    instance.suspended = true;
+    let policy = status.policy.as_mut().unwrap();
+    policy.compliant = true;
+    policy.violations.clear();
+    policy.upgrade_deadline = None;
+    policy.expires_at = Some(prost_types::Timestamp {
+        seconds: 1_767_225_600,
+        nanos: 0,
+    });
+    policy.enforcement.as_mut().unwrap().enforced = true;
+    let text = render_table(&StatusView::from(status.clone()), Style { color: true });
+    assert_eq!(
+        Style::shown(&text),
+        "\
+Agent
+  Version:     v0.1.0
+  Namespace:   tenantflux-system
+  Health:      <red>degraded</>
+  Kubernetes:  v1.33.1
+  Problems:
+    - <red>FluxInstance flux-system/flux: helm-controller not ready</>
+
+flux-operator
+  Phase:       <green>ready</>
+  Version:     v0.58.1
+  Replicas:    1/1 in namespace flux-system
+
+FluxInstance
+  Name:        flux-system/flux
+  Ready:       not reconciled yet
+  Requested:   2.x
+  Installed:   v2.9.4
+  Registry:    ghcr.io/fluxcd
+  Suspended:   true
+
+Components
+  none reported
+
+Policy
+  Name:        platform
+  Generation:  3
+  Expires:     2026-01-01T00:00:00Z
+  Compliant:   <green>yes</>
+  Enforced:    <green>yes (proven since 2026-01-01T00:00:00Z, last at 2026-01-01T00:01:00Z)</>
+"
+    );
+    status.policy.as_mut().unwrap().enforcement = None;
+    let text = render_table(&StatusView::from(status), Style::PLAIN);
+    assert!(text.ends_with("  Enforced:    not proven yet\n"), "{text}");
+}
