@@ -238,6 +238,15 @@ impl Scope {
 
 /// A query's namespace is a namespace's name, and its level one the controllers write.
 fn check_query(query: &LogQuery) -> Result<()> {
+    // The plugin always sends a name with its kind; a raw call without one would otherwise be
+    // read as the first served kind's object, or as none when no Flux kind is served.
+    if query.name.is_some() && query.kind.is_none() {
+        return Err(WorkloadsError::InvalidArgument(
+            "a log query that names an object needs its kind too (kind Kustomization, name \
+             podinfo)"
+                .into(),
+        ));
+    }
     if !query.namespace.is_empty() {
         tenantflux_core::names::namespace("namespace", &query.namespace)
             .map_err(WorkloadsError::InvalidArgument)?;
@@ -374,8 +383,8 @@ impl Inspector {
             Some(kind) => vec![find_kind(&self.caches, kind)?],
             None => served.iter().map(|c| c.kind).collect(),
         };
-        if let Some(name) = &query.name {
-            scope_one_object(access, query, kinds[0], name, &mut scope).await?;
+        if let (Some(name), Some(&kind)) = (&query.name, kinds.first()) {
+            scope_one_object(access, query, kind, name, &mut scope).await?;
             return Ok(scope);
         }
         let narrower = if query.namespace.is_empty() {
@@ -638,6 +647,17 @@ mod tests {
                 message,
                 "log level \"loud\" is not one the Flux controllers write: use debug, info or error"
             ),
+            other => panic!("{other:?}"),
+        }
+        let nameless_kind = LogQuery {
+            namespace: "team-a".into(),
+            name: Some("podinfo".into()),
+            ..LogQuery::default()
+        };
+        match check_query(&nameless_kind) {
+            Err(WorkloadsError::InvalidArgument(message)) => {
+                assert!(message.contains("needs its kind"), "{message}")
+            }
             other => panic!("{other:?}"),
         }
     }
