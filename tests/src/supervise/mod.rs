@@ -603,7 +603,25 @@ fn is_executable(path: &Path) -> bool {
     fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// A free loopback port, from below the kernel's ephemeral range where there is room (as
+/// tests/env/cluster's `free_port`): a port from that range, once released, can be taken by any
+/// outgoing connection before the controller binds it.
 fn free_port() -> Result<u16> {
+    let low = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    if low > 11_000 {
+        // Random enough to keep two supervisors' picks apart: std's per-process hash keys.
+        use std::hash::{BuildHasher as _, RandomState};
+        let seed = RandomState::new();
+        for attempt in 0u32..100 {
+            let port = 10_000 + (seed.hash_one(attempt) % u64::from(low - 10_000)) as u16;
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())
@@ -660,6 +678,18 @@ mod tests {
 
     #[test]
     fn free_ports_are_real_loopback_ports() {
-        assert_ne!(free_port().unwrap(), 0);
+        let port = free_port().unwrap();
+        assert_ne!(port, 0);
+        std::net::TcpListener::bind(("127.0.0.1", port)).expect("the port is free");
+        let low: u16 = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|range| range.split_whitespace().next()?.parse().ok())
+            .unwrap_or(32768);
+        if low > 11_000 {
+            assert!(
+                (10_000..low).contains(&port),
+                "{port} is in the ephemeral range"
+            );
+        }
     }
 }
