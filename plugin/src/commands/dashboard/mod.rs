@@ -334,7 +334,8 @@ fn requested(form: ActionForm) -> Result<(String, pb::ObjectRef), String> {
     } = form;
     if !matches!(action.as_str(), "suspend" | "resume" | "reconcile") {
         return Err(format!(
-            "unknown action '{action}': suspend, resume or reconcile"
+            "unknown action {}: suspend, resume or reconcile",
+            tenantflux_core::text::quote(&action)
         ));
     }
     let object = pb::ObjectRef {

@@ -192,14 +192,19 @@ fn only_the_three_actions_on_a_named_object_are_accepted() {
         Ok(("resume".to_owned(), "a".to_owned()))
     );
     let delete = requested(form("action=delete&kind=ks&name=a"));
-    assert!(delete.unwrap_err().contains("unknown action 'delete'"));
+    assert!(delete.unwrap_err().contains("unknown action \"delete\""));
+    // What the form says is echoed quoted: escaped, and cut short when long.
+    let long = format!("action=x%0A{}&kind=ks&name=a", "y".repeat(4096));
+    let echoed = requested(form(&long)).unwrap_err();
+    assert!(echoed.starts_with("unknown action \"x\\nyyy"), "{echoed}");
+    assert!(echoed.len() < 1024, "{} bytes echoed", echoed.len());
     assert_eq!(
         requested(form("action=suspend")).unwrap_err(),
         "the form names no object (kind and name)"
     );
     assert_eq!(
         requested(form("")).unwrap_err(),
-        "unknown action '': suspend, resume or reconcile"
+        "unknown action \"\": suspend, resume or reconcile"
     );
 }
 
