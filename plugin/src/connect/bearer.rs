@@ -415,19 +415,9 @@ mod tests {
         };
         assert!(!format!("{value:?}").contains("s3cr3t"));
         let options = ConnectOptions {
-            kubeconfig: None,
-            inline_kubeconfig: None,
-            context: None,
-            namespace: None,
-            agent_namespace: "tenantflux-system".to_owned(),
-            agent_address: None,
-            audience: "tenantflux-agent".to_owned(),
             token: Some(token),
-            forward_token: false,
-            token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
             timeout: None,
-            verbose: false,
-            credential_cache: None,
+            ..ConnectOptions::for_tests()
         };
         assert!(!format!("{options:?}").contains("s3cr3t"));
         assert!("   ".parse::<Token>().is_err());

@@ -476,19 +476,9 @@ mod tests {
     /// Options asking for `account`'s credential, cached in `cache`.
     fn options(account: &str, cache: &std::path::Path) -> ConnectOptions {
         ConnectOptions {
-            kubeconfig: None,
-            inline_kubeconfig: None,
-            context: None,
-            namespace: None,
-            agent_namespace: "tenantflux-system".to_owned(),
-            agent_address: None,
-            audience: "tenantflux-agent".to_owned(),
-            token: None,
-            forward_token: false,
             token_account: account.to_owned(),
-            timeout: Some(Duration::from_secs(5)),
-            verbose: false,
             credential_cache: Some(cache.to_owned()),
+            ..ConnectOptions::for_tests()
         }
     }
 

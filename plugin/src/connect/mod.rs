@@ -92,6 +92,29 @@ pub struct ConnectOptions {
     pub credential_cache: Option<PathBuf>,
 }
 
+#[cfg(test)]
+impl ConnectOptions {
+    /// The options the unit tests start from: the default agent namespace and audience, the
+    /// client account, a 5 s timeout, no token and no credential cache.
+    pub(crate) fn for_tests() -> Self {
+        Self {
+            kubeconfig: None,
+            inline_kubeconfig: None,
+            context: None,
+            namespace: None,
+            agent_namespace: "tenantflux-system".to_owned(),
+            agent_address: None,
+            audience: "tenantflux-agent".to_owned(),
+            token: None,
+            forward_token: false,
+            token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
+            timeout: Some(Duration::from_secs(5)),
+            verbose: false,
+            credential_cache: None,
+        }
+    }
+}
+
 /// The agent a connection goes to, as error messages name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AgentTarget {
@@ -518,19 +541,9 @@ mod tests {
 
     fn direct(address: &http::Uri, token: &str) -> ConnectOptions {
         ConnectOptions {
-            kubeconfig: None,
-            inline_kubeconfig: None,
-            context: None,
-            namespace: None,
-            agent_namespace: "tenantflux-system".to_owned(),
             agent_address: Some(address.clone()),
-            audience: "tenantflux-agent".to_owned(),
             token: Some(Token::new(token)),
-            forward_token: false,
-            token_account: CLIENT_SERVICE_ACCOUNT.to_owned(),
-            timeout: Some(Duration::from_secs(5)),
-            verbose: false,
-            credential_cache: None,
+            ..ConnectOptions::for_tests()
         }
     }
 
