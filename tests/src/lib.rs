@@ -1103,6 +1103,67 @@ mod tests {
         assert_eq!(condition_status(&serde_json::json!({}), "Ready"), None);
     }
 
+    /// Every package a test installs with [`installed`] and every one deploy/image/build installs
+    /// is in tests/env/prefetch's lists, so a fresh machine installs it beside the builds rather
+    /// than in the middle of the integration tests.
+    #[test]
+    fn tests_env_prefetch_lists_every_package_the_tests_install() {
+        let prefetch = std::fs::read_to_string(repo_root().join("tests/env/prefetch")).unwrap();
+        let listed: Vec<&str> = prefetch
+            .lines()
+            .filter(|line| line.contains("packages=") || line.contains("packages+="))
+            .flat_map(|line| line.split('"').nth(1).unwrap_or("").split_whitespace())
+            .collect();
+        let mut wanted: Vec<(String, String)> = Vec::new();
+        for dir in ["tests/src", "tests/tests"] {
+            for entry in std::fs::read_dir(repo_root().join(dir)).unwrap() {
+                let path = entry.unwrap().path();
+                if path.extension().is_none_or(|ext| ext != "rs") {
+                    continue;
+                }
+                let source = std::fs::read_to_string(&path).unwrap();
+                // The call's second argument: a string literal, or a const of the same file.
+                for call in source.split("installed(\"").skip(1) {
+                    let Some(argument) = call.split(", ").nth(1) else {
+                        continue;
+                    };
+                    let packages = match argument.strip_prefix('"') {
+                        Some(literal) => literal.split('"').next().unwrap().to_string(),
+                        None => source
+                            .split(&format!("const {argument}: &str = \""))
+                            .nth(1)
+                            .and_then(|rest| rest.split('"').next())
+                            .unwrap_or_else(|| panic!("{}: no const {argument}", path.display()))
+                            .to_string(),
+                    };
+                    wanted.extend(
+                        packages
+                            .split_whitespace()
+                            .map(|package| (package.to_string(), path.display().to_string())),
+                    );
+                }
+            }
+        }
+        let image = std::fs::read_to_string(repo_root().join("deploy/image/build")).unwrap();
+        let tools = image
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("for tool in "))
+            .and_then(|rest| rest.split(';').next())
+            .expect("deploy/image/build: `for tool in ...; do`");
+        wanted.extend(
+            tools
+                .split_whitespace()
+                .map(|package| (package.to_string(), "deploy/image/build".to_string())),
+        );
+        assert!(wanted.len() > 8, "found too few calls: {wanted:?}");
+        for (package, from) in wanted {
+            assert!(
+                listed.contains(&package.as_str()),
+                "{from} installs {package}, which tests/env/prefetch does not list ({listed:?})"
+            );
+        }
+    }
+
     #[test]
     fn cluster_script_is_in_the_repository() {
         assert!(cluster_script().is_file(), "{}", cluster_script().display());
