@@ -44,6 +44,7 @@ use tenantflux_core::{
         REPORT_KIND, REPORT_PLURAL,
     },
 };
+use tokio_util::sync::CancellationToken;
 
 pub use cli::Args;
 pub use runtime::Error;
@@ -195,6 +196,58 @@ pub(crate) fn retry_delays(min: Duration, max: Duration) -> impl Iterator<Item =
         .build()
 }
 
+/// How a background loop's pause ended ([`until_woken`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Woken {
+    /// The wait passed.
+    Elapsed,
+    /// What the loop watches changed.
+    Changed,
+}
+
+/// The pause of a background loop between two passes, written once for every loop: until
+/// `wait` passes (`None`: no timer), `wake` completes (what the loop watches changed; `false`
+/// when its source closed), or the shutdown. `None` when the loop is to return: the shutdown
+/// came (it wins when more than one is ready) or the source closed.
+pub(crate) async fn until_woken(
+    shutdown: &CancellationToken,
+    wait: Option<Duration>,
+    wake: impl std::future::Future<Output = bool>,
+) -> Option<Woken> {
+    let elapsed = async {
+        match wait {
+            Some(wait) => tokio::time::sleep(wait).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        biased;
+        () = shutdown.cancelled() => None,
+        open = wake => open.then_some(Woken::Changed),
+        () = elapsed => Some(Woken::Elapsed),
+    }
+}
+
+/// Waits `wait` (a retry's delay, a poll's interval): `false` when the shutdown came first, and
+/// the loop is to return.
+pub(crate) async fn sleep(shutdown: &CancellationToken, wait: Duration) -> bool {
+    until_woken(shutdown, Some(wait), std::future::pending())
+        .await
+        .is_some()
+}
+
+/// `work`'s output, or `None` when the shutdown came first (and `work` is dropped).
+pub(crate) async fn unless_shutdown<T>(
+    shutdown: &CancellationToken,
+    work: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        biased;
+        () = shutdown.cancelled() => None,
+        output = work => Some(output),
+    }
+}
+
 /// The backoff for every watch the agent runs (`WatchStreamExt::backoff`).
 ///
 /// kube-rs's default doubles the wait up to 30 s, so after a 30 s outage of the API server the
@@ -250,6 +303,35 @@ mod tests {
             waits[10..].iter().all(|w| *w >= WATCH_MAX_DELAY),
             "{waits:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_pause_ends_at_the_shutdown_first_then_a_change_then_the_wait() {
+        let shutdown = CancellationToken::new();
+        let long = Some(Duration::from_secs(3600));
+        let short = Some(Duration::from_millis(1));
+        let pending = || std::future::pending::<bool>();
+        assert_eq!(
+            until_woken(&shutdown, short, pending()).await,
+            Some(Woken::Elapsed)
+        );
+        assert_eq!(
+            until_woken(&shutdown, long, async { true }).await,
+            Some(Woken::Changed)
+        );
+        // A closed source ends the loop, as the shutdown does.
+        assert_eq!(until_woken(&shutdown, long, async { false }).await, None);
+        assert!(sleep(&shutdown, Duration::from_millis(1)).await);
+        assert_eq!(unless_shutdown(&shutdown, async { 7 }).await, Some(7));
+        shutdown.cancel();
+        // Everything ready at once: the shutdown wins.
+        assert_eq!(
+            until_woken(&shutdown, Some(Duration::ZERO), async { true }).await,
+            None
+        );
+        assert_eq!(until_woken(&shutdown, None, pending()).await, None);
+        assert!(!sleep(&shutdown, Duration::ZERO).await);
+        assert_eq!(unless_shutdown(&shutdown, async { 7 }).await, None);
     }
 
     #[test]

@@ -1014,9 +1014,11 @@ pub async fn watch_marks(
     let mut tick = tokio::time::interval(MARKS_CHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
+        if crate::unless_shutdown(&shutdown, tick.tick())
+            .await
+            .is_none()
+        {
+            return;
         }
         match adopter.marks_problem().await {
             Ok(problem) => {
@@ -1170,9 +1172,8 @@ pub async fn run_at_start(adopter: Adopter, shutdown: tokio_util::sync::Cancella
                 .await
                 .map(Some)
         };
-        let result = tokio::select! {
-            () = shutdown.cancelled() => return,
-            result = attempt => result,
+        let Some(result) = crate::unless_shutdown(&shutdown, attempt).await else {
+            return;
         };
         match result {
             Ok(None) => {
@@ -1190,9 +1191,8 @@ pub async fn run_at_start(adopter: Adopter, shutdown: tokio_util::sync::Cancella
             Err(err) => {
                 let wait = delays.next().unwrap_or(Duration::from_secs(60));
                 tracing::warn!(error = %chain(&err), ?wait, "--adopt: adoption failed; retrying");
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    () = tokio::time::sleep(wait) => {}
+                if !crate::sleep(&shutdown, wait).await {
+                    return;
                 }
             }
         }

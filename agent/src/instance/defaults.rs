@@ -331,10 +331,12 @@ pub async fn run(
                 }
             }
         }
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(RETRY), if retry => {}
-            changed = held.changed() => if changed.is_err() { return },
+        let changed = async { held.changed().await.is_ok() };
+        if crate::until_woken(&shutdown, retry.then_some(RETRY), changed)
+            .await
+            .is_none()
+        {
+            return;
         }
     }
 }

@@ -375,9 +375,11 @@ pub async fn run(
     let mut trigger = Trigger::Start;
     let mut backoff = crate::retry_delays(BACKOFF_MIN, BACKOFF_MAX);
     loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = installer.wait_for_api() => {}
+        if crate::unless_shutdown(&shutdown, installer.wait_for_api())
+            .await
+            .is_none()
+        {
+            return;
         }
         let attempt = match trigger {
             Trigger::DeploymentDeleted | Trigger::DeploymentEdited { .. } => {

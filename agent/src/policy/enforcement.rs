@@ -112,10 +112,15 @@ pub async fn run(
         };
         let until_permissions =
             permissions_at.saturating_duration_since(tokio::time::Instant::now());
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(wait.min(until_permissions)) => {}
-            () = store.recheck_requested() => {}
+        let recheck = async {
+            store.recheck_requested().await;
+            true
+        };
+        if crate::until_woken(&shutdown, Some(wait.min(until_permissions)), recheck)
+            .await
+            .is_none()
+        {
+            return;
         }
     }
 }

@@ -98,9 +98,9 @@ pub async fn run(
     store.pull_from(config.channel.to_string());
     // The stored copy is weighed first: a pulled policy is offered once it is in force.
     let mut held = store.subscribe();
-    tokio::select! {
-        () = shutdown.cancelled() => return,
-        loaded = held.wait_for(|h| h.loaded) => if loaded.is_err() { return },
+    let loaded = async { held.wait_for(|h| h.loaded).await.is_ok() };
+    if crate::until_woken(&shutdown, None, loaded).await.is_none() {
+        return;
     }
     drop(held);
     let registry = crate::oci::Registry::new(
@@ -119,9 +119,8 @@ pub async fn run(
     loop {
         puller.check().await;
         let wait = jittered(puller.config.interval);
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(wait) => {}
+        if !crate::sleep(&shutdown, wait).await {
+            return;
         }
     }
 }

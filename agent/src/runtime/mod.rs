@@ -109,9 +109,9 @@ async fn record_status_metrics(
         metrics.set_problems(problems);
         let (generation, expiry, stale, enforced) = policy.unwrap_or_default();
         metrics.set_policy(generation, expiry, stale, enforced);
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            changed = status.changed() => if changed.is_err() { return },
+        let changed = async { status.changed().await.is_ok() };
+        if crate::until_woken(&shutdown, None, changed).await.is_none() {
+            return;
         }
     }
 }

@@ -410,9 +410,9 @@ where
     let by_name = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let (shared, watch) = watches::shared(api, by_name, dyntype);
     tasks.spawn(task, |shutdown| async move {
-        tokio::select! {
-            () = shutdown.cancelled() => Ok(()),
-            ended = watch => Err(ended),
+        match crate::unless_shutdown(&shutdown, watch).await {
+            None => Ok(()),
+            Some(ended) => Err(ended),
         }
     });
     shared

@@ -221,9 +221,8 @@ impl Upgrader {
                 Err(err) => {
                     tracing::warn!(error = %chain(&err), "reading the upgrade record");
                     let wait = delays.next().unwrap_or(RETRY_MAX);
-                    tokio::select! {
-                        () = self.shutdown.cancelled() => return,
-                        () = tokio::time::sleep(wait) => {}
+                    if !crate::sleep(&self.shutdown, wait).await {
+                        return;
                     }
                 }
             }
@@ -259,10 +258,8 @@ impl Upgrader {
     /// Returns once the stored record was read at start (or the agent stops).
     pub async fn wait_loaded(&self) {
         let mut loaded = self.loaded.subscribe();
-        tokio::select! {
-            () = self.shutdown.cancelled() => {}
-            _ = loaded.wait_for(|l| *l) => {}
-        }
+        let loaded = async { loaded.wait_for(|l| *l).await.is_ok() };
+        crate::unless_shutdown(&self.shutdown, loaded).await;
     }
 
     async fn store(&self, record: &mut Record) -> Result<(), StepError> {
@@ -287,9 +284,8 @@ impl Upgrader {
                 Err(err) => tracing::warn!(error = %chain(&err), "storing the upgrade record"),
             }
             let wait = delays.next().unwrap_or(RETRY_MAX);
-            tokio::select! {
-                () = self.shutdown.cancelled() => return false,
-                () = tokio::time::sleep(wait) => {}
+            if !crate::sleep(&self.shutdown, wait).await {
+                return false;
             }
         }
     }

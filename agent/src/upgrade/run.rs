@@ -69,9 +69,8 @@ impl Upgrader {
                         );
                         record.message = format!("retrying: {reason}");
                         let wait = delays.next().unwrap_or(RETRY_MAX);
-                        tokio::select! {
-                            () = self.shutdown.cancelled() => return,
-                            () = tokio::time::sleep(wait) => {}
+                        if !crate::sleep(&self.shutdown, wait).await {
+                            return;
                         }
                     }
                 }
@@ -311,9 +310,8 @@ impl Upgrader {
                     }
                 }
             }
-            tokio::select! {
-                () = self.shutdown.cancelled() => return Ok(()),
-                () = tokio::time::sleep(POLL) => {}
+            if !crate::sleep(&self.shutdown, POLL).await {
+                return Ok(());
             }
         }
     }

@@ -42,16 +42,9 @@ impl PolicyStore {
             };
             // What this loop wrote itself is no reason to look again.
             held.borrow_and_update();
-            let expired = async {
-                match wait {
-                    Some(wait) => tokio::time::sleep(wait).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                changed = held.changed() => if changed.is_err() { return },
-                () = expired => {}
+            let changed = async { held.changed().await.is_ok() };
+            if crate::until_woken(&shutdown, wait, changed).await.is_none() {
+                return;
             }
         }
     }

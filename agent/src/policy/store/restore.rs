@@ -129,9 +129,8 @@ impl PolicyStore {
                     tracing::warn!(error = %err, "reading namespace kube-system (the cluster's identity); retrying")
                 }
             }
-            tokio::select! {
-                () = shutdown.cancelled() => return None,
-                () = tokio::time::sleep(IDENTITY_RETRY) => {}
+            if !crate::sleep(shutdown, IDENTITY_RETRY).await {
+                return None;
             }
         }
     }

@@ -38,9 +38,8 @@ pub async fn deny_expired_identity_csrs(
                 identity::SIGNER_NAME
             ),
         }
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(interval) => {}
+        if !crate::sleep(&shutdown, interval).await {
+            return;
         }
     }
 }
