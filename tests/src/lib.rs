@@ -1164,6 +1164,42 @@ mod tests {
         }
     }
 
+    /// Every Rust target deploy/krew/release and deploy/image/build-agent build for is in
+    /// tests/env/prefetch's list (a missing one is added later by the build itself, in the middle
+    /// of the integration tests).
+    #[test]
+    fn tests_env_prefetch_lists_every_rust_target_the_builds_use() {
+        let read = |path: &str| std::fs::read_to_string(repo_root().join(path)).unwrap();
+        let prefetch = read("tests/env/prefetch");
+        let listed = prefetch
+            .split("rust_targets=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .expect("tests/env/prefetch: rust_targets=\"...\"");
+        let listed: Vec<&str> = listed.split_whitespace().collect();
+        let release = read("deploy/krew/release");
+        let mut wanted: Vec<String> = release
+            .lines()
+            .filter_map(|line| line.trim().split_once(") echo ")?.1.strip_suffix(" ;;"))
+            .map(str::to_owned)
+            .collect();
+        let agent = read("deploy/image/build-agent");
+        wanted.extend(
+            agent
+                .lines()
+                .filter_map(|line| line.trim().split_once(") cpu=")?.1.strip_suffix(" ;;"))
+                .filter(|cpu| !cpu.starts_with('$'))
+                .map(|cpu| format!("{cpu}-unknown-linux-gnu")),
+        );
+        assert!(wanted.len() >= 8, "found too few targets: {wanted:?}");
+        for target in wanted {
+            assert!(
+                listed.contains(&target.as_str()),
+                "{target} is built but tests/env/prefetch does not add it ({listed:?})"
+            );
+        }
+    }
+
     #[test]
     fn cluster_script_is_in_the_repository() {
         assert!(cluster_script().is_file(), "{}", cluster_script().display());

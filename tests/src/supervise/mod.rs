@@ -603,14 +603,19 @@ fn is_executable(path: &Path) -> bool {
     fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// The first port of the kernel's ephemeral range (Linux's default when it cannot be read).
+fn ephemeral_low() -> u16 {
+    fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768)
+}
+
 /// A free loopback port, from below the kernel's ephemeral range where there is room (as
 /// tests/env/cluster's `free_port`): a port from that range, once released, can be taken by any
 /// outgoing connection before the controller binds it.
 fn free_port() -> Result<u16> {
-    let low = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
+    let low = ephemeral_low();
     if low > 11_000 {
         // Random enough to keep two supervisors' picks apart: std's per-process hash keys.
         use std::hash::{BuildHasher as _, RandomState};
@@ -681,10 +686,7 @@ mod tests {
         let port = free_port().unwrap();
         assert_ne!(port, 0);
         std::net::TcpListener::bind(("127.0.0.1", port)).expect("the port is free");
-        let low: u16 = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-            .ok()
-            .and_then(|range| range.split_whitespace().next()?.parse().ok())
-            .unwrap_or(32768);
+        let low = ephemeral_low();
         if low > 11_000 {
             assert!(
                 (10_000..low).contains(&port),
