@@ -8,7 +8,8 @@
 //! `policy` → `operator` → `instance` → `workloads` → `inspect` → `status` → `upgrade` →
 //! `adopt` → `server` (gRPC: auth, input checks, domain errors to codes, metrics) → `cli` →
 //! `runtime` (wiring, admin endpoints, signals), all on `tenantflux_core` (the pure domain).
-//! The watches more than one module reads are built once, in `watches`.
+//! The watches more than one module reads are built once, in `watches`; the loops that
+//! reconcile something run through `reconcile`, which waits, retries and stops for them.
 #![forbid(unsafe_code)]
 
 pub mod adopt;
@@ -18,6 +19,7 @@ pub mod instance;
 pub mod oci;
 pub mod operator;
 mod policy;
+mod reconcile;
 mod runtime;
 pub mod server;
 mod status;

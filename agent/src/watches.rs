@@ -79,6 +79,20 @@ where
         self.health.changed().await
     }
 
+    /// What [`Shared::look`] shows after each change, as a loop's events; over once the
+    /// watch has stopped for good.
+    pub fn updates(self) -> impl futures::Stream<Item = Seen<K>> + Send
+    where
+        K: Send + Sync,
+        K::DynamicType: Send + Sync,
+    {
+        futures::stream::unfold(self, |mut shared| async move {
+            shared.changed().await.ok()?;
+            let seen = shared.look();
+            Some((seen, shared))
+        })
+    }
+
     /// The watched object, for watches of one object by name (or the first of the store), and
     /// marks the current state as seen.
     pub fn look(&mut self) -> Seen<K> {

@@ -21,7 +21,11 @@ use tenantflux_core::{
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::{flux_instance_resource, policy::store::Held};
+use crate::{
+    flux_instance_resource,
+    policy::store::Held,
+    reconcile::{Next, Retry, Wake},
+};
 
 /// The ConfigMap that records that the defaults were dealt with.
 pub const RECORD_NAME: &str = "tenantflux-defaults";
@@ -296,7 +300,7 @@ pub async fn run(
     client: Client,
     agent_namespace: &str,
     operator_namespace: &str,
-    mut held: watch::Receiver<Held>,
+    held: watch::Receiver<Held>,
     shutdown: CancellationToken,
 ) {
     let defaults = Defaults {
@@ -308,35 +312,43 @@ pub async fn run(
         agent_namespace: agent_namespace.to_owned(),
         operator_namespace: operator_namespace.to_owned(),
     };
-    loop {
-        let policy = held
+    let changes = crate::reconcile::changes(held.clone());
+    let keeper = Keeper { defaults, held };
+    crate::reconcile::run(keeper, changes, Retry::every(RETRY), &shutdown).await;
+}
+
+/// The defaults loop: the policy held, dealt with at each change until it is dealt with once.
+struct Keeper {
+    defaults: Defaults,
+    held: watch::Receiver<Held>,
+}
+
+impl crate::reconcile::Pass for Keeper {
+    type Event = ();
+
+    async fn pass(&mut self, _: Wake<()>) -> Next {
+        let policy = self
+            .held
             .borrow_and_update()
             .accepted
             .as_ref()
             .map(|a| a.policy.clone());
-        let mut retry = false;
-        if let Some(policy) = policy.filter(|p| p.defaults().is_some()) {
-            match defaults.step(&policy).await {
-                Ok(true) => {
-                    tracing::info!(
-                        generation = policy.generation(),
-                        "{DEALT_WITH}: the agent creates no FluxInstance from any policy again"
-                    );
-                    return;
-                }
-                Ok(false) => {}
-                Err(err) => {
-                    tracing::warn!(error = %chain(&err), "applying the policy's defaults");
-                    retry = true;
-                }
+        let Some(policy) = policy.filter(|p| p.defaults().is_some()) else {
+            return Next::Idle;
+        };
+        match self.defaults.step(&policy).await {
+            Ok(true) => {
+                tracing::info!(
+                    generation = policy.generation(),
+                    "{DEALT_WITH}: the agent creates no FluxInstance from any policy again"
+                );
+                Next::Stop
             }
-        }
-        let changed = async { held.changed().await.is_ok() };
-        if crate::until_woken(&shutdown, retry.then_some(RETRY), changed)
-            .await
-            .is_none()
-        {
-            return;
+            Ok(false) => Next::Idle,
+            Err(err) => {
+                tracing::warn!(error = %chain(&err), "applying the policy's defaults");
+                Next::Retry
+            }
         }
     }
 }

@@ -68,10 +68,11 @@ pub const ADOPTION_RECORD: &str = "tenantflux-adoption";
 use record::Record;
 pub use rollout::rollout;
 use source::{BundleSource, Fetcher, SourceError};
-use triggers::{Trigger, source_changes};
+use triggers::{Change, Trigger, source_changes};
 
 use crate::{
     policy::store::Held,
+    reconcile::{Next, Wake},
     watches::{Seen, Shared},
 };
 
@@ -316,6 +317,8 @@ struct Installer {
     notices: Vec<String>,
     /// See [`InstallState::offered`].
     offered: String,
+    /// Ends the wait for the API server.
+    shutdown: CancellationToken,
     /// The source read last: `--operator-bundle`, or the held policy's `spec.operator.bundle`.
     source: String,
 }
@@ -345,15 +348,16 @@ pub async fn run(
 ) {
     let Channels {
         policy,
-        deployment: mut deployments,
+        deployment: deployments,
         state: tx,
         releases,
     } = channels;
-    let mut policy_changes = policy.clone();
+    let policy_changes = crate::reconcile::changes(policy.clone()).map(|()| Change::Policy);
     let record_ref = crate::configmap_reference(&config.agent_namespace, RECORD_CONFIGMAP);
     let recorder = crate::recorder(&client);
-    let mut installer = Installer {
-        client: client.clone(),
+    let sources = source_changes(&client, &config).map(Change::Source);
+    let installer = Installer {
+        client,
         fetcher,
         source: config.source.to_string(),
         config,
@@ -368,61 +372,62 @@ pub async fn run(
         releases,
         notices: Vec::new(),
         offered: String::new(),
+        shutdown: shutdown.clone(),
     };
-    let sources = source_changes(&client, &installer.config);
-    let mut sources = std::pin::pin!(sources);
+    let changes = futures::stream::select_all([
+        sources.boxed(),
+        policy_changes.boxed(),
+        deployments.updates().map(Change::Deployment).boxed(),
+    ]);
+    let retry = crate::reconcile::Retry {
+        min: BACKOFF_MIN,
+        max: BACKOFF_MAX,
+    };
+    crate::reconcile::run(installer, changes, retry, &shutdown).await;
+}
 
-    let mut trigger = Trigger::Start;
-    let mut backoff = crate::retry_delays(BACKOFF_MIN, BACKOFF_MAX);
-    loop {
-        if crate::unless_shutdown(&shutdown, installer.wait_for_api())
+impl crate::reconcile::Pass for Installer {
+    type Event = Change;
+
+    /// A reconcile for what woke it (nothing for a change that needs none), once the API
+    /// server answers; then the resync interval, or the retry delay after a failure.
+    async fn pass(&mut self, wake: Wake<Change>) -> Next {
+        let trigger = match wake {
+            Wake::Start => Trigger::Start,
+            Wake::Deadline if self.failure.is_some() => Trigger::Retry,
+            Wake::Deadline => Trigger::Resync,
+            Wake::Event(change) => match self.trigger(change) {
+                Some(trigger) => trigger,
+                None => return Next::Keep,
+            },
+        };
+        if !matches!(trigger, Trigger::Start) {
+            tracing::info!(?trigger, "reconciling the flux-operator install");
+        }
+        let shutdown = self.shutdown.clone();
+        if crate::unless_shutdown(&shutdown, self.wait_for_api())
             .await
             .is_none()
         {
-            return;
+            return Next::Stop;
         }
         let attempt = match trigger {
             Trigger::DeploymentDeleted | Trigger::DeploymentEdited { .. } => {
-                installer.restore(&trigger).await
+                self.restore(&trigger).await
             }
             Trigger::Start
             | Trigger::Resync
             | Trigger::SourceChanged
             | Trigger::PolicyChanged
-            | Trigger::Retry => installer.reconcile().await,
+            | Trigger::Retry => self.reconcile().await,
         };
-        let next_try = match attempt {
-            Ok(()) => {
-                backoff = crate::retry_delays(BACKOFF_MIN, BACKOFF_MAX);
-                installer.config.resync
-            }
+        match attempt {
+            Ok(()) => Next::after(self.config.resync),
             Err(err) => {
-                installer.fail(&err).await;
-                backoff.next().unwrap_or(BACKOFF_MAX)
+                self.fail(&err).await;
+                Next::Retry
             }
-        };
-        let retry_at = tokio::time::Instant::now() + next_try;
-        trigger = loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = tokio::time::sleep_until(retry_at) => {
-                    break if installer.failure.is_some() { Trigger::Retry } else { Trigger::Resync };
-                }
-                Some(changed) = sources.next() => if changed {
-                    break Trigger::SourceChanged;
-                },
-                // Any new policy: its operator rules may now allow or refuse the bundle.
-                Ok(()) = policy_changes.changed() => break Trigger::PolicyChanged,
-                Ok(()) = deployments.changed() => match deployments.look() {
-                    Seen::Listed(deployment) => if let Some(trigger) = installer.observe(deployment) {
-                        break trigger;
-                    },
-                    Seen::Failed(err) => tracing::debug!(error = %err, "watching the operator Deployment failed; retrying"),
-                    Seen::Listing => {}
-                },
-            }
-        };
-        tracing::info!(?trigger, "reconciling the flux-operator install");
+        }
     }
 }
 

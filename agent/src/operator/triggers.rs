@@ -15,6 +15,32 @@ pub(super) enum Trigger {
     DeploymentEdited { generation: i64 },
 }
 
+/// What changed, as the install loop's events.
+pub(super) enum Change {
+    /// The bundle source: `true` when it is another version than the last one read.
+    Source(bool),
+    /// The policy held (its operator rules may now allow or refuse the bundle).
+    Policy,
+    /// The operator Deployment, as the shared watch shows it now.
+    Deployment(Seen<Deployment>),
+}
+
+impl Installer {
+    /// The reconcile `change` calls for, if any.
+    pub(super) fn trigger(&mut self, change: Change) -> Option<Trigger> {
+        match change {
+            Change::Source(changed) => changed.then_some(Trigger::SourceChanged),
+            Change::Policy => Some(Trigger::PolicyChanged),
+            Change::Deployment(Seen::Listed(deployment)) => self.observe(deployment),
+            Change::Deployment(Seen::Failed(err)) => {
+                tracing::debug!(error = %err, "watching the operator Deployment failed; retrying");
+                None
+            }
+            Change::Deployment(Seen::Listing) => None,
+        }
+    }
+}
+
 /// `true` each time the source object (ConfigMap or Secret) changes; nothing for sources that
 /// are only read again on the resync interval.
 pub(super) fn source_changes(

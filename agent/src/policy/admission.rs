@@ -43,7 +43,8 @@ use tenantflux_core::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::store::{PolicyStore, STORE_NAME};
+use super::store::{Held, PolicyStore, STORE_NAME};
+use crate::reconcile::{Next, Retry, Wake};
 
 /// How often the policy is re-rendered for the calendar (upgrade deadlines).
 const RERENDER: Duration = Duration::from_secs(3600);
@@ -281,69 +282,119 @@ struct Writes {
 /// Writes the rendered policy for every policy the store holds and keeps it as written, until
 /// the shutdown.
 pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: CancellationToken) {
-    let mut held = store.subscribe();
-    let mut policy = Target::new::<ValidatingAdmissionPolicy>(&client, "policy");
-    let mut binding = Target::new::<ValidatingAdmissionPolicyBinding>(&client, "binding");
-    let mut record_read = false;
+    let held = store.subscribe();
+    let policy = Target::new::<ValidatingAdmissionPolicy>(&client, "policy");
+    let binding = Target::new::<ValidatingAdmissionPolicyBinding>(&client, "binding");
     let by_name = || watcher::Config::default().fields(&format!("metadata.name={NAME}"));
     let policies = watcher::watcher(policy.api.clone(), by_name()).backoff(crate::watch_backoff());
     let bindings = watcher::watcher(binding.api.clone(), by_name()).backoff(crate::watch_backoff());
-    let mut policies = std::pin::pin!(policies);
-    let mut bindings = std::pin::pin!(bindings);
+    let changes = futures::stream::select_all([
+        crate::reconcile::changes(held.clone())
+            .map(|()| Change::Held)
+            // The store is gone: so is what to write.
+            .chain(futures::stream::once(async { Change::StoreGone }))
+            .boxed(),
+        policies.map(Change::Policy).boxed(),
+        bindings.map(Change::Binding).boxed(),
+    ]);
     let keeper = Keeper {
         store: &store,
         records: Api::<ConfigMap>::namespaced(client.clone(), store.namespace()),
         recorder: crate::recorder(&client),
         store_ref: crate::configmap_reference(store.namespace(), STORE_NAME),
     };
-    let mut rendered: Option<(Rendered, u64)> = None;
-    let mut next_render = tokio::time::Instant::now();
-    let mut retry_at: Option<tokio::time::Instant> = None;
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep_until(next_render) => {
-                rendered = None;
-                next_render = tokio::time::Instant::now() + RERENDER;
-            }
-            () = async {
-                match retry_at {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => futures::future::pending().await,
+    let admission = Admission {
+        keeper,
+        held,
+        policy,
+        binding,
+        record_read: false,
+        rendered: None,
+        next_render: tokio::time::Instant::now() + RERENDER,
+    };
+    crate::reconcile::run(admission, changes, Retry::every(RETRY), &shutdown).await;
+}
+
+/// What wakes the admission keeper.
+enum Change {
+    /// The policy the store holds.
+    Held,
+    /// The policy store stopped.
+    StoreGone,
+    /// The ValidatingAdmissionPolicy, as its watch shows it.
+    Policy(Result<Event<DynamicObject>, watcher::Error>),
+    /// The ValidatingAdmissionPolicyBinding, as its watch shows it.
+    Binding(Result<Event<DynamicObject>, watcher::Error>),
+}
+
+/// The admission keeper: both objects as watched and as last written, and the render they
+/// must equal.
+struct Admission<'a> {
+    keeper: Keeper<'a>,
+    held: tokio::sync::watch::Receiver<Held>,
+    policy: Target,
+    binding: Target,
+    /// What the last run wrote has been read from the record.
+    record_read: bool,
+    /// The render of the held policy and its generation; rendered again when the policy
+    /// changes and every [`RERENDER`] (a deadline in the policy may have passed).
+    rendered: Option<(Rendered, u64)>,
+    next_render: tokio::time::Instant,
+}
+
+impl crate::reconcile::Pass for Admission<'_> {
+    type Event = Change;
+
+    /// Takes in what changed, then writes what differs from the render.
+    async fn pass(&mut self, wake: Wake<Change>) -> Next {
+        match wake {
+            Wake::Start => {}
+            Wake::Deadline => {
+                let now = tokio::time::Instant::now();
+                if now >= self.next_render {
+                    self.rendered = None;
+                    self.next_render = now + RERENDER;
                 }
-            } => retry_at = None,
-            changed = held.changed() => {
-                if changed.is_err() { return }
-                rendered = None;
             }
-            Some(event) = policies.next() => watched(&store, &mut policy, event),
-            Some(event) = bindings.next() => watched(&store, &mut binding, event),
+            Wake::Event(Change::Held) => self.rendered = None,
+            Wake::Event(Change::StoreGone) => return Next::Stop,
+            Wake::Event(Change::Policy(event)) => {
+                watched(self.keeper.store, &mut self.policy, event)
+            }
+            Wake::Event(Change::Binding(event)) => {
+                watched(self.keeper.store, &mut self.binding, event)
+            }
         }
-        if rendered.is_none() {
-            let accepted = held.borrow_and_update().accepted.clone();
-            rendered = accepted.map(|a| (render(&a.policy, today()), a.policy.generation()));
+        if self.write().await {
+            Next::At(self.next_render)
+        } else {
+            Next::Retry
         }
-        let Some((want, generation)) = &rendered else {
-            continue;
+    }
+}
+
+impl Admission<'_> {
+    /// Writes what differs from the render of the policy held: `false` when a read or a write
+    /// failed, to be tried again.
+    async fn write(&mut self) -> bool {
+        if self.rendered.is_none() {
+            let accepted = self.held.borrow_and_update().accepted.clone();
+            self.rendered = accepted.map(|a| (render(&a.policy, today()), a.policy.generation()));
+        }
+        let Some((want, generation)) = &self.rendered else {
+            return true;
         };
+        let (keeper, policy, binding) = (&self.keeper, &mut self.policy, &mut self.binding);
         // Before the first write of this run: what the last run wrote.
-        if !record_read && (policy.live.is_some() || binding.live.is_some()) {
-            if !keeper
-                .read_record(&mut policy, &mut binding, *generation)
-                .await
-            {
-                retry_at = Some(tokio::time::Instant::now() + RETRY);
-                continue;
+        if !self.record_read && (policy.live.is_some() || binding.live.is_some()) {
+            if !keeper.read_record(policy, binding, *generation).await {
+                return false;
             }
-            record_read = true;
+            self.record_read = true;
         }
-        let writes = keeper
-            .write(&mut policy, &mut binding, want, *generation)
-            .await;
-        if writes.failed {
-            retry_at = Some(tokio::time::Instant::now() + RETRY);
-        }
-        keeper.after_writes(&policy, &binding, &writes).await;
+        let writes = keeper.write(policy, binding, want, *generation).await;
+        keeper.after_writes(policy, binding, &writes).await;
+        !writes.failed
     }
 }
 

@@ -30,7 +30,10 @@ use super::{
     admission::RECORD_NAME,
     store::{HIGHEST_NAME, KEYRING_HIGHEST_NAME, KEYRING_NAME, PolicyStore, STORE_NAME},
 };
-use crate::flux_instance_resource;
+use crate::{
+    flux_instance_resource,
+    reconcile::{Next, Retry, Wake},
+};
 
 /// How soon a failed proof is repeated, so that failures for the settle time decide (or a refusal clears
 /// it) well before the next interval.
@@ -55,7 +58,6 @@ pub async fn run(
     config: EnforcementConfig,
     shutdown: CancellationToken,
 ) {
-    let held = store.subscribe();
     let instances = Api::<DynamicObject>::namespaced_with(
         client.clone(),
         &config.operator_namespace,
@@ -65,63 +67,92 @@ pub async fn run(
         &flux_instance_resource().api_version,
         &config.operator_namespace,
     );
-    let recorder = crate::recorder(&client);
-    let store_ref = crate::configmap_reference(store.namespace(), STORE_NAME);
-    let needed = needed(store.namespace(), &config.operator_namespace);
-    let mut tracker = Tracker::default();
-    // The verdict the last Event announced.
-    let mut announced: Option<bool> = None;
-    let mut permissions_at = tokio::time::Instant::now();
-    loop {
-        if tokio::time::Instant::now() >= permissions_at {
-            let lacking = lacking(&client, &needed).await;
+    let rechecks = futures::stream::unfold(store.clone(), |store| async move {
+        store.recheck_requested().await;
+        Some(((), store))
+    });
+    let prover = Prover {
+        held: store.subscribe(),
+        recorder: crate::recorder(&client),
+        store_ref: crate::configmap_reference(store.namespace(), STORE_NAME),
+        needed: needed(store.namespace(), &config.operator_namespace),
+        client,
+        store,
+        config,
+        instances,
+        body,
+        tracker: Tracker::default(),
+        announced: None,
+        permissions_at: tokio::time::Instant::now(),
+    };
+    crate::reconcile::run(prover, rechecks, Retry::every(RECHECK), &shutdown).await;
+}
+
+/// The enforcement loop: the proof's verdicts so far, and when the permissions are due.
+struct Prover {
+    client: Client,
+    store: Arc<PolicyStore>,
+    held: tokio::sync::watch::Receiver<super::store::Held>,
+    config: EnforcementConfig,
+    instances: Api<DynamicObject>,
+    /// The canary FluxInstance.
+    body: serde_json::Value,
+    recorder: Recorder,
+    store_ref: ObjectReference,
+    needed: Vec<Needed>,
+    tracker: Tracker,
+    /// The verdict the last Event announced.
+    announced: Option<bool>,
+    /// When the permissions are checked next.
+    permissions_at: tokio::time::Instant,
+}
+
+impl crate::reconcile::Pass for Prover {
+    type Event = ();
+
+    /// Checks the permissions when due, and proves enforcement of the policy held (at once,
+    /// at the interval, or again soon while a verdict is pending).
+    async fn pass(&mut self, _: Wake<()>) -> Next {
+        let store = &self.store;
+        if tokio::time::Instant::now() >= self.permissions_at {
+            let lacking = lacking(&self.client, &self.needed).await;
             store.set_condition(PERMISSIONS_CONDITION, lacking);
-            permissions_at = tokio::time::Instant::now() + config.permissions_interval;
+            self.permissions_at = tokio::time::Instant::now() + self.config.permissions_interval;
         }
-        let generation = held
+        let generation = self
+            .held
             .borrow()
             .accepted
             .as_ref()
             .map(|a| a.policy.generation());
         let wait = match generation {
             None => {
-                tracker.reset();
-                announced = None;
+                self.tracker.reset();
+                self.announced = None;
                 store.set_enforcement(None);
-                config.interval
+                self.config.interval
             }
             Some(generation) => {
-                let probe = prove(&instances, &body).await;
+                let probe = prove(&self.instances, &self.body).await;
                 let now = tenantflux_core::policy::signing::now();
-                let change = tracker.observe(probe, now);
+                let change = self.tracker.observe(probe, now);
                 if let Some(announcement) = announcement(
                     change,
-                    &mut announced,
+                    &mut self.announced,
                     generation,
-                    &config.operator_namespace,
+                    &self.config.operator_namespace,
                 ) {
-                    announce(&recorder, &store_ref, generation, announcement).await;
+                    announce(&self.recorder, &self.store_ref, generation, announcement).await;
                 }
-                store.set_enforcement(tracker.verdict().cloned());
-                if tracker.pending() {
+                store.set_enforcement(self.tracker.verdict().cloned());
+                if self.tracker.pending() {
                     RECHECK
                 } else {
-                    config.interval
+                    self.config.interval
                 }
             }
         };
-        let until_permissions =
-            permissions_at.saturating_duration_since(tokio::time::Instant::now());
-        let recheck = async {
-            store.recheck_requested().await;
-            true
-        };
-        if crate::until_woken(&shutdown, Some(wait.min(until_permissions)), recheck)
-            .await
-            .is_none()
-        {
-            return;
-        }
+        Next::At(self.permissions_at.min(tokio::time::Instant::now() + wait))
     }
 }
 

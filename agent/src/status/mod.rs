@@ -28,10 +28,14 @@ use tenantflux_core::flux::{
 };
 use tokio_util::sync::CancellationToken;
 
+use futures::StreamExt as _;
+use tokio_stream::wrappers::WatchStream;
+
 use crate::{
     flux_report_resource,
     operator::InstallState,
     policy::store::Held,
+    reconcile::{Next, Retry, Wake},
     watches::{Seen, Shared},
 };
 /// How often the Kubernetes version is asked again once known (it changes on upgrades only).
@@ -81,79 +85,149 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let Inputs {
-        watched:
-            Watched {
-                mut operator,
-                mut instance,
-                mut report,
-            },
+        watched: Watched {
+            operator,
+            instance,
+            report,
+        },
         install,
         mut policy,
-        mut marks,
+        marks,
     } = inputs;
-    let ns = facts.operator_namespace.clone();
-
     let mut state = Tracker::default();
     let mut install = install;
     if let Some(rx) = &mut install {
         state.observed.install = Some(rx.borrow_and_update().clone());
     }
     state.observed.policy = policy.borrow_and_update().clone();
-    let mut next_version_check = tokio::time::Instant::now();
-    let mut report_check = tokio::time::interval(REPORT_REFRESH);
-    report_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep_until(next_version_check) => {
-                let answer = tokio::time::timeout(VERSION_TIMEOUT, client.apiserver_version()).await;
-                let delay = match answer.unwrap_or_else(|_| Err(version_timeout())) {
-                    Ok(info) => {
-                        readiness.set_kube_api_answered();
-                        state.observed.kubernetes_version = Some(info.git_version);
-                        state.clear_problem(Source::KubernetesApi);
-                        VERSION_REFRESH
+    let install = match install {
+        Some(rx) => WatchStream::from_changes(rx)
+            .map(|state| Input::Install(Box::new(state)))
+            .boxed(),
+        None => futures::stream::empty().boxed(),
+    };
+    let inputs = futures::stream::select_all([
+        install,
+        WatchStream::from_changes(policy)
+            .map(|held| Input::Policy(Box::new(held)))
+            .boxed(),
+        WatchStream::from_changes(marks).map(Input::Marks).boxed(),
+        operator.updates().map(Input::Operator).boxed(),
+        instance.updates().map(Input::Instance).boxed(),
+        report.updates().map(Input::Report).boxed(),
+    ]);
+    let now = tokio::time::Instant::now();
+    let reporter = Reporter {
+        client,
+        facts,
+        tx,
+        readiness,
+        state,
+        next_version_check: now,
+        next_report_check: now,
+    };
+    // Nothing here fails: each check sets its own next time.
+    let retry = Retry::every(VERSION_RETRY);
+    crate::reconcile::run(reporter, inputs, retry, &shutdown).await;
+}
+
+/// What changed of what the status reports.
+enum Input {
+    Install(Box<InstallState>),
+    Policy(Box<Held>),
+    Marks(Option<String>),
+    Operator(Seen<Deployment>),
+    Instance(Seen<DynamicObject>),
+    Report(Seen<DynamicObject>),
+}
+
+/// The status loop: what it observed, and when it asks the API server's version and looks
+/// whether the FluxReport lags.
+struct Reporter {
+    client: Client,
+    facts: AgentFacts,
+    tx: watch::Sender<Status>,
+    readiness: Arc<Readiness>,
+    state: Tracker,
+    next_version_check: tokio::time::Instant,
+    next_report_check: tokio::time::Instant,
+}
+
+impl crate::reconcile::Pass for Reporter {
+    type Event = Input;
+
+    /// Takes in a change and publishes the status, or asks what is due.
+    async fn pass(&mut self, wake: Wake<Input>) -> Next {
+        let ns = &self.facts.operator_namespace;
+        let observed = &mut self.state.observed;
+        let changed = match wake {
+            Wake::Event(Input::Install(install)) => {
+                observed.install = Some(*install);
+                true
+            }
+            Wake::Event(Input::Policy(held)) => {
+                observed.policy = *held;
+                true
+            }
+            Wake::Event(Input::Marks(marks)) => {
+                observed.adoption = marks;
+                true
+            }
+            Wake::Event(Input::Operator(seen)) => {
+                let object = |d| Object::Operator(Box::new(d));
+                self.state.observe(Source::Operator, ns, seen, object);
+                true
+            }
+            Wake::Event(Input::Instance(seen)) => {
+                let object = |o| Object::Dynamic(Box::new(o));
+                self.state.observe(Source::Instance, ns, seen, object);
+                true
+            }
+            Wake::Event(Input::Report(seen)) => {
+                let object = |o| Object::Dynamic(Box::new(o));
+                self.state.observe(Source::Report, ns, seen, object);
+                true
+            }
+            Wake::Start | Wake::Deadline => {
+                let now = tokio::time::Instant::now();
+                if now >= self.next_report_check {
+                    if report_lags(&self.state.observed) {
+                        request_report_refresh(&self.client, ns).await;
                     }
-                    Err(err) => {
-                        let problem = format!("the Kubernetes API server did not answer: {err}");
-                        readiness.set_kube_api_failed(err.to_string());
-                        state.set_problem(Source::KubernetesApi, problem);
-                        VERSION_RETRY
-                    }
-                };
-                next_version_check = tokio::time::Instant::now() + delay;
-            }
-            Ok(()) = async {
-                match &mut install {
-                    Some(rx) => rx.changed().await,
-                    None => futures::future::pending().await,
+                    self.next_report_check = tokio::time::Instant::now() + REPORT_REFRESH;
                 }
-            } => {
-                state.observed.install = install.as_mut().map(|rx| rx.borrow_and_update().clone());
-            }
-            Ok(()) = policy.changed() => {
-                state.observed.policy = policy.borrow_and_update().clone();
-            }
-            Ok(()) = marks.changed() => {
-                state.observed.adoption = marks.borrow_and_update().clone();
-            }
-            _ = report_check.tick() => {
-                if report_lags(&state.observed) {
-                    request_report_refresh(&client, &ns).await;
+                now >= self.next_version_check && {
+                    self.check_version().await;
+                    true
                 }
-                continue;
             }
-            Ok(()) = operator.changed() => {
-                state.observe(Source::Operator, &ns, operator.look(), |d| Object::Operator(Box::new(d)));
-            }
-            Ok(()) = instance.changed() => {
-                state.observe(Source::Instance, &ns, instance.look(), |o| Object::Dynamic(Box::new(o)));
-            }
-            Ok(()) = report.changed() => {
-                state.observe(Source::Report, &ns, report.look(), |o| Object::Dynamic(Box::new(o)));
-            }
+        };
+        if changed {
+            publish(&self.tx, derive(&self.facts, &self.state.observed));
         }
-        publish(&tx, derive(&facts, &state.observed));
+        Next::At(self.next_version_check.min(self.next_report_check))
+    }
+}
+
+impl Reporter {
+    /// Asks the API server's version (which also tells whether it answers).
+    async fn check_version(&mut self) {
+        let answer = tokio::time::timeout(VERSION_TIMEOUT, self.client.apiserver_version()).await;
+        let delay = match answer.unwrap_or_else(|_| Err(version_timeout())) {
+            Ok(info) => {
+                self.readiness.set_kube_api_answered();
+                self.state.observed.kubernetes_version = Some(info.git_version);
+                self.state.clear_problem(Source::KubernetesApi);
+                VERSION_REFRESH
+            }
+            Err(err) => {
+                let problem = format!("the Kubernetes API server did not answer: {err}");
+                self.readiness.set_kube_api_failed(err.to_string());
+                self.state.set_problem(Source::KubernetesApi, problem);
+                VERSION_RETRY
+            }
+        };
+        self.next_version_check = tokio::time::Instant::now() + delay;
     }
 }
 

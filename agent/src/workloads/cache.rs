@@ -39,6 +39,8 @@ use super::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::reconcile::{Next, Retry, Wake};
+
 /// How often discovery runs without a CRD change (a missed watch event is caught up here).
 const REDISCOVER_EVERY: Duration = Duration::from_secs(30);
 /// How long after a CRD change discovery runs: an upgrade changes many CRDs at once.
@@ -151,6 +153,57 @@ impl Default for Caches {
     }
 }
 
+/// The discovery loop: what the cluster serves of the Flux APIs, found again on a CRD change
+/// (after [`DEBOUNCE`]) and every [`REDISCOVER_EVERY`].
+struct Discoverer {
+    cache: Arc<Caches>,
+    client: Client,
+    /// The next discovery.
+    next: tokio::time::Instant,
+    /// The last failure, logged once until it changes or discovery recovers.
+    last_error: Option<String>,
+    /// Why each discovered kind is not cached, as last logged (logged again when it changes).
+    left_out: HashMap<String, String>,
+}
+
+impl crate::reconcile::Pass for Discoverer {
+    type Event = ();
+
+    async fn pass(&mut self, wake: Wake<()>) -> Next {
+        let now = tokio::time::Instant::now();
+        if let Wake::Event(()) = wake {
+            // A CRD changed: soon, once a burst of changes is over.
+            self.next = self.next.min(now + DEBOUNCE);
+            return Next::At(self.next);
+        }
+        if now < self.next {
+            return Next::At(self.next);
+        }
+        self.next = match discover(&self.client).await {
+            Ok(groups) => {
+                if self.last_error.take().is_some() {
+                    tracing::info!("discovery of the Flux APIs recovered");
+                }
+                let kinds = self
+                    .cache
+                    .resolve(&self.client, &groups, &mut self.left_out)
+                    .await;
+                self.cache.update(&self.client, kinds);
+                tokio::time::Instant::now() + REDISCOVER_EVERY
+            }
+            Err(err) => {
+                let text = err.to_string();
+                if self.last_error.as_ref() != Some(&text) {
+                    tracing::warn!(error = %text, "discovering the Flux APIs failed; retrying");
+                    self.last_error = Some(text);
+                }
+                tokio::time::Instant::now() + RETRY
+            }
+        };
+        Next::At(self.next)
+    }
+}
+
 impl Caches {
     /// The caches of the served kinds: the table's in its order, then the discovered ones.
     pub fn served(&self) -> Vec<Arc<KindCache>> {
@@ -234,39 +287,14 @@ impl Caches {
             };
             std::future::ready(relevant.then_some(()))
         });
-        let mut crds = std::pin::pin!(crds);
-        let mut next = tokio::time::Instant::now();
-        let mut last_error: Option<String> = None;
-        // Why each discovered kind is not cached, as last logged (logged again when it changes).
-        let mut left_out: HashMap<String, String> = HashMap::new();
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                Some(()) = crds.next() => {
-                    next = next.min(tokio::time::Instant::now() + DEBOUNCE);
-                    continue;
-                }
-                () = tokio::time::sleep_until(next) => {}
-            }
-            next = match discover(&client).await {
-                Ok(groups) => {
-                    if last_error.take().is_some() {
-                        tracing::info!("discovery of the Flux APIs recovered");
-                    }
-                    let kinds = self.resolve(&client, &groups, &mut left_out).await;
-                    self.update(&client, kinds);
-                    tokio::time::Instant::now() + REDISCOVER_EVERY
-                }
-                Err(err) => {
-                    let text = err.to_string();
-                    if last_error.as_ref() != Some(&text) {
-                        tracing::warn!(error = %text, "discovering the Flux APIs failed; retrying");
-                        last_error = Some(text);
-                    }
-                    tokio::time::Instant::now() + RETRY
-                }
-            };
-        }
+        let discovery = Discoverer {
+            cache: self.clone(),
+            client,
+            next: tokio::time::Instant::now(),
+            last_error: None,
+            left_out: HashMap::new(),
+        };
+        crate::reconcile::run(discovery, crds, Retry::every(RETRY), &shutdown).await;
         // Stops every reflector.
         self.kinds
             .write()

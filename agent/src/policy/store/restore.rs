@@ -20,6 +20,8 @@ use tenantflux_core::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::reconcile::{Next, Retry, Wake};
+
 use tenantflux_core::policy::keyring::{Keyring, SignedKeyring};
 
 use super::{
@@ -32,6 +34,64 @@ const WATCH_CONDITION: &str = "stored-policy-watch";
 
 /// How soon the cluster's identity is asked again while the API server does not answer.
 const IDENTITY_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// An event of the watch of one of the stored ConfigMaps.
+enum Stored {
+    /// The stored policy ([`STORE_NAME`]).
+    Policy(Result<watcher::Event<ConfigMap>, watcher::Error>),
+    /// The stored keyring ([`KEYRING_NAME`]).
+    Keyring(Result<watcher::Event<ConfigMap>, watcher::Error>),
+}
+
+/// The watch of the stored copies: each event is taken into the store, a list once it is done.
+struct Restore {
+    store: Arc<PolicyStore>,
+    /// The stored policy being re-listed, until the list is done.
+    relist: Option<Option<ConfigMap>>,
+    /// The stored keyring being re-listed, until the list is done.
+    relist_keyring: Option<Option<ConfigMap>>,
+}
+
+impl crate::reconcile::Pass for Restore {
+    type Event = Stored;
+
+    async fn pass(&mut self, wake: Wake<Stored>) -> Next {
+        let store = &self.store;
+        match wake {
+            Wake::Start | Wake::Deadline => {}
+            Wake::Event(Stored::Policy(Err(err))) => store.watch_failed(STORE_NAME, &err),
+            Wake::Event(Stored::Policy(Ok(event))) => {
+                store.set_condition(WATCH_CONDITION, None);
+                match event {
+                    watcher::Event::Init => self.relist = Some(None),
+                    watcher::Event::InitApply(cm) => self.relist = Some(Some(cm)),
+                    watcher::Event::InitDone => {
+                        store
+                            .observe_stored(self.relist.take().flatten().as_ref())
+                            .await;
+                        if !store.held.borrow().loaded {
+                            store.held.send_modify(|held| held.loaded = true);
+                        }
+                    }
+                    watcher::Event::Apply(cm) => store.observe_stored(Some(&cm)).await,
+                    watcher::Event::Delete(_) => store.observe_stored(None).await,
+                }
+            }
+            Wake::Event(Stored::Keyring(Err(err))) => store.watch_failed(KEYRING_NAME, &err),
+            Wake::Event(Stored::Keyring(Ok(event))) => match event {
+                watcher::Event::Init => self.relist_keyring = Some(None),
+                watcher::Event::InitApply(cm) => self.relist_keyring = Some(Some(cm)),
+                watcher::Event::InitDone => {
+                    let listed = self.relist_keyring.take().flatten();
+                    store.observe_keyring(listed.as_ref()).await;
+                }
+                watcher::Event::Apply(cm) => store.observe_keyring(Some(&cm)).await,
+                watcher::Event::Delete(_) => store.observe_keyring(None).await,
+            },
+        }
+        Next::Idle
+    }
+}
 
 impl PolicyStore {
     /// Reads the stored copy once (so the policy is in force before gRPC answers), then
@@ -51,51 +111,23 @@ impl PolicyStore {
             |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
         let stored = watcher::watcher(self.configmaps.clone(), by_name(STORE_NAME))
             .backoff(crate::watch_backoff());
-        let mut stored = std::pin::pin!(stored);
         // The keyring is watched only where keyrings are taken (root keys installed).
-        let keyrings = watcher::watcher(self.configmaps.clone(), by_name(KEYRING_NAME))
-            .backoff(crate::watch_backoff());
-        let mut keyrings = std::pin::pin!(keyrings);
-        let watch_keyring = self.roots.is_some();
-        let mut relist: Option<Option<ConfigMap>> = None;
-        let mut relist_keyring: Option<Option<ConfigMap>> = None;
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                event = stored.next() => match event {
-                    None => return,
-                    Some(Err(err)) => self.watch_failed(STORE_NAME, &err),
-                    Some(Ok(event)) => {
-                        self.set_condition(WATCH_CONDITION, None);
-                        match event {
-                            watcher::Event::Init => relist = Some(None),
-                            watcher::Event::InitApply(cm) => relist = Some(Some(cm)),
-                            watcher::Event::InitDone => {
-                                self.observe_stored(relist.take().flatten().as_ref()).await;
-                                if !self.held.borrow().loaded {
-                                    self.held.send_modify(|held| held.loaded = true);
-                                }
-                            }
-                            watcher::Event::Apply(cm) => self.observe_stored(Some(&cm)).await,
-                            watcher::Event::Delete(_) => self.observe_stored(None).await,
-                        }
-                    }
-                },
-                event = keyrings.next(), if watch_keyring => match event {
-                    None => return,
-                    Some(Err(err)) => self.watch_failed(KEYRING_NAME, &err),
-                    Some(Ok(event)) => match event {
-                        watcher::Event::Init => relist_keyring = Some(None),
-                        watcher::Event::InitApply(cm) => relist_keyring = Some(Some(cm)),
-                        watcher::Event::InitDone => {
-                            self.observe_keyring(relist_keyring.take().flatten().as_ref()).await;
-                        }
-                        watcher::Event::Apply(cm) => self.observe_keyring(Some(&cm)).await,
-                        watcher::Event::Delete(_) => self.observe_keyring(None).await,
-                    },
-                },
-            }
-        }
+        let keyrings = if self.roots.is_some() {
+            watcher::watcher(self.configmaps.clone(), by_name(KEYRING_NAME))
+                .backoff(crate::watch_backoff())
+                .map(Stored::Keyring)
+                .boxed()
+        } else {
+            futures::stream::pending().boxed()
+        };
+        let copies = futures::stream::select(stored.map(Stored::Policy).boxed(), keyrings);
+        let restore = Restore {
+            store: self,
+            relist: None,
+            relist_keyring: None,
+        };
+        // Nothing here is retried: the watches retry themselves.
+        crate::reconcile::run(restore, copies, Retry::every(IDENTITY_RETRY), &shutdown).await;
     }
 
     /// A failing watch is a condition of the policy (an edit would go unseen), over once the

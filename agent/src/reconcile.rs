@@ -1,0 +1,282 @@
+//! The one runner of the agent's reconcile-shaped loops (the flux-operator install, the
+//! admission objects, the policy's defaults and enforcement, the discovery of the Flux APIs,
+//! the status report, the stored policy's watches): a loop is a [`Pass`], run at the start, at
+//! each event of its stream, and at the deadline it asked for. The runner does the waiting, the
+//! retry delays (doubling, reset by any pass that did not fail) and the shutdown, which wins
+//! when it is ready together with an event or a deadline; no loop writes them itself. A pass
+//! runs to its end once started: the shutdown is looked at between passes.
+
+use std::time::Duration;
+
+use futures::{Stream, StreamExt as _};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// What a pass was run for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Wake<E> {
+    /// The loop's first pass.
+    Start,
+    /// An event of the loop's stream.
+    Event(E),
+    /// The deadline the last pass asked for (or its retry delay) passed.
+    Deadline,
+}
+
+/// When the next pass is due, as a pass answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// At this instant (a resync, a poll, a debounce), or at an event before it.
+    At(Instant),
+    /// The pass failed: again after the loop's next retry delay, or at an event before it.
+    Retry,
+    /// Only at an event.
+    Idle,
+    /// As asked before: an event that called for no work leaves the deadline (and the retry
+    /// delays) as they were.
+    Keep,
+    /// The loop is over: what it serves is gone.
+    Stop,
+}
+
+impl Next {
+    /// After `wait` from now.
+    pub(crate) fn after(wait: Duration) -> Next {
+        Next::At(Instant::now() + wait)
+    }
+}
+
+/// One loop's work: what it does when woken, and when it wants to be woken next.
+pub(crate) trait Pass {
+    /// What the loop's stream yields.
+    type Event;
+
+    async fn pass(&mut self, wake: Wake<Self::Event>) -> Next;
+}
+
+/// The retry delays of a loop: from `min`, doubling, at most `max`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Retry {
+    pub min: Duration,
+    pub max: Duration,
+}
+
+impl Retry {
+    /// The same delay every time.
+    pub(crate) const fn every(delay: Duration) -> Retry {
+        Retry {
+            min: delay,
+            max: delay,
+        }
+    }
+
+    fn delays(self) -> impl Iterator<Item = Duration> {
+        crate::retry_delays(self.min, self.max)
+    }
+}
+
+/// When the next pass is due: the answers of the passes so far, with the retry delays.
+struct Schedule {
+    retry: Retry,
+    delays: Box<dyn Iterator<Item = Duration> + Send>,
+    deadline: Option<Instant>,
+}
+
+impl Schedule {
+    fn new(retry: Retry) -> Schedule {
+        Schedule {
+            retry,
+            delays: Box::new(retry.delays()),
+            deadline: None,
+        }
+    }
+
+    /// Takes in a pass's answer given `now`: the deadline to wait for (`None`: only an event),
+    /// or `None` when the loop is over.
+    fn answer(&mut self, next: Next, now: Instant) -> Option<Option<Instant>> {
+        self.deadline = match next {
+            Next::At(at) => {
+                self.delays = Box::new(self.retry.delays());
+                Some(at)
+            }
+            Next::Retry => Some(now + self.delays.next().unwrap_or(self.retry.max)),
+            Next::Idle => {
+                self.delays = Box::new(self.retry.delays());
+                None
+            }
+            Next::Keep => self.deadline,
+            Next::Stop => return None,
+        };
+        Some(self.deadline)
+    }
+}
+
+/// Runs `work` until the shutdown, until it answers [`Next::Stop`], or until its `events` end
+/// while it waits for nothing else.
+pub(crate) async fn run<P: Pass>(
+    mut work: P,
+    events: impl Stream<Item = P::Event>,
+    retry: Retry,
+    shutdown: &CancellationToken,
+) {
+    let mut events = std::pin::pin!(events.fuse());
+    let mut schedule = Schedule::new(retry);
+    let mut wake = Wake::Start;
+    loop {
+        let next = work.pass(wake).await;
+        let Some(deadline) = schedule.answer(next, Instant::now()) else {
+            return;
+        };
+        let mut due = std::pin::pin!(async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        });
+        wake = loop {
+            if events.is_done() && deadline.is_none() {
+                return;
+            }
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return,
+                event = events.next(), if !events.is_done() => if let Some(event) = event {
+                    break Wake::Event(event);
+                },
+                () = &mut due => break Wake::Deadline,
+            }
+        };
+    }
+}
+
+/// A `()` for each change `rx` sees, ending when its sender is gone: a watch channel as a
+/// loop's events.
+pub(crate) fn changes<T: Send + Sync + 'static>(
+    rx: tokio::sync::watch::Receiver<T>,
+) -> impl Stream<Item = ()> + Send {
+    futures::stream::unfold(rx, |mut rx| async move {
+        rx.changed().await.ok().map(|()| ((), rx))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_double_to_the_cap_and_any_other_answer_starts_them_anew() {
+        let mut schedule = Schedule::new(Retry {
+            min: Duration::from_secs(1),
+            max: Duration::from_secs(4),
+        });
+        let now = Instant::now();
+        let mut waits = Vec::new();
+        for _ in 0..4 {
+            let at = schedule.answer(Next::Retry, now).unwrap().unwrap();
+            waits.push((at - now).as_secs());
+        }
+        assert_eq!(waits, [1, 2, 4, 4]);
+        let later = now + Duration::from_secs(10);
+        assert_eq!(schedule.answer(Next::At(later), now), Some(Some(later)));
+        let at = schedule.answer(Next::Retry, now).unwrap().unwrap();
+        assert_eq!(
+            (at - now).as_secs(),
+            1,
+            "a pass that did not fail starts the delays anew"
+        );
+        schedule.answer(Next::Retry, now);
+        assert_eq!(schedule.answer(Next::Idle, now), Some(None));
+        let at = schedule.answer(Next::Retry, now).unwrap().unwrap();
+        assert_eq!((at - now).as_secs(), 1, "so does an idle pass");
+    }
+
+    #[test]
+    fn keep_holds_the_deadline_and_its_delays_and_stop_ends() {
+        let mut schedule = Schedule::new(Retry::every(Duration::from_secs(3)));
+        let now = Instant::now();
+        let at = schedule.answer(Next::Retry, now).unwrap();
+        assert_eq!(
+            schedule.answer(Next::Keep, now + Duration::from_secs(1)),
+            Some(at)
+        );
+        assert_eq!(schedule.answer(Next::Idle, now), Some(None));
+        assert_eq!(schedule.answer(Next::Keep, now), Some(None));
+        assert_eq!(schedule.answer(Next::Stop, now), None);
+    }
+
+    /// Records what woke it and answers from a script (then [`Next::Stop`]).
+    struct Scripted {
+        script: std::collections::VecDeque<Next>,
+        woken: Vec<Wake<u32>>,
+    }
+
+    impl Pass for &mut Scripted {
+        type Event = u32;
+
+        async fn pass(&mut self, wake: Wake<u32>) -> Next {
+            self.woken.push(wake);
+            self.script.pop_front().unwrap_or(Next::Stop)
+        }
+    }
+
+    fn scripted(script: &[Next]) -> Scripted {
+        Scripted {
+            script: script.iter().copied().collect(),
+            woken: Vec::new(),
+        }
+    }
+
+    const SHORT: Retry = Retry::every(Duration::from_millis(1));
+
+    #[tokio::test]
+    async fn events_and_deadlines_wake_passes_in_their_order() {
+        // An event before the deadline wakes a pass; Keep then waits for the same deadline.
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tx.send(7).unwrap();
+        let events = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
+        let mut work = scripted(&[
+            Next::after(Duration::from_millis(20)),
+            Next::Keep,
+            Next::Retry,
+            Next::Stop,
+        ]);
+        run(&mut work, events, SHORT, &CancellationToken::new()).await;
+        assert_eq!(
+            work.woken,
+            [Wake::Start, Wake::Event(7), Wake::Deadline, Wake::Deadline]
+        );
+        drop(tx);
+    }
+
+    #[tokio::test]
+    async fn the_shutdown_wins_and_ended_events_end_an_idle_loop() {
+        // The shutdown, an event and the deadline all ready: no pass after the first.
+        let shutdown = CancellationToken::new();
+        shutdown.cancel();
+        let mut work = scripted(&[Next::At(Instant::now())]);
+        run(&mut work, futures::stream::iter([1u32]), SHORT, &shutdown).await;
+        assert_eq!(work.woken, [Wake::Start]);
+
+        // Idle, and the events are over: nothing can wake it again, so the loop returns.
+        let mut work = scripted(&[Next::Idle, Next::Idle, Next::Idle]);
+        run(
+            &mut work,
+            futures::stream::iter([1u32]),
+            SHORT,
+            &CancellationToken::new(),
+        )
+        .await;
+        assert_eq!(work.woken, [Wake::Start, Wake::Event(1)]);
+
+        // Events over, but a deadline is asked for: it still comes.
+        let mut work = scripted(&[Next::Retry, Next::Stop]);
+        run(
+            &mut work,
+            futures::stream::empty(),
+            SHORT,
+            &CancellationToken::new(),
+        )
+        .await;
+        assert_eq!(work.woken, [Wake::Start, Wake::Deadline]);
+    }
+}
