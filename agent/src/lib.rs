@@ -198,7 +198,7 @@ pub(crate) fn retry_delays(min: Duration, max: Duration) -> impl Iterator<Item =
         .build()
 }
 
-/// How a background loop's pause ended ([`until_woken`]).
+/// How a wait ended ([`until_woken`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Woken {
     /// The wait passed.
@@ -207,9 +207,9 @@ pub(crate) enum Woken {
     Changed,
 }
 
-/// The pause of a background loop between two passes, written once for every loop: until
-/// `wait` passes (`None`: no timer), `wake` completes (what the loop watches changed; `false`
-/// when its source closed), or the shutdown. `None` when the loop is to return: the shutdown
+/// A wait inside a piece of work (the loops themselves wait in [`reconcile::run`]): until
+/// `wait` passes (`None`: no timer), `wake` completes (what is waited for happened; `false`
+/// when its source closed), or the shutdown. `None` when the work is to return: the shutdown
 /// came (it wins when more than one is ready) or the source closed.
 pub(crate) async fn until_woken(
     shutdown: &CancellationToken,
@@ -230,8 +230,8 @@ pub(crate) async fn until_woken(
     }
 }
 
-/// Waits `wait` (a retry's delay, a poll's interval): `false` when the shutdown came first, and
-/// the loop is to return.
+/// Waits `wait` (a retry's delay, a poll's interval inside a piece of work): `false` when the
+/// shutdown came first, and the work is to return.
 pub(crate) async fn sleep(shutdown: &CancellationToken, wait: Duration) -> bool {
     until_woken(shutdown, Some(wait), std::future::pending())
         .await

@@ -1,7 +1,8 @@
-//! The one runner of the agent's reconcile-shaped loops (the flux-operator install, the
-//! admission objects, the policy's defaults and enforcement, the discovery of the Flux APIs,
-//! the status report, the stored policy's watches): a loop is a [`Pass`], run at the start, at
-//! each event of its stream, and at the deadline it asked for. The runner does the waiting, the
+//! The one runner of the agent's background loops (the flux-operator install, the admission
+//! objects, the policy's defaults, enforcement, expiry and pull, the stored policy's watches,
+//! the discovery of the Flux APIs, the status report and its gauges, the adoption's marks, the
+//! CSR sweep): a loop is a [`Pass`], run at the start, at each event of its stream, and at the
+//! deadline it asked for. The runner does the waiting, the
 //! retry delays (doubling, reset by any pass that did not fail) and the shutdown, which wins
 //! when it is ready together with an event or a deadline; no loop writes them itself. A pass
 //! runs to its end once started: the shutdown is looked at between passes.

@@ -29,7 +29,7 @@ use std::{
 
 use fantoccini::{Client, Locator, elements::Element};
 use tenantflux_tests::{
-    TestCluster, bin_dir,
+    TestCluster, apply_flux_instance, bin_dir,
     browser::{Browser, http_get, read_printed_address},
     json, path, stderr, wait_for,
 };
@@ -327,6 +327,12 @@ async fn the_fleet_page_over_10_real_agents_judges_behind_only_against_the_platf
     // The CRDs and the operator namespace the agents' enforcement proof dry-runs its canary in.
     shared.ensure_flux_operator().expect("flux-operator");
     alone.ensure_flux_operator().expect("flux-operator");
+    // Flux on the first plane, as the real flux-operator applies it (the nine agents there
+    // report it); the second plane's cluster has none.
+    let client = shared.client().await.expect("a client");
+    apply_flux_instance(&client, "2.9.x")
+        .await
+        .expect("the FluxInstance");
 
     let plane = |j: usize| if j == AGENTS - 1 { &alone } else { &shared };
     let ports = free_ports(2 * AGENTS);
@@ -549,6 +555,49 @@ async fn the_fleet_page_over_10_real_agents_judges_behind_only_against_the_platf
     )
     .await
     .expect("the page follows the rounds");
+    // Flux as each agent reports it, on the page the screenshot shows: Ready on the first
+    // plane, none on the second.
+    let flux = || {
+        let args = [
+            "fleet",
+            "status",
+            "--fleet-file",
+            path(&fleet_file),
+            "-o",
+            "json",
+        ];
+        json(&shared.kubectl_tenantflux(None, &args).unwrap())
+    };
+    wait_for(
+        "Flux Ready on the first plane",
+        Duration::from_secs(180),
+        || {
+            let rows = flux();
+            let ready = rows["clusters"].as_array().is_some_and(|rows| {
+                rows.iter().all(|row| {
+                    if row["cluster"] == BEHIND {
+                        row["fluxVersion"].is_null()
+                    } else {
+                        row["ready"] == "True"
+                            && row["fluxVersion"]
+                                .as_str()
+                                .is_some_and(|v| v.contains("2.9"))
+                    }
+                })
+            });
+            async move { ready.then_some(()) }
+        },
+    )
+    .await
+    .unwrap_or_else(|err| panic!("{err}: {:#}", flux()));
+    browser
+        .wait_for_text(
+            &format!("[data-cluster=\"{STALE}\"]"),
+            "2.9",
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("the tile shows the Flux version");
     let shot = browser
         .screenshot("fleet-dashboard")
         .await

@@ -1011,18 +1011,24 @@ pub async fn watch_marks(
     tx: watch::Sender<Option<String>>,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
-    let mut tick = tokio::time::interval(MARKS_CHECK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        if crate::unless_shutdown(&shutdown, tick.tick())
-            .await
-            .is_none()
-        {
-            return;
-        }
-        match adopter.marks_problem().await {
+    let marks = MarksWatch { adopter, tx };
+    let retry = crate::reconcile::Retry::every(MARKS_CHECK);
+    crate::reconcile::run(marks, futures::stream::pending(), retry, &shutdown).await;
+}
+
+/// The loop of [`watch_marks`].
+struct MarksWatch {
+    adopter: Adopter,
+    tx: watch::Sender<Option<String>>,
+}
+
+impl crate::reconcile::Pass for MarksWatch {
+    type Event = ();
+
+    async fn pass(&mut self, _: crate::reconcile::Wake<()>) -> crate::reconcile::Next {
+        match self.adopter.marks_problem().await {
             Ok(problem) => {
-                tx.send_if_modified(|old| {
+                self.tx.send_if_modified(|old| {
                     let changed = *old != problem;
                     *old = problem;
                     changed
@@ -1030,6 +1036,7 @@ pub async fn watch_marks(
             }
             Err(err) => tracing::debug!(error = %chain(&err), "checking the adoption's marks"),
         }
+        crate::reconcile::Next::after(MARKS_CHECK)
     }
 }
 

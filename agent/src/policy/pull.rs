@@ -36,7 +36,10 @@ use tenantflux_core::{
 use tokio_util::sync::CancellationToken;
 
 use super::store::{KeyringRefused, PolicyStore, PushError};
-use crate::oci::ManifestError;
+use crate::{
+    oci::ManifestError,
+    reconcile::{Next, Retry, Wake},
+};
 
 /// What `--policy-source` and its companions configure.
 #[derive(Clone, Debug)]
@@ -108,7 +111,7 @@ pub async fn run(
         Duration::from_secs(10),
         Duration::from_secs(30),
     );
-    let mut puller = Puller {
+    let puller = Puller {
         config,
         client,
         store,
@@ -116,12 +119,18 @@ pub async fn run(
         seen: None,
         seen_keyring: None,
     };
-    loop {
-        puller.check().await;
-        let wait = jittered(puller.config.interval);
-        if !crate::sleep(&shutdown, wait).await {
-            return;
-        }
+    let retry = Retry::every(puller.config.interval);
+    crate::reconcile::run(puller, futures::stream::pending(), retry, &shutdown).await;
+}
+
+impl crate::reconcile::Pass for Puller {
+    type Event = ();
+
+    /// Checks the channel; again after a jittered interval (a failure is reported by the check
+    /// and tried again then too).
+    async fn pass(&mut self, _: Wake<()>) -> Next {
+        self.check().await;
+        Next::after(jittered(self.config.interval))
     }
 }
 

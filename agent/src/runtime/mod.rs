@@ -91,13 +91,29 @@ fn unix_seconds(time: SystemTime) -> i64 {
 
 /// Keeps the operator phase gauge and the policy gauges at what the status reports.
 async fn record_status_metrics(
-    mut status: watch::Receiver<Status>,
+    status: watch::Receiver<Status>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
-    loop {
+    let changes = crate::reconcile::changes(status.clone());
+    let gauges = Gauges { status, metrics };
+    // Nothing here fails: the retry delays go unused.
+    let retry = crate::reconcile::Retry::every(std::time::Duration::from_secs(1));
+    crate::reconcile::run(gauges, changes, retry, &shutdown).await;
+}
+
+/// The loop of [`record_status_metrics`].
+struct Gauges {
+    status: watch::Receiver<Status>,
+    metrics: Arc<Metrics>,
+}
+
+impl crate::reconcile::Pass for Gauges {
+    type Event = ();
+
+    async fn pass(&mut self, _: crate::reconcile::Wake<()>) -> crate::reconcile::Next {
         let (phase, policy, problems) = {
-            let status = status.borrow_and_update();
+            let status = self.status.borrow_and_update();
             let policy = status.policy.as_ref().map(|p| {
                 let expiry = p.expires_at.map_or(0, unix_seconds);
                 let enforced = p.enforcement.as_ref().map(|e| e.enforced);
@@ -105,14 +121,12 @@ async fn record_status_metrics(
             });
             (status.operator.phase, policy, status.agent.problems.len())
         };
+        let metrics = &self.metrics;
         metrics.set_operator_phase(phase);
         metrics.set_problems(problems);
         let (generation, expiry, stale, enforced) = policy.unwrap_or_default();
         metrics.set_policy(generation, expiry, stale, enforced);
-        let changed = async { status.changed().await.is_ok() };
-        if crate::until_woken(&shutdown, None, changed).await.is_none() {
-            return;
-        }
+        crate::reconcile::Next::Idle
     }
 }
 

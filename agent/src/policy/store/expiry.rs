@@ -11,41 +11,52 @@ use tenantflux_core::policy::{
 use tokio_util::sync::CancellationToken;
 
 use super::PolicyStore;
+use crate::reconcile::{Next, Retry, Wake};
 
 impl PolicyStore {
     /// Reports the held policy as stale once its expiry passes, and again for each policy
     /// accepted later; it stays in force (fail-static) until a newer one is verified.
     pub(super) async fn watch_expiry(&self, shutdown: CancellationToken) {
-        let mut held = self.subscribe();
-        loop {
-            let expiry = held.borrow().accepted.as_ref().map(|a| {
-                (
-                    decide::expiry(a.validity, signing::now()),
-                    a.policy.to_string(),
-                )
-            });
-            let wait = match expiry {
-                Some((Expiry::Stale { expires_at }, policy)) => {
-                    let problem = stale_problem(&policy, expires_at);
-                    if !held.borrow().problems.contains(&problem) {
-                        self.problem(problem);
-                    }
-                    None
+        let changes = crate::reconcile::changes(self.subscribe());
+        let watch = ExpiryWatch { store: self };
+        // Nothing here fails: the retry delays go unused.
+        let retry = Retry::every(Duration::from_secs(1));
+        crate::reconcile::run(watch, changes, retry, &shutdown).await;
+    }
+}
+
+/// The expiry loop: woken by each change of the held policy (its own report of the problem
+/// too, which then finds the problem reported and changes nothing) and at the expiry.
+struct ExpiryWatch<'a> {
+    store: &'a PolicyStore,
+}
+
+impl crate::reconcile::Pass for ExpiryWatch<'_> {
+    type Event = ();
+
+    async fn pass(&mut self, _: Wake<()>) -> Next {
+        let held = &self.store.held;
+        let expiry = held.borrow().accepted.as_ref().map(|a| {
+            (
+                decide::expiry(a.validity, signing::now()),
+                a.policy.to_string(),
+            )
+        });
+        match expiry {
+            Some((Expiry::Stale { expires_at }, policy)) => {
+                let problem = stale_problem(&policy, expires_at);
+                if !held.borrow().problems.contains(&problem) {
+                    self.store.problem(problem);
                 }
-                Some((Expiry::At(expires_at), _)) => Some(
-                    (SystemTime::UNIX_EPOCH
-                        + Duration::from_secs(u64::try_from(expires_at).unwrap_or(0)))
-                    .duration_since(SystemTime::now())
-                    .unwrap_or_default(),
-                ),
-                Some((Expiry::Never, _)) | None => None,
-            };
-            // What this loop wrote itself is no reason to look again.
-            held.borrow_and_update();
-            let changed = async { held.changed().await.is_ok() };
-            if crate::until_woken(&shutdown, wait, changed).await.is_none() {
-                return;
+                Next::Idle
             }
+            Some((Expiry::At(expires_at), _)) => Next::after(
+                (SystemTime::UNIX_EPOCH
+                    + Duration::from_secs(u64::try_from(expires_at).unwrap_or(0)))
+                .duration_since(SystemTime::now())
+                .unwrap_or_default(),
+            ),
+            Some((Expiry::Never, _)) | None => Next::Idle,
         }
     }
 }

@@ -15,6 +15,8 @@ use kube::{
 use tenantflux_core::identity;
 use tokio_util::sync::CancellationToken;
 
+use crate::reconcile::{Next, Retry, Wake};
+
 /// The reason the agent's denial gives.
 pub const DENIED_REASON: &str = "TenantfluxProofExpired";
 
@@ -26,9 +28,27 @@ pub async fn deny_expired_identity_csrs(
     interval: Duration,
     shutdown: CancellationToken,
 ) {
-    let api: Api<CertificateSigningRequest> = Api::all(client);
-    loop {
-        match sweep(&api, max_age).await {
+    let sweeper = Sweeper {
+        api: Api::all(client),
+        max_age,
+        interval,
+    };
+    let retry = Retry::every(interval);
+    crate::reconcile::run(sweeper, futures::stream::pending(), retry, &shutdown).await;
+}
+
+/// The sweep loop.
+struct Sweeper {
+    api: Api<CertificateSigningRequest>,
+    max_age: Duration,
+    interval: Duration,
+}
+
+impl crate::reconcile::Pass for Sweeper {
+    type Event = ();
+
+    async fn pass(&mut self, _: Wake<()>) -> Next {
+        match sweep(&self.api, self.max_age).await {
             Ok(0) => {}
             Ok(denied) => tracing::info!(denied, "denied identity CSRs too old to prove anything"),
             Err(err) => tracing::warn!(
@@ -38,9 +58,7 @@ pub async fn deny_expired_identity_csrs(
                 identity::SIGNER_NAME
             ),
         }
-        if !crate::sleep(&shutdown, interval).await {
-            return;
-        }
+        Next::after(self.interval)
     }
 }
 
