@@ -22,6 +22,7 @@ use std::{
 };
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use rustix::process::Signal;
 
 pub mod browser;
 pub mod cozystack;
@@ -182,10 +183,16 @@ fn run_cluster_script(args: &[&str]) -> Result<String> {
     run_cluster_script_with(args, &[])
 }
 
+/// The same with `envs` added, and always the process supervisor cargo built for these tests
+/// (the script must not build it: cargo holds its build lock while tests run).
 fn run_cluster_script_with(args: &[&str], envs: &[(&str, &OsStr)]) -> Result<String> {
     let command = format!("tests/env/cluster {}", args.join(" "));
     let output = Command::new(cluster_script())
         .args(args)
+        .env(
+            "TENANTFLUX_SUPERVISOR_BIN",
+            bin_dir().join("tenantflux-test-supervisor"),
+        )
         .envs(envs.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
@@ -204,15 +211,35 @@ fn run_cluster_script_with(args: &[&str], envs: &[(&str, &OsStr)]) -> Result<Str
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
-/// Runs `tests/env/cluster flux-operator|controllers ...` with the controller supervisor cargo built for
-/// these tests (the script must not build it: cargo holds its build lock while tests run).
+/// Runs `tests/env/cluster flux-operator|controllers ...`.
 fn flux_operator_command(args: &[&str]) -> Result<()> {
-    let supervisor = bin_dir().join("tenantflux-test-supervisor");
-    run_cluster_script_with(
-        args,
-        &[("TENANTFLUX_SUPERVISOR_BIN", supervisor.as_os_str())],
-    )
-    .map(drop)
+    run_cluster_script(args).map(drop)
+}
+
+/// Sends `signal` to the process of `pidfile` (`what`, for errors) and waits until it is gone,
+/// then removes the file. A test that stops a process which is not running proves nothing: that
+/// fails.
+fn signal_and_wait(pidfile: &Path, what: &str, signal: Signal) -> Result<()> {
+    use supervise::process::{alive, read_pid, send_signal};
+    let pid = read_pid(pidfile)
+        .filter(|&pid| alive(pid))
+        .ok_or_else(|| Error::NothingToStop {
+            reason: format!("{what} of {} is not running", pidfile.display()),
+        })?;
+    send_signal(pid, signal);
+    let timeout = Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + timeout;
+    while alive(pid) {
+        if std::time::Instant::now() >= deadline {
+            return Err(Error::Timeout {
+                what: format!("{what} (pid {pid}) to stop"),
+                after: timeout,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = std::fs::remove_file(pidfile);
+    Ok(())
 }
 
 /// Paths of the binaries `tests/env/cluster build` cached (`tests/env/cluster paths`).
@@ -450,47 +477,13 @@ impl TestCluster {
     /// Stops the agent process (SIGTERM, as when its pod stops); what it wrote to the cluster
     /// stays. A later `ensure_agent`/`restart_agent*` starts it again.
     pub fn stop_agent(&self) -> Result<()> {
-        self.signal_agent("-TERM")
+        signal_and_wait(&self.dir().join("agent.pid"), "the agent", Signal::TERM)
     }
 
     /// Kills the agent process with SIGKILL, as a crash or an OOM kill does: nothing of its
     /// own shutdown runs. A later `restart_agent*` starts it again.
     pub fn kill_agent(&self) -> Result<()> {
-        self.signal_agent("-KILL")
-    }
-
-    fn signal_agent(&self, how: &str) -> Result<()> {
-        // A test that stops an agent which is not running proves nothing: say so.
-        let pidfile = self.dir().join("agent.pid");
-        let pid = std::fs::read_to_string(&pidfile).map_err(|err| Error::NothingToStop {
-            reason: format!("reading {}: {err}", pidfile.display()),
-        })?;
-        let pid = pid.trim().to_owned();
-        let signal = |args: &[&str]| {
-            Command::new("kill")
-                .args(args)
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        if !signal(&[how, &pid]) {
-            return Err(Error::NothingToStop {
-                reason: format!("pid {pid} from {} is not running", pidfile.display()),
-            });
-        }
-        let timeout = Duration::from_secs(10);
-        let deadline = std::time::Instant::now() + timeout;
-        while signal(&["-0", &pid]) {
-            if std::time::Instant::now() >= deadline {
-                return Err(Error::Timeout {
-                    what: format!("the agent (pid {pid}) to stop"),
-                    after: timeout,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = std::fs::remove_file(&pidfile);
-        Ok(())
+        signal_and_wait(&self.dir().join("agent.pid"), "the agent", Signal::KILL)
     }
 
     /// The length of the agent's log now, for [`Self::wait_agent_log`] to read on from.
@@ -612,36 +605,11 @@ impl TestCluster {
     /// [`Self::registry`] starts it again on the same port with the same storage. Fails when
     /// no registry runs.
     pub fn stop_registry(&self) -> Result<()> {
-        let pidfile = self.dir().join("registry.pid");
-        let pid = std::fs::read_to_string(&pidfile).map_err(|err| Error::NothingToStop {
-            reason: format!("reading {}: {err}", pidfile.display()),
-        })?;
-        let pid = pid.trim().to_owned();
-        let signal = |how: &str| {
-            Command::new("kill")
-                .args([how, &pid])
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        if !signal("-TERM") {
-            return Err(Error::NothingToStop {
-                reason: format!("the registry (pid {pid}) is not running"),
-            });
-        }
-        let timeout = Duration::from_secs(10);
-        let deadline = std::time::Instant::now() + timeout;
-        while signal("-0") {
-            if std::time::Instant::now() >= deadline {
-                return Err(Error::Timeout {
-                    what: format!("the registry (pid {pid}) to stop"),
-                    after: timeout,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = std::fs::remove_file(&pidfile);
-        Ok(())
+        signal_and_wait(
+            &self.dir().join("registry.pid"),
+            "the registry",
+            Signal::TERM,
+        )
     }
 
     /// The local address the agent's gRPC listener is bound to, for direct connections.

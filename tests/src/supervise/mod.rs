@@ -17,6 +17,7 @@
 //! (`TestCluster::flux_controller_binary`), `tests/env/cluster down` can stop what a killed
 //! supervisor left, and a supervisor started again adopts the processes still running.
 
+pub mod process;
 pub mod spec;
 
 use std::{
@@ -37,6 +38,7 @@ use kube::{
 };
 use tokio::signal::unix::{SignalKind, signal};
 
+use process::{alive, read_pid};
 use spec::{Action, Builds, Layout, Ports, Process, Recorded, Wanted};
 
 #[derive(Debug, thiserror::Error)]
@@ -83,8 +85,6 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 const TICK: Duration = Duration::from_secs(2);
 /// How often the controllers' logs are copied for kwok (a followed line arrives this late).
 const COPY_TICK: Duration = Duration::from_millis(300);
-/// How long a process has between SIGTERM and SIGKILL.
-const STOP_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -539,47 +539,21 @@ impl Supervisor {
     }
 }
 
-/// Stops the process of `pidfile` if it runs (SIGTERM, SIGKILL after [`STOP_GRACE`]) and
-/// removes the pidfile.
+/// Stops the process of `pidfile` if it runs and removes the pidfile ([`process::stop`], off
+/// the runtime's thread: it may wait out the grace period).
 async fn stop(pidfile: &Path) {
-    if let Some(pid) = read_pid(pidfile).filter(|&pid| alive(pid)) {
-        signal_pid(pid, rustix::process::Signal::TERM);
-        let deadline = tokio::time::Instant::now() + STOP_GRACE;
-        while alive(pid) && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        if alive(pid) {
-            signal_pid(pid, rustix::process::Signal::KILL);
-        }
-    }
-    let _ = fs::remove_file(pidfile);
+    let pidfiles = vec![pidfile.to_owned()];
+    let _ = tokio::task::spawn_blocking(move || process::stop(&pidfiles)).await;
 }
 
-fn signal_pid(pid: u32, signal: rustix::process::Signal) {
-    if let Some(pid) = i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-    {
-        let _ = rustix::process::kill_process(pid, signal);
-    }
-}
-
-/// The process exists and has not exited: a zombie (exited, not yet reaped) counts as gone.
-fn alive(pid: u32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            // The state follows the command name, which is in parentheses and may hold any.
-            let (_, rest) = stat.rsplit_once(')')?;
-            rest.split_whitespace()
-                .next()
-                .map(|state| state != "Z" && state != "X")
-        })
-        .unwrap_or(false)
-}
-
-fn read_pid(path: &Path) -> Option<u32> {
-    fs::read_to_string(path).ok()?.trim().parse().ok()
+/// A free loopback port ([`process::free_port`]).
+fn free_port() -> Result<u16> {
+    process::free_port().map_err(|err| match err {
+        process::Error::Port { source } => Error::Port { source },
+        other => Error::Port {
+            source: std::io::Error::other(other.to_string()),
+        },
+    })
 }
 
 fn write(path: &Path, content: &str) -> Result<()> {
@@ -603,46 +577,9 @@ fn is_executable(path: &Path) -> bool {
     fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// The first port of the kernel's ephemeral range (Linux's default when it cannot be read).
-fn ephemeral_low() -> u16 {
-    fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32768)
-}
-
-/// A free loopback port, from below the kernel's ephemeral range where there is room (as
-/// tests/env/cluster's `free_port`): a port from that range, once released, can be taken by any
-/// outgoing connection before the controller binds it.
-fn free_port() -> Result<u16> {
-    let low = ephemeral_low();
-    if low > 11_000 {
-        // Random enough to keep two supervisors' picks apart: std's per-process hash keys.
-        use std::hash::{BuildHasher as _, RandomState};
-        let seed = RandomState::new();
-        for attempt in 0u32..100 {
-            let port = 10_000 + (seed.hash_one(attempt) % u64::from(low - 10_000)) as u16;
-            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-                return Ok(port);
-            }
-        }
-    }
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .map_err(|source| Error::Port { source })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn this_process_is_alive_and_an_absent_pid_is_not() {
-        assert!(alive(std::process::id()));
-        // Above the kernel's pid_max (at most 2^22).
-        assert!(!alive(1 << 23));
-    }
 
     #[test]
     fn logs_are_copied_line_by_line_in_the_cri_format() {
@@ -679,19 +616,5 @@ mod tests {
         assert_eq!(lines(&cri).len(), 3);
         // The copy is not copied again.
         assert!(!dir.path().join("source-controller.cri.cri.log").exists());
-    }
-
-    #[test]
-    fn free_ports_are_real_loopback_ports() {
-        let port = free_port().unwrap();
-        assert_ne!(port, 0);
-        std::net::TcpListener::bind(("127.0.0.1", port)).expect("the port is free");
-        let low = ephemeral_low();
-        if low > 11_000 {
-            assert!(
-                (10_000..low).contains(&port),
-                "{port} is in the ephemeral range"
-            );
-        }
     }
 }
