@@ -387,7 +387,7 @@ async fn the_fleet_page_over_10_real_agents_judges_behind_only_against_the_platf
         });
     }
     // kwok picks up ClusterPortForwards asynchronously: every agent answers through its own.
-    let status = || {
+    let fleet_status = || {
         let args = [
             "fleet",
             "status",
@@ -399,7 +399,7 @@ async fn the_fleet_page_over_10_real_agents_judges_behind_only_against_the_platf
         json(&shared.kubectl_tenantflux(None, &args).unwrap())
     };
     wait_for("every agent answering", STARTED, || {
-        let rows = status();
+        let rows = fleet_status();
         let answered = rows["clusters"]
             .as_array()
             .is_some_and(|r| r.len() == AGENTS && r.iter().all(|r| r["state"] == "ok"));
@@ -557,22 +557,11 @@ async fn the_fleet_page_over_10_real_agents_judges_behind_only_against_the_platf
     .expect("the page follows the rounds");
     // Flux as each agent reports it, on the page the screenshot shows: Ready on the first
     // plane, none on the second.
-    let flux = || {
-        let args = [
-            "fleet",
-            "status",
-            "--fleet-file",
-            path(&fleet_file),
-            "-o",
-            "json",
-        ];
-        json(&shared.kubectl_tenantflux(None, &args).unwrap())
-    };
     wait_for(
         "Flux Ready on the first plane",
         Duration::from_secs(180),
         || {
-            let rows = flux();
+            let rows = fleet_status();
             let ready = rows["clusters"].as_array().is_some_and(|rows| {
                 rows.iter().all(|row| {
                     if row["cluster"] == BEHIND {
@@ -589,7 +578,7 @@ async fn the_fleet_page_over_10_real_agents_judges_behind_only_against_the_platf
         },
     )
     .await
-    .unwrap_or_else(|err| panic!("{err}: {:#}", flux()));
+    .unwrap_or_else(|err| panic!("{err}: {:#}", fleet_status()));
     browser
         .wait_for_text(
             &format!("[data-cluster=\"{STALE}\"]"),
