@@ -2,10 +2,10 @@
 //! objects, the policy's defaults, enforcement, expiry and pull, the stored policy's watches,
 //! the discovery of the Flux APIs, the status report and its gauges, the adoption's marks, the
 //! CSR sweep): a loop is a [`Pass`], run at the start, at each event of its stream, and at the
-//! deadline it asked for. The runner does the waiting, the
-//! retry delays (doubling, reset by any pass that did not fail) and the shutdown, which wins
-//! when it is ready together with an event or a deadline; no loop writes them itself. A pass
-//! runs to its end once started: the shutdown is looked at between passes.
+//! deadline it asked for. The runner does the waiting, the retry delays (doubling, reset by any
+//! pass that did not fail) and the shutdown; no loop writes them itself. When several are ready
+//! at once the shutdown wins, then a deadline that passed, then an event. A pass runs to its end
+//! once started: the shutdown is looked at between passes.
 
 use std::time::Duration;
 
@@ -135,16 +135,22 @@ pub(crate) async fn run<P: Pass>(
             }
         });
         wake = loop {
-            if events.is_done() && deadline.is_none() {
+            if shutdown.is_cancelled() || (events.is_done() && deadline.is_none()) {
                 return;
+            }
+            // The shutdown first, then a deadline that passed (a stream of events that never
+            // pauses must not hold a retry back; the timer may only tell at its next tick),
+            // then an event.
+            if deadline.is_some_and(|at| at <= Instant::now()) {
+                break Wake::Deadline;
             }
             tokio::select! {
                 biased;
                 () = shutdown.cancelled() => return,
+                () = &mut due => break Wake::Deadline,
                 event = events.next(), if !events.is_done() => if let Some(event) = event {
                     break Wake::Event(event);
                 },
-                () = &mut due => break Wake::Deadline,
             }
         };
     }
@@ -247,6 +253,14 @@ mod tests {
             [Wake::Start, Wake::Event(7), Wake::Deadline, Wake::Deadline]
         );
         drop(tx);
+
+        // A deadline that passed comes before an event that is ready too.
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tx.send(8).unwrap();
+        let events = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
+        let mut work = scripted(&[Next::At(Instant::now()), Next::Idle, Next::Stop]);
+        run(&mut work, events, SHORT, &CancellationToken::new()).await;
+        assert_eq!(work.woken, [Wake::Start, Wake::Deadline, Wake::Event(8)]);
     }
 
     #[tokio::test]
