@@ -70,8 +70,8 @@ pub enum Error {
         binary: PathBuf,
         source: std::io::Error,
     },
-    #[error("finding a free loopback port: {source}")]
-    Port { source: std::io::Error },
+    #[error(transparent)]
+    Process(#[from] process::Error),
     #[error("installing the {signal} handler: {source}")]
     Signal {
         signal: &'static str,
@@ -389,7 +389,7 @@ impl Supervisor {
             let recorded = fs::read_to_string(&portfile).ok();
             let port = match recorded.and_then(|p| p.trim().parse().ok()) {
                 Some(port) => port,
-                None => free_port()?,
+                None => process::free_port()?,
             };
             write(&portfile, &format!("{port}\n"))?;
             create_dir(&layout.file(&process.deployment, "-storage"))?;
@@ -398,8 +398,8 @@ impl Supervisor {
             None
         };
         let ports = Ports {
-            metrics: free_port()?,
-            health: free_port()?,
+            metrics: process::free_port()?,
+            health: process::free_port()?,
             storage,
         };
         let args = process.command_line(layout, ports);
@@ -544,16 +544,6 @@ impl Supervisor {
 async fn stop(pidfile: &Path) {
     let pidfiles = vec![pidfile.to_owned()];
     let _ = tokio::task::spawn_blocking(move || process::stop(&pidfiles)).await;
-}
-
-/// A free loopback port ([`process::free_port`]).
-fn free_port() -> Result<u16> {
-    process::free_port().map_err(|err| match err {
-        process::Error::Port { source } => Error::Port { source },
-        other => Error::Port {
-            source: std::io::Error::other(other.to_string()),
-        },
-    })
 }
 
 fn write(path: &Path, content: &str) -> Result<()> {
