@@ -2,8 +2,9 @@
 //! objects, the policy's defaults, enforcement, expiry and pull, the stored policy's watches,
 //! the discovery of the Flux APIs, the status report and its gauges, the adoption's marks, the
 //! CSR sweep): a loop is a [`Pass`], run at the start, at each event of its stream, and at the
-//! deadline it asked for. The runner does the waiting, the retry delays (doubling, reset by any
-//! pass that did not fail) and the shutdown; no loop writes them itself. When several are ready
+//! deadline it asked for. The runner does the waiting, the retry delays (named by the pass that
+//! failed, doubling while failures follow each other, reset by any pass that did not fail) and
+//! the shutdown; no loop writes them itself. When several are ready
 //! at once the shutdown wins, then a deadline that passed, then an event. A pass runs to its end
 //! once started: the shutdown is looked at between passes.
 
@@ -29,8 +30,9 @@ pub(crate) enum Wake<E> {
 pub(crate) enum Next {
     /// At this instant (a resync, a poll, a debounce), or at an event before it.
     At(Instant),
-    /// The pass failed: again after the loop's next retry delay, or at an event before it.
-    Retry,
+    /// The pass failed: again after the next of these delays (the first after a pass that did
+    /// not fail), or at an event before it.
+    Retry(Retry),
     /// Only at an event.
     Idle,
     /// As asked before: an event that called for no work leaves the deadline (and the retry
@@ -55,8 +57,8 @@ pub(crate) trait Pass {
     async fn pass(&mut self, wake: Wake<Self::Event>) -> Next;
 }
 
-/// The retry delays of a loop: from `min`, doubling, at most `max`.
-#[derive(Debug, Clone, Copy)]
+/// The retry delays of a failing pass: from `min`, doubling, at most `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Retry {
     pub min: Duration,
     pub max: Duration,
@@ -76,33 +78,32 @@ impl Retry {
     }
 }
 
-/// When the next pass is due: the answers of the passes so far, with the retry delays.
+/// When the next pass is due: the answers of the passes so far, with the retry delays of the
+/// failures that follow each other.
+#[derive(Default)]
 struct Schedule {
-    retry: Retry,
-    delays: Box<dyn Iterator<Item = Duration> + Send>,
+    failing: Option<(Retry, Box<dyn Iterator<Item = Duration> + Send>)>,
     deadline: Option<Instant>,
 }
 
 impl Schedule {
-    fn new(retry: Retry) -> Schedule {
-        Schedule {
-            retry,
-            delays: Box::new(retry.delays()),
-            deadline: None,
-        }
-    }
-
     /// Takes in a pass's answer given `now`: the deadline to wait for (`None`: only an event),
     /// or `None` when the loop is over.
     fn answer(&mut self, next: Next, now: Instant) -> Option<Option<Instant>> {
         self.deadline = match next {
             Next::At(at) => {
-                self.delays = Box::new(self.retry.delays());
+                self.failing = None;
                 Some(at)
             }
-            Next::Retry => Some(now + self.delays.next().unwrap_or(self.retry.max)),
+            Next::Retry(retry) => {
+                let (_, delays) = match &mut self.failing {
+                    Some(failing) if failing.0 == retry => failing,
+                    failing => failing.insert((retry, Box::new(retry.delays()))),
+                };
+                Some(now + delays.next().unwrap_or(retry.max))
+            }
             Next::Idle => {
-                self.delays = Box::new(self.retry.delays());
+                self.failing = None;
                 None
             }
             Next::Keep => self.deadline,
@@ -117,11 +118,10 @@ impl Schedule {
 pub(crate) async fn run<P: Pass>(
     mut work: P,
     events: impl Stream<Item = P::Event>,
-    retry: Retry,
     shutdown: &CancellationToken,
 ) {
     let mut events = std::pin::pin!(events.fuse());
-    let mut schedule = Schedule::new(retry);
+    let mut schedule = Schedule::default();
     let mut wake = Wake::Start;
     loop {
         let next = work.pass(wake).await;
@@ -156,56 +156,78 @@ pub(crate) async fn run<P: Pass>(
     }
 }
 
-/// A `()` for each change `rx` sees, ending when its sender is gone: a watch channel as a
-/// loop's events.
-pub(crate) fn changes<T: Send + Sync + 'static>(
-    rx: tokio::sync::watch::Receiver<T>,
-) -> impl Stream<Item = ()> + Send {
-    futures::stream::unfold(rx, |mut rx| async move {
-        rx.changed().await.ok().map(|()| ((), rx))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const DOUBLING: Retry = Retry {
+        min: Duration::from_secs(1),
+        max: Duration::from_secs(4),
+    };
+
     #[test]
     fn retries_double_to_the_cap_and_any_other_answer_starts_them_anew() {
-        let mut schedule = Schedule::new(Retry {
-            min: Duration::from_secs(1),
-            max: Duration::from_secs(4),
-        });
+        let mut schedule = Schedule::default();
         let now = Instant::now();
         let mut waits = Vec::new();
         for _ in 0..4 {
-            let at = schedule.answer(Next::Retry, now).unwrap().unwrap();
+            let at = schedule
+                .answer(Next::Retry(DOUBLING), now)
+                .unwrap()
+                .unwrap();
             waits.push((at - now).as_secs());
         }
         assert_eq!(waits, [1, 2, 4, 4]);
         let later = now + Duration::from_secs(10);
         assert_eq!(schedule.answer(Next::At(later), now), Some(Some(later)));
-        let at = schedule.answer(Next::Retry, now).unwrap().unwrap();
+        let at = schedule
+            .answer(Next::Retry(DOUBLING), now)
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (at - now).as_secs(),
             1,
             "a pass that did not fail starts the delays anew"
         );
-        schedule.answer(Next::Retry, now);
+        schedule.answer(Next::Retry(DOUBLING), now);
         assert_eq!(schedule.answer(Next::Idle, now), Some(None));
-        let at = schedule.answer(Next::Retry, now).unwrap().unwrap();
+        let at = schedule
+            .answer(Next::Retry(DOUBLING), now)
+            .unwrap()
+            .unwrap();
         assert_eq!((at - now).as_secs(), 1, "so does an idle pass");
     }
 
     #[test]
-    fn keep_holds_the_deadline_and_its_delays_and_stop_ends() {
-        let mut schedule = Schedule::new(Retry::every(Duration::from_secs(3)));
+    fn a_failure_with_other_delays_starts_those_from_their_first() {
+        let mut schedule = Schedule::default();
         let now = Instant::now();
-        let at = schedule.answer(Next::Retry, now).unwrap();
+        schedule.answer(Next::Retry(DOUBLING), now);
+        schedule.answer(Next::Retry(DOUBLING), now);
+        let other = Retry::every(Duration::from_secs(30));
+        let at = schedule.answer(Next::Retry(other), now).unwrap().unwrap();
+        assert_eq!((at - now).as_secs(), 30);
+        let at = schedule
+            .answer(Next::Retry(DOUBLING), now)
+            .unwrap()
+            .unwrap();
+        assert_eq!((at - now).as_secs(), 1, "back to the first delay");
+    }
+
+    #[test]
+    fn keep_holds_the_deadline_and_its_delays_and_stop_ends() {
+        let mut schedule = Schedule::default();
+        let now = Instant::now();
+        let at = schedule.answer(Next::Retry(DOUBLING), now).unwrap();
         assert_eq!(
             schedule.answer(Next::Keep, now + Duration::from_secs(1)),
             Some(at)
         );
+        let at = schedule
+            .answer(Next::Retry(DOUBLING), now)
+            .unwrap()
+            .unwrap();
+        assert_eq!((at - now).as_secs(), 2, "Keep left the delays as they were");
         assert_eq!(schedule.answer(Next::Idle, now), Some(None));
         assert_eq!(schedule.answer(Next::Keep, now), Some(None));
         assert_eq!(schedule.answer(Next::Stop, now), None);
@@ -244,10 +266,10 @@ mod tests {
         let mut work = scripted(&[
             Next::after(Duration::from_millis(20)),
             Next::Keep,
-            Next::Retry,
+            Next::Retry(SHORT),
             Next::Stop,
         ]);
-        run(&mut work, events, SHORT, &CancellationToken::new()).await;
+        run(&mut work, events, &CancellationToken::new()).await;
         assert_eq!(
             work.woken,
             [Wake::Start, Wake::Event(7), Wake::Deadline, Wake::Deadline]
@@ -259,7 +281,7 @@ mod tests {
         tx.send(8).unwrap();
         let events = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
         let mut work = scripted(&[Next::At(Instant::now()), Next::Idle, Next::Stop]);
-        run(&mut work, events, SHORT, &CancellationToken::new()).await;
+        run(&mut work, events, &CancellationToken::new()).await;
         assert_eq!(work.woken, [Wake::Start, Wake::Deadline, Wake::Event(8)]);
     }
 
@@ -269,7 +291,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         shutdown.cancel();
         let mut work = scripted(&[Next::At(Instant::now())]);
-        run(&mut work, futures::stream::iter([1u32]), SHORT, &shutdown).await;
+        run(&mut work, futures::stream::iter([1u32]), &shutdown).await;
         assert_eq!(work.woken, [Wake::Start]);
 
         // Idle, and the events are over: nothing can wake it again, so the loop returns.
@@ -277,18 +299,16 @@ mod tests {
         run(
             &mut work,
             futures::stream::iter([1u32]),
-            SHORT,
             &CancellationToken::new(),
         )
         .await;
         assert_eq!(work.woken, [Wake::Start, Wake::Event(1)]);
 
         // Events over, but a deadline is asked for: it still comes.
-        let mut work = scripted(&[Next::Retry, Next::Stop]);
+        let mut work = scripted(&[Next::Retry(SHORT), Next::Stop]);
         run(
             &mut work,
             futures::stream::empty(),
-            SHORT,
             &CancellationToken::new(),
         )
         .await;

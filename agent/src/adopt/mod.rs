@@ -1012,8 +1012,7 @@ pub async fn watch_marks(
     shutdown: tokio_util::sync::CancellationToken,
 ) {
     let marks = MarksWatch { adopter, tx };
-    let retry = crate::reconcile::Retry::every(MARKS_CHECK);
-    crate::reconcile::run(marks, futures::stream::pending(), retry, &shutdown).await;
+    crate::reconcile::run(marks, futures::stream::pending(), &shutdown).await;
 }
 
 /// The loop of [`watch_marks`].

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use k8s_openapi::api::{apps::v1::Deployment, core::v1::ConfigMap};
 use kube::{
     Api, Client,
@@ -19,6 +20,7 @@ use tenantflux_core::{
     text::chain,
 };
 use tokio::sync::watch;
+use tokio_stream::wrappers::WatchStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -312,9 +314,9 @@ pub async fn run(
         agent_namespace: agent_namespace.to_owned(),
         operator_namespace: operator_namespace.to_owned(),
     };
-    let changes = crate::reconcile::changes(held.clone());
+    let changes = WatchStream::from_changes(held.clone()).map(drop);
     let keeper = Keeper { defaults, held };
-    crate::reconcile::run(keeper, changes, Retry::every(RETRY), &shutdown).await;
+    crate::reconcile::run(keeper, changes, &shutdown).await;
 }
 
 /// The defaults loop: the policy held, dealt with at each change until it is dealt with once.
@@ -347,7 +349,7 @@ impl crate::reconcile::Pass for Keeper {
             Ok(false) => Next::Idle,
             Err(err) => {
                 tracing::warn!(error = %chain(&err), "applying the policy's defaults");
-                Next::Retry
+                Next::Retry(Retry::every(RETRY))
             }
         }
     }

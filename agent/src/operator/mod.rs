@@ -48,6 +48,7 @@ use tenantflux_core::{
     releases::Releases,
     text::{chain, quote},
 };
+use tokio_stream::wrappers::WatchStream;
 use tokio_util::sync::CancellationToken;
 
 mod apply;
@@ -72,15 +73,19 @@ use triggers::{Change, Trigger, source_changes};
 
 use crate::{
     policy::store::Held,
-    reconcile::{Next, Wake},
+    reconcile::{Next, Retry, Wake},
     watches::{Seen, Shared},
 };
 
 /// How long CRDs may take to become Established once the API server serves.
 const CRD_TIMEOUT: Duration = Duration::from_secs(60);
-/// Backoff between attempts while the API server does not answer or an attempt failed.
+/// The first wait while the API server does not answer.
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
-const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// The delays after a failed attempt: from a second, doubling, at most a minute.
+const RETRY: Retry = Retry {
+    min: BACKOFF_MIN,
+    max: Duration::from_secs(60),
+};
 /// The longest wait between two `/readyz` tries while the API server does not answer.
 const API_WAIT_MAX: Duration = Duration::from_secs(30);
 /// How long one `/readyz` request may take.
@@ -352,7 +357,7 @@ pub async fn run(
         state: tx,
         releases,
     } = channels;
-    let policy_changes = crate::reconcile::changes(policy.clone()).map(|()| Change::Policy);
+    let policy_changes = WatchStream::from_changes(policy.clone()).map(|_| Change::Policy);
     let record_ref = crate::configmap_reference(&config.agent_namespace, RECORD_CONFIGMAP);
     let recorder = crate::recorder(&client);
     let sources = source_changes(&client, &config).map(Change::Source);
@@ -379,11 +384,7 @@ pub async fn run(
         policy_changes.boxed(),
         deployments.updates().map(Change::Deployment).boxed(),
     ]);
-    let retry = crate::reconcile::Retry {
-        min: BACKOFF_MIN,
-        max: BACKOFF_MAX,
-    };
-    crate::reconcile::run(installer, changes, retry, &shutdown).await;
+    crate::reconcile::run(installer, changes, &shutdown).await;
 }
 
 impl crate::reconcile::Pass for Installer {
@@ -425,7 +426,7 @@ impl crate::reconcile::Pass for Installer {
             Ok(()) => Next::after(self.config.resync),
             Err(err) => {
                 self.fail(&err).await;
-                Next::Retry
+                Next::Retry(RETRY)
             }
         }
     }

@@ -41,6 +41,7 @@ use tenantflux_core::{
     },
     text::chain,
 };
+use tokio_stream::wrappers::WatchStream;
 use tokio_util::sync::CancellationToken;
 
 use super::store::{Held, PolicyStore, STORE_NAME};
@@ -289,8 +290,8 @@ pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: Cancellation
     let policies = watcher::watcher(policy.api.clone(), by_name()).backoff(crate::watch_backoff());
     let bindings = watcher::watcher(binding.api.clone(), by_name()).backoff(crate::watch_backoff());
     let changes = futures::stream::select_all([
-        crate::reconcile::changes(held.clone())
-            .map(|()| Change::Held)
+        WatchStream::from_changes(held.clone())
+            .map(|_| Change::Held)
             // The store is gone: so is what to write.
             .chain(futures::stream::once(async { Change::StoreGone }))
             .boxed(),
@@ -312,7 +313,7 @@ pub async fn run(client: Client, store: Arc<PolicyStore>, shutdown: Cancellation
         rendered: None,
         next_render: tokio::time::Instant::now() + RERENDER,
     };
-    crate::reconcile::run(admission, changes, Retry::every(RETRY), &shutdown).await;
+    crate::reconcile::run(admission, changes, &shutdown).await;
 }
 
 /// What wakes the admission keeper.
@@ -368,7 +369,7 @@ impl crate::reconcile::Pass for Admission<'_> {
         if self.write().await {
             Next::At(self.next_render)
         } else {
-            Next::Retry
+            Next::Retry(Retry::every(RETRY))
         }
     }
 }

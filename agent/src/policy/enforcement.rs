@@ -32,7 +32,7 @@ use super::{
 };
 use crate::{
     flux_instance_resource,
-    reconcile::{Next, Retry, Wake},
+    reconcile::{Next, Wake},
 };
 
 /// How soon a failed proof is repeated, so that failures for the settle time decide (or a refusal clears
@@ -85,7 +85,7 @@ pub async fn run(
         announced: None,
         permissions_at: tokio::time::Instant::now(),
     };
-    crate::reconcile::run(prover, rechecks, Retry::every(RECHECK), &shutdown).await;
+    crate::reconcile::run(prover, rechecks, &shutdown).await;
 }
 
 /// The enforcement loop: the proof's verdicts so far, and when the permissions are due.

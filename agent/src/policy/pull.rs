@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 use super::store::{KeyringRefused, PolicyStore, PushError};
 use crate::{
     oci::ManifestError,
-    reconcile::{Next, Retry, Wake},
+    reconcile::{Next, Wake},
 };
 
 /// What `--policy-source` and its companions configure.
@@ -119,8 +119,7 @@ pub async fn run(
         seen: None,
         seen_keyring: None,
     };
-    let retry = Retry::every(puller.config.interval);
-    crate::reconcile::run(puller, futures::stream::pending(), retry, &shutdown).await;
+    crate::reconcile::run(puller, futures::stream::pending(), &shutdown).await;
 }
 
 impl crate::reconcile::Pass for Puller {

@@ -11,7 +11,9 @@ use std::{io::IsTerminal, sync::Arc, time::SystemTime};
 use tokio::sync::watch;
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
+use futures::StreamExt as _;
 use tenantflux_core::policy::signing;
+use tokio_stream::wrappers::WatchStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -95,11 +97,9 @@ async fn record_status_metrics(
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
-    let changes = crate::reconcile::changes(status.clone());
+    let changes = WatchStream::from_changes(status.clone()).map(drop);
     let gauges = Gauges { status, metrics };
-    // Nothing here fails: the retry delays go unused.
-    let retry = crate::reconcile::Retry::every(std::time::Duration::from_secs(1));
-    crate::reconcile::run(gauges, changes, retry, &shutdown).await;
+    crate::reconcile::run(gauges, changes, &shutdown).await;
 }
 
 /// The loop of [`record_status_metrics`].

@@ -35,7 +35,7 @@ use crate::{
     flux_report_resource,
     operator::InstallState,
     policy::store::Held,
-    reconcile::{Next, Retry, Wake},
+    reconcile::{Next, Wake},
     watches::{Seen, Shared},
 };
 /// How often the Kubernetes version is asked again once known (it changes on upgrades only).
@@ -127,8 +127,7 @@ pub async fn run(
         next_report_check: now,
     };
     // Nothing here fails: each check sets its own next time.
-    let retry = Retry::every(VERSION_RETRY);
-    crate::reconcile::run(reporter, inputs, retry, &shutdown).await;
+    crate::reconcile::run(reporter, inputs, &shutdown).await;
 }
 
 /// What changed of what the status reports.

@@ -39,7 +39,7 @@ use super::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::reconcile::{Next, Retry, Wake};
+use crate::reconcile::{Next, Wake};
 
 /// How often discovery runs without a CRD change (a missed watch event is caught up here).
 const REDISCOVER_EVERY: Duration = Duration::from_secs(30);
@@ -294,7 +294,7 @@ impl Caches {
             last_error: None,
             left_out: HashMap::new(),
         };
-        crate::reconcile::run(discovery, crds, Retry::every(RETRY), &shutdown).await;
+        crate::reconcile::run(discovery, crds, &shutdown).await;
         // Stops every reflector.
         self.kinds
             .write()

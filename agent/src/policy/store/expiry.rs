@@ -4,24 +4,24 @@
 
 use std::time::{Duration, SystemTime};
 
+use futures::StreamExt as _;
 use tenantflux_core::policy::{
     decide::{self, Expiry},
     signing::{self, format_timestamp},
 };
+use tokio_stream::wrappers::WatchStream;
 use tokio_util::sync::CancellationToken;
 
 use super::PolicyStore;
-use crate::reconcile::{Next, Retry, Wake};
+use crate::reconcile::{Next, Wake};
 
 impl PolicyStore {
     /// Reports the held policy as stale once its expiry passes, and again for each policy
     /// accepted later; it stays in force (fail-static) until a newer one is verified.
     pub(super) async fn watch_expiry(&self, shutdown: CancellationToken) {
-        let changes = crate::reconcile::changes(self.subscribe());
+        let changes = WatchStream::from_changes(self.subscribe()).map(drop);
         let watch = ExpiryWatch { store: self };
-        // Nothing here fails: the retry delays go unused.
-        let retry = Retry::every(Duration::from_secs(1));
-        crate::reconcile::run(watch, changes, retry, &shutdown).await;
+        crate::reconcile::run(watch, changes, &shutdown).await;
     }
 }
 

@@ -20,7 +20,7 @@ use tenantflux_core::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::reconcile::{Next, Retry, Wake};
+use crate::reconcile::{Next, Wake};
 
 use tenantflux_core::policy::keyring::{Keyring, SignedKeyring};
 
@@ -127,7 +127,7 @@ impl PolicyStore {
             relist_keyring: None,
         };
         // Nothing here is retried: the watches retry themselves.
-        crate::reconcile::run(restore, copies, Retry::every(IDENTITY_RETRY), &shutdown).await;
+        crate::reconcile::run(restore, copies, &shutdown).await;
     }
 
     /// A failing watch is a condition of the policy (an edit would go unseen), over once the

@@ -15,7 +15,7 @@ use kube::{
 use tenantflux_core::identity;
 use tokio_util::sync::CancellationToken;
 
-use crate::reconcile::{Next, Retry, Wake};
+use crate::reconcile::{Next, Wake};
 
 /// The reason the agent's denial gives.
 pub const DENIED_REASON: &str = "TenantfluxProofExpired";
@@ -33,8 +33,7 @@ pub async fn deny_expired_identity_csrs(
         max_age,
         interval,
     };
-    let retry = Retry::every(interval);
-    crate::reconcile::run(sweeper, futures::stream::pending(), retry, &shutdown).await;
+    crate::reconcile::run(sweeper, futures::stream::pending(), &shutdown).await;
 }
 
 /// The sweep loop.
