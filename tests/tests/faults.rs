@@ -773,10 +773,14 @@ async fn without_any_management_side_the_last_verified_policy_stays_in_force() {
 /// Runs the commands at once, each as its own `kubectl tenantflux` process; returns their
 /// outputs in order.
 fn at_once(tenant: &Tenant, runs: &[(&[&str], Option<&str>)]) -> Vec<Output> {
+    // A refused edit is kept in the temporary directory, as kubectl keeps it: this test's own,
+    // removed when the runs end.
+    let scratch = tempfile::tempdir().expect("a temporary directory");
     let children: Vec<_> = runs
         .iter()
         .map(|(args, editor)| {
             let mut command = tenant.cluster.plugin_command(Some(&tenant.admin), args);
+            command.env("TMPDIR", scratch.path());
             if let Some(editor) = editor {
                 command.env("KUBE_EDITOR", editor);
             }
