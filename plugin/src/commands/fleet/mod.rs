@@ -188,7 +188,7 @@ async fn push(
     // here instead of once per cluster.
     let signed = SignedPolicy::parse(&text)
         .with_context(|| format!("{} is not a signed policy", file.path.display()))?;
-    let policy = tenantflux_core::policy::Policy::parse(&signed.policy)
+    let policy = Policy::parse(&signed.policy)
         .with_context(|| format!("{} holds no valid policy", file.path.display()))?;
     let fleet = Fleet::new(discovery, options).await?;
     let view = fleet.push(fan_out, &text, &policy).await?;

@@ -1,11 +1,13 @@
 //! The policy commands that reach out: push and show (the agent), publish (an OCI registry).
 
-use crate::views::status::EnforcementView;
 use std::{fs, path::Path};
 
 use anyhow::Context as _;
 use serde::Serialize;
-use tenantflux_core::policy::signing::{self, SignedPolicy};
+use tenantflux_core::policy::{
+    Policy,
+    signing::{self, SignedPolicy},
+};
 use tenantflux_proto::v1::{GetPolicyRequest, PolicyState, PushPolicyRequest};
 
 use super::{
@@ -17,6 +19,7 @@ use crate::{
     context::FileArg,
     exit::Exit,
     output::{Printer, Style},
+    views::status::EnforcementView,
 };
 
 #[derive(Serialize)]
@@ -203,7 +206,7 @@ async fn publish(
                 .verify(&key)
                 .with_context(|| format!("{} does not verify", file.path.display()))?
         }
-        None => tenantflux_core::policy::Policy::parse(&signed.policy)
+        None => Policy::parse(&signed.policy)
             .with_context(|| format!("{} holds no valid policy", file.path.display()))?,
     };
     eprintln!("publishing {policy} to {channel} ...");
