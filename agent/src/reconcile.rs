@@ -4,9 +4,9 @@
 //! CSR sweep): a loop is a [`Pass`], run at the start, at each event of its stream, and at the
 //! deadline it asked for. The runner does the waiting, the retry delays (named by the pass that
 //! failed, doubling while failures follow each other, reset by any pass that did not fail) and
-//! the shutdown; no loop writes them itself. When several are ready
-//! at once the shutdown wins, then a deadline that passed, then an event. A pass runs to its end
-//! once started: the shutdown is looked at between passes.
+//! the shutdown; no loop writes them itself. When several are ready at once the shutdown wins,
+//! then a deadline that passed, then an event. A pass runs to its end once started: the
+//! shutdown is looked at between passes.
 
 use std::time::Duration;
 
