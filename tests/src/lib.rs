@@ -933,19 +933,32 @@ where
     Fut: Future<Output = Option<T>>,
 {
     let deadline = tokio::time::Instant::now() + timeout;
+    let mut delay = POLL_FIRST;
     loop {
         if let Some(value) = check().await {
             return Ok(value);
         }
-        if tokio::time::Instant::now() >= deadline {
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
             return Err(Error::Timeout {
                 what: what.to_string(),
                 after: timeout,
             });
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        // The last check comes at the deadline, not a delay after it.
+        tokio::time::sleep(delay.min(deadline - now)).await;
+        delay = (delay * 2).min(POLL_MAX);
     }
 }
+
+/// [`wait_for`]'s first delay between checks, doubled after each until [`POLL_MAX`]. Most
+/// checks run kubectl or the plugin (a process of about 0.1 CPU-seconds, and work for the API
+/// server and the agent): checked every 250 ms, a wait of half a minute took some 12
+/// CPU-seconds from the other lane's builds and clusters; now about 3, and a state is seen at
+/// most a second late.
+const POLL_FIRST: Duration = Duration::from_millis(250);
+const POLL_MAX: Duration = Duration::from_secs(1);
+
 /// A finished command's standard output, as text.
 pub fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()

@@ -53,8 +53,6 @@ fn alive(pid: u32) -> bool {
     })
 }
 
-/// Runs `action` (which starts the agent or makes it work) and kills the agent with SIGKILL
-/// as soon as its log shows a line containing `trigger`; returns that line.
 /// What the agent logged after byte `offset` of `log`.
 fn log_since(log: &std::path::Path, offset: u64) -> String {
     let mut seen = String::new();
@@ -65,6 +63,8 @@ fn log_since(log: &std::path::Path, offset: u64) -> String {
     seen
 }
 
+/// Runs `action` (which starts the agent or makes it work) and kills the agent with SIGKILL
+/// as soon as its log shows a line containing `trigger`; returns that line.
 fn kill_9_when(cluster: &TestCluster, trigger: &str, action: impl FnOnce()) -> String {
     let trigger = trigger.to_owned();
     let log = cluster.dir().join("agent.log");
