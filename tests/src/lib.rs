@@ -659,6 +659,39 @@ impl TestCluster {
         command
     }
 
+    /// The API server's address and the path of its CA file, from the admin kubeconfig
+    /// (kwokctl writes the CA as a file), read here rather than by two `kubectl config view`
+    /// processes.
+    fn server_and_ca(&self) -> Result<(String, String)> {
+        let path = &self.kubeconfig;
+        let kubeconfig = Kubeconfig::read_from(path).map_err(|source| Error::Kubeconfig {
+            path: path.clone(),
+            source,
+        })?;
+        let context = kubeconfig.current_context.as_deref().and_then(|current| {
+            kubeconfig
+                .contexts
+                .iter()
+                .find(|c| c.name == current)
+                .and_then(|c| c.context.as_ref())
+        });
+        let cluster = context.and_then(|context| {
+            kubeconfig
+                .clusters
+                .iter()
+                .find(|c| c.name == context.cluster)
+                .and_then(|c| c.cluster.as_ref())
+        });
+        let server = cluster.and_then(|c| c.server.clone());
+        let ca = cluster.and_then(|c| c.certificate_authority.clone());
+        server.zip(ca).ok_or_else(|| Error::Spawn {
+            command: format!("reading {}", path.display()),
+            source: std::io::Error::other(
+                "its current context names no cluster with a server and a certificate-authority file",
+            ),
+        })
+    }
+
     /// A kube client for this cluster, authenticated as its admin.
     pub async fn client(&self) -> Result<kube::Client> {
         let path = self.kubeconfig.clone();
@@ -787,18 +820,7 @@ impl TestCluster {
         ))?;
         let token =
             self.kubectl_ok(&["-n", namespace, "create", "token", name, "--duration=1h"])?;
-        let jsonpath = |path: &str| {
-            self.kubectl_ok(&[
-                "config",
-                "view",
-                "--minify",
-                "--raw",
-                "-o",
-                &format!("jsonpath={{{path}}}"),
-            ])
-        };
-        let server = jsonpath(".clusters[0].cluster.server")?;
-        let ca = jsonpath(".clusters[0].cluster.certificate-authority")?;
+        let (server, ca) = self.server_and_ca()?;
         let path = self
             .dir()
             .join(format!("kubeconfig-{namespace}-{name}.yaml"));
