@@ -838,6 +838,20 @@ impl TestCluster {
         })?;
         Ok(path)
     }
+
+    /// [`Self::token_kubeconfig`] for ServiceAccount `tenantflux-system/ACCOUNT`, bound to
+    /// ClusterRole cluster-admin (ClusterRoleBinding `ACCOUNT-cluster-admin`): a user with
+    /// rights on everything who reaches the agent with a token and proves who it is.
+    pub fn cluster_admin_token_user(&self, account: &str) -> Result<PathBuf> {
+        const NS: &str = "tenantflux-system";
+        let kubeconfig = self.token_kubeconfig(NS, account)?;
+        self.apply_yaml(&cluster_admin_binding(
+            &format!("{account}-cluster-admin"),
+            NS,
+            account,
+        ))?;
+        Ok(kubeconfig)
+    }
 }
 
 /// RBAC for the token user `namespace/account` of [`TestCluster::token_kubeconfig`]: RoleBinding
@@ -867,7 +881,7 @@ pub fn agent_user_with_role(
 
 /// ClusterRoleBinding `binding` of ServiceAccount `namespace/account` to ClusterRole
 /// cluster-admin (a token user with rights on everything, see [`TestCluster::token_kubeconfig`]).
-pub fn cluster_admin_binding(binding: &str, namespace: &str, account: &str) -> String {
+fn cluster_admin_binding(binding: &str, namespace: &str, account: &str) -> String {
     format!(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
          metadata: {{name: {binding}}}\n\

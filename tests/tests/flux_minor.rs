@@ -26,11 +26,9 @@ use std::{
 
 use serde_json::{Value, json};
 use tenantflux_tests::{
-    TestCluster, bin_dir, cluster_admin_binding, cluster_script,
+    TestCluster, bin_dir, cluster_script,
     flux::{GitRepo, fleet_apps, minimal_spec, revision},
-    operator_bundle, path,
-    tenant::AGENT_NAMESPACE,
-    tool_path, wait_for,
+    operator_bundle, path, tool_path, wait_for,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(180);
@@ -240,16 +238,7 @@ async fn a_flux_minor_the_build_does_not_know_is_planned_from_the_artifact_and_a
         .expect("the Git app applied on 2.9");
 
     // The tenant: cluster-admin of its own cluster, reaching the agent with a token.
-    let tenant = cluster
-        .token_kubeconfig(AGENT_NAMESPACE, "tenant")
-        .expect("tenant");
-    cluster
-        .apply_yaml(&cluster_admin_binding(
-            "tenant-admin",
-            "tenantflux-system",
-            "tenant",
-        ))
-        .unwrap();
+    let tenant = cluster.cluster_admin_token_user("tenant").expect("tenant");
     let as_tenant = |args: &[&str]| cluster.kubectl_tenantflux(Some(&tenant), args).unwrap();
 
     // The plan: 2.10.1 from the artifact, not refused as unknown; Kubernetes minimum a guess.

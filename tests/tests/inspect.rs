@@ -20,7 +20,7 @@ use std::{
 
 use serde_json::Value;
 use tenantflux_tests::{
-    TestCluster, agent_user_with_role, cluster_admin_binding, columns,
+    TestCluster, agent_user_with_role, columns,
     flux::{GIT_REPOSITORIES, GitRepo, KUSTOMIZATIONS, ready_now, revision},
     plugin, plugin_json, plugin_ok, stderr, stdout, wait_for,
 };
@@ -214,15 +214,8 @@ async fn prepare(cluster: &TestCluster) -> Prepared {
     cluster.apply_yaml(&objects).expect("the Flux objects");
 
     let admin = cluster
-        .token_kubeconfig("tenantflux-system", "insp-admin")
+        .cluster_admin_token_user("insp-admin")
         .expect("kubeconfig");
-    cluster
-        .apply_yaml(&cluster_admin_binding(
-            "insp-admin",
-            "tenantflux-system",
-            "insp-admin",
-        ))
-        .expect("binding");
 
     for name in ["insp-root", "insp-child"] {
         cluster

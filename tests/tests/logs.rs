@@ -14,7 +14,7 @@ use std::{
 
 use serde_json::Value;
 use tenantflux_tests::{
-    TestCluster, agent_user_with_role, cluster_admin_binding,
+    TestCluster, agent_user_with_role,
     flux::{GitRepo, revision},
     stderr, stdout, wait_for,
 };
@@ -103,15 +103,8 @@ async fn prepare() -> &'static Prepared {
                     .expect("the Flux objects");
             }
             let admin = cluster
-                .token_kubeconfig("tenantflux-system", "logs-admin")
+                .cluster_admin_token_user("logs-admin")
                 .expect("kubeconfig");
-            cluster
-                .apply_yaml(&cluster_admin_binding(
-                    "logs-admin",
-                    "tenantflux-system",
-                    "logs-admin",
-                ))
-                .expect("binding");
             for namespace in [A, B] {
                 cluster
                     .kustomization_applied(namespace, "app", &revision(&first), RECONCILE)

@@ -11,9 +11,7 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use tenantflux_tests::{
-    TestCluster, bin_dir, cluster_admin_binding, operator_bundle, tool_path, wait_for,
-};
+use tenantflux_tests::{TestCluster, bin_dir, operator_bundle, tool_path, wait_for};
 
 const AGENT_NAMESPACE: &str = "tenantflux-system";
 const BUNDLE_CONFIGMAP: &str = "flux-operator-bundle";
@@ -812,15 +810,8 @@ async fn oci_bundle_installs_and_wrong_digest_or_registry_fail_without_touching_
     // The upgrade plan's releases come from that artifact (derived after the install), not
     // from the table built into the agent. Planning needs `get` on the FluxInstance.
     let admin = cluster
-        .token_kubeconfig(AGENT_NAMESPACE, "op-planner")
+        .cluster_admin_token_user("op-planner")
         .expect("kubeconfig");
-    cluster
-        .apply_yaml(&cluster_admin_binding(
-            "op-planner",
-            "tenantflux-system",
-            "op-planner",
-        ))
-        .expect("binding");
     let known = wait_for(
         "the plan's releases from the artifact",
         Duration::from_secs(60),

@@ -26,7 +26,7 @@ use k8s_openapi::{
 use kube::Api;
 use serde_json::{Value, json};
 use tenantflux_tests::{
-    TestCluster, cluster_admin_binding,
+    TestCluster,
     flux::{GitRepo, fleet_apps, revision},
     flux_instances, path,
     tenant::AGENT_NAMESPACE,
@@ -200,16 +200,7 @@ async fn upgrade_is_planned_blocked_fixed_and_applied_across_agent_kills() {
     };
 
     // The tenant: cluster-admin of its own cluster, reaching the agent with a token.
-    let tenant = cluster
-        .token_kubeconfig(AGENT_NAMESPACE, "tenant")
-        .expect("tenant");
-    cluster
-        .apply_yaml(&cluster_admin_binding(
-            "tenant-admin",
-            "tenantflux-system",
-            "tenant",
-        ))
-        .unwrap();
+    let tenant = cluster.cluster_admin_token_user("tenant").expect("tenant");
     let as_tenant = |args: &[&str]| cluster.kubectl_tenantflux(Some(&tenant), args).unwrap();
     let plan = |to: &str| {
         let out = as_tenant(&["upgrade", "plan", "--to", to, "-o", "json"]);

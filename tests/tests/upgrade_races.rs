@@ -12,8 +12,7 @@ use kube::{
 use serde_json::{Value, json};
 use tenantflux_agent::upgrade::migrate::migrate_object;
 use tenantflux_tests::{
-    TestCluster, apply_flux_instance, cluster_admin_binding, flux_instances,
-    tenant::AGENT_NAMESPACE, wait_for,
+    TestCluster, apply_flux_instance, flux_instances, tenant::AGENT_NAMESPACE, wait_for,
 };
 
 const GROUP: &str = "races.tenantflux.io";
@@ -206,16 +205,7 @@ async fn a_transient_failure_of_the_version_bump_is_retried_not_a_failed_upgrade
     .unwrap();
 
     // The tenant: cluster-admin of its own cluster, reaching the agent with a token.
-    let tenant = cluster
-        .token_kubeconfig(AGENT_NAMESPACE, "tenant")
-        .expect("tenant");
-    cluster
-        .apply_yaml(&cluster_admin_binding(
-            "tenant-admin",
-            "tenantflux-system",
-            "tenant",
-        ))
-        .unwrap();
+    let tenant = cluster.cluster_admin_token_user("tenant").expect("tenant");
 
     cluster.apply_yaml(UNANSWERED_WEBHOOK).expect("webhook");
     // `upgrade apply` follows the upgrade until it ends, so it runs beside the test.

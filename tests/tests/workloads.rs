@@ -18,7 +18,7 @@ use std::{
 
 use serde_json::Value;
 use tenantflux_tests::{
-    TestCluster, agent_user_with_role, apply_flux_instance, cluster_admin_binding, columns,
+    TestCluster, agent_user_with_role, apply_flux_instance, columns,
     flux::{
         GIT_REPOSITORIES, GitRepo, KUSTOMIZATIONS, minimal_spec, ready_message, ready_now, revision,
     },
@@ -214,17 +214,9 @@ async fn prepare(cluster: &TestCluster, minor: &Minor, image_components: bool) -
 
     // An operator with rights on everything (a token user: a client-certificate user would
     // reach the agent as ServiceAccount tenantflux-client).
-    let kubeconfig = cluster
-        .token_kubeconfig("tenantflux-system", "wl-operator")
-        .expect("kubeconfig");
     cluster
-        .apply_yaml(&cluster_admin_binding(
-            "wl-operator",
-            "tenantflux-system",
-            "wl-operator",
-        ))
-        .expect("binding");
-    kubeconfig
+        .cluster_admin_token_user("wl-operator")
+        .expect("kubeconfig")
 }
 
 /// Everything a user does, on one cluster.
