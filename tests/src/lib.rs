@@ -843,11 +843,11 @@ impl TestCluster {
     /// ClusterRole cluster-admin (ClusterRoleBinding `ACCOUNT-cluster-admin`): a user with
     /// rights on everything who reaches the agent with a token and proves who it is.
     pub fn cluster_admin_token_user(&self, account: &str) -> Result<PathBuf> {
-        const NS: &str = "tenantflux-system";
-        let kubeconfig = self.token_kubeconfig(NS, account)?;
+        use tenant::AGENT_NAMESPACE;
+        let kubeconfig = self.token_kubeconfig(AGENT_NAMESPACE, account)?;
         self.apply_yaml(&cluster_admin_binding(
             &format!("{account}-cluster-admin"),
-            NS,
+            AGENT_NAMESPACE,
             account,
         ))?;
         Ok(kubeconfig)
