@@ -53,6 +53,8 @@ pub enum Error {
         path: PathBuf,
         source: kube::config::KubeconfigError,
     },
+    #[error("kubeconfig {path}: {reason}")]
+    KubeconfigIncomplete { path: PathBuf, reason: &'static str },
     #[error("connecting to the cluster with {path}: {source}")]
     Client { path: PathBuf, source: kube::Error },
     #[error("timed out after {after:?} waiting for {what}")]
@@ -663,11 +665,7 @@ impl TestCluster {
     /// (kwokctl writes the CA as a file), read here rather than by two `kubectl config view`
     /// processes.
     fn server_and_ca(&self) -> Result<(String, String)> {
-        let path = &self.kubeconfig;
-        let kubeconfig = Kubeconfig::read_from(path).map_err(|source| Error::Kubeconfig {
-            path: path.clone(),
-            source,
-        })?;
+        let kubeconfig = self.admin_kubeconfig()?;
         let context = kubeconfig.current_context.as_deref().and_then(|current| {
             kubeconfig
                 .contexts
@@ -684,21 +682,24 @@ impl TestCluster {
         });
         let server = cluster.and_then(|c| c.server.clone());
         let ca = cluster.and_then(|c| c.certificate_authority.clone());
-        server.zip(ca).ok_or_else(|| Error::Spawn {
-            command: format!("reading {}", path.display()),
-            source: std::io::Error::other(
-                "its current context names no cluster with a server and a certificate-authority file",
-            ),
+        server.zip(ca).ok_or_else(|| Error::KubeconfigIncomplete {
+            path: self.kubeconfig.clone(),
+            reason: "its current context names no cluster with a server and a certificate-authority file",
+        })
+    }
+
+    /// The admin kubeconfig of this cluster, parsed.
+    fn admin_kubeconfig(&self) -> Result<Kubeconfig> {
+        Kubeconfig::read_from(&self.kubeconfig).map_err(|source| Error::Kubeconfig {
+            path: self.kubeconfig.clone(),
+            source,
         })
     }
 
     /// A kube client for this cluster, authenticated as its admin.
     pub async fn client(&self) -> Result<kube::Client> {
         let path = self.kubeconfig.clone();
-        let kubeconfig = Kubeconfig::read_from(&path).map_err(|source| Error::Kubeconfig {
-            path: path.clone(),
-            source,
-        })?;
+        let kubeconfig = self.admin_kubeconfig()?;
         let config =
             kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await
